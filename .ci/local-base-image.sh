@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Make a Python 3.11 base image without any container registry: debootstrap a minimal
+# Debian bookworm with python3 and load it into the Docker engine. The rootfs tarball is
+# cached outside the repo so later runs only `docker import` it.
+set -euo pipefail
+IMAGE="${1:-mbuild-local/python:3.11-bookworm}"
+CACHE="${MBUILD_CI_CACHE:-$HOME/.cache/mbuild-ci}"
+TARBALL="$CACHE/python3.11-bookworm-rootfs.tar"
+MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+
+if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+  echo "base image $IMAGE present"; exit 0
+fi
+mkdir -p "$CACHE"
+if [ ! -s "$TARBALL" ]; then
+  ROOT="$(mktemp -d "$CACHE/rootfs.XXXXXX")"
+  echo "debootstrap bookworm into $ROOT (about 2 minutes)"
+  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+    bookworm "$ROOT" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 \
+    || { tail -20 "$CACHE/debootstrap.log"; exit 1; }
+  # Drop what an image never needs: apt lists, caches, docs.
+  rm -rf "$ROOT"/var/lib/apt/lists/* "$ROOT"/var/cache/apt/* "$ROOT"/usr/share/doc/* \
+    "$ROOT"/usr/share/man/* "$ROOT"/usr/share/locale/*
+  tar -C "$ROOT" --numeric-owner -cf "$TARBALL.tmp" .
+  mv "$TARBALL.tmp" "$TARBALL"
+  rm -rf "$ROOT"
+fi
+docker import \
+  -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8' \
+  -c 'CMD ["python3"]' "$TARBALL" "$IMAGE" >/dev/null
+echo "base image $IMAGE imported from $TARBALL"

@@ -1,0 +1,62 @@
+"""`mbuild package MODEL`: the main job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from huggingface_hub.utils import disable_progress_bars
+from rich.table import Table
+
+from builder.image import CHOICES
+from builder.pipeline import PackageOptions, PackageResult
+from builder.pipeline import package as run_package
+from builder.progress import Reporter
+
+
+def _summary(result: PackageResult, reporter: Reporter) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    image = result.image
+    table.add_row("image", result.plan.tag if image else f"{result.plan.tag} (not built: {result.backend_note})")
+    if image:
+        table.add_row("image id", f"{image.image_id}" + (" (reused)" if image.reused else ""))
+        if image.size_bytes:
+            table.add_row("image size", f"{image.size_bytes / 1e6:.0f} MB")
+    table.add_row("build dir", str(result.build_dir))
+    table.add_row("profile", f"{result.plan.profile.name} ({result.plan.profile.id[:12]})")
+    report = result.report
+    table.add_row("validation", f"{'passed' if report['passed'] else 'FAILED'}: min cosine "
+                                f"{report['min_cosine']:.7f} >= {report['tolerance']['min_cosine']}")
+    table.add_row("time", ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())
+                  + f" (total {sum(result.timings.values()):.1f}s)")
+    reporter.console.print(table)
+    if image:
+        reporter.console.print(f"run it:  docker run --rm -p 8000:8000 {result.plan.tag}")
+    reporter.console.print(f"serve it here:  mbuild serve {result.build_dir}")
+
+
+@click.command()
+@click.argument("model")
+@click.option("--gpu", default="cpu", show_default=True, help="Target hardware: cpu (more with profiles).")
+@click.option("--output", "-o", type=click.Path(path_type=Path, file_okay=False),
+              help="Build directory (default: mbuild-builds/<name>-<version>).")
+@click.option("--name", help="Image repository name (default: mbuild/<model>).")
+@click.option("--version", "version", help="Image version (default: sha-<plan digest>).")
+@click.option("--base-image", help="Base image with Python 3.11 (default: the profile's, python:3.11-slim).")
+@click.option("--backend", type=click.Choice(CHOICES), default="auto", show_default=True,
+              help="Image builder; 'none' stops at the build context.")
+@click.option("--offline", is_flag=True, help="Use only the local Hugging Face cache (also HF_HUB_OFFLINE=1).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output; print only the image tag.")
+def package(model: str, gpu: str, output: Path | None, name: str | None, version: str | None,
+            base_image: str | None, backend: str, offline: bool, quiet: bool) -> None:
+    """Package MODEL (alias, org/name[@rev], hf://org/name@rev or ./folder) into a serving image."""
+    if quiet:
+        disable_progress_bars()
+    reporter = Reporter(quiet=quiet)
+    options = PackageOptions(model=model, gpu=gpu, output=output, name=name, version=version,
+                             base_image=base_image, backend=backend, offline=offline)
+    result = run_package(options, reporter)
+    if quiet:
+        click.echo(result.plan.tag if result.image else str(result.build_dir))
+    else:
+        _summary(result, reporter)

@@ -1,0 +1,103 @@
+"""The BuildPlan: every input of a build, frozen, with a digest that versions the result.
+
+Pure: no downloads, no writes. Same inputs, same digest, same image tag.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from builder.catalog import Task
+from builder.errors import InputError
+from builder.hashing import sha256_json, tree_digest
+from builder.profiles import Profile
+from builder.resources import resource_dir, runtimes_dir
+from builder.stages.pull import ModelRef
+from builder.target import Target
+from builder.versions import runtime_requirements, tool_versions
+
+_IMAGE_NAME = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    model: ModelRef
+    task: Task
+    target: Target
+    profile: Profile
+    image_name: str
+    explicit_version: str | None
+    base_image: str
+    runtime_requirements: tuple[str, ...]
+    runtime_code: str
+    templates: str
+    tools: tuple[tuple[str, str], ...]
+
+    def inputs(self) -> dict[str, Any]:
+        """Everything that decides the build's output; the digest is taken over this."""
+        return {
+            "model": {"repo": self.model.repo, "sha": self.model.sha, "files": list(self.model.files)},
+            "task": self.task,
+            # The target's GPUs decide the engine; the host's CPU flags only picked the profile.
+            "target": {"kind": self.target.kind, "gpus": self.target.as_dict()["gpus"]},
+            "profile": {"id": self.profile.id, "name": self.profile.name},
+            "image": {"name": self.image_name, "version": self.explicit_version},
+            "base_image": self.base_image,
+            "runtime": {"requirements": list(self.runtime_requirements), "code": self.runtime_code,
+                        "python": self.profile.python_version},
+            "templates": self.templates,
+            "tools": dict(self.tools),
+        }
+
+    def digest(self) -> str:
+        return sha256_json(self.inputs())
+
+    @property
+    def version(self) -> str:
+        return self.explicit_version or f"sha-{self.digest()[:12]}"
+
+    @property
+    def tag(self) -> str:
+        return f"{self.image_name}:{self.version}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "digest": self.digest(),
+            "tag": self.tag,
+            **self.inputs(),
+            "model": {**self.inputs()["model"], "revision": self.model.revision, "alias": self.model.alias},
+            "profile": {"id": self.profile.id, "name": self.profile.name,
+                        "content": self.profile.model_dump(mode="json")},
+        }
+
+
+def default_image_name(ref: ModelRef) -> str:
+    base = ref.alias or ref.repo.rsplit("/", 1)[-1]
+    slug = re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-._") or "model"
+    return f"mbuild/{slug}"
+
+
+def check_image_name(name: str) -> str:
+    if not _IMAGE_NAME.match(name):
+        raise InputError(f"image name {name!r} is not a valid repository name",
+                         hint="use lowercase letters, digits, '.', '_', '-' and '/' (e.g. myorg/minilm)")
+    return name
+
+
+def make_plan(ref: ModelRef, task: Task, target: Target, profile: Profile, *, image_name: str | None,
+              version: str | None, base_image: str | None) -> BuildPlan:
+    return BuildPlan(
+        model=ref,
+        task=task,
+        target=target,
+        profile=profile,
+        image_name=check_image_name(image_name) if image_name else default_image_name(ref),
+        explicit_version=version,
+        base_image=base_image or profile.base_image,
+        runtime_requirements=tuple(runtime_requirements()),
+        runtime_code=tree_digest(runtimes_dir()),
+        templates=tree_digest(resource_dir("templates")),
+        tools=tuple(sorted(tool_versions().items())),
+    )

@@ -1,0 +1,1 @@
+"""The build stages, each a small module: pull, export, compile, validate, context, image."""

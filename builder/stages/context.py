@@ -1,0 +1,84 @@
+"""Assemble the build context: runtime code, model bundle, wheels, requirements and Dockerfile."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from builder import __version__
+from builder.dockerfile import DockerfileContext, render_dockerfile
+from builder.plan import BuildPlan
+from builder.resources import runtimes_dir
+from builder.stages.pull import ModelRef
+from builder.stages.wheels import fetch_wheels
+
+DOCKERIGNORE = "work/\n*.log\nplan.json\n"
+
+
+def bundle_metadata(plan: BuildPlan) -> dict[str, Any]:
+    """metadata.json beside the engine: what /v1/metadata reports."""
+    return {
+        "model": {"repo": plan.model.repo, "revision": plan.model.revision, "sha": plan.model.sha,
+                  "alias": plan.model.alias},
+        "profile": {"id": plan.profile.id, "name": plan.profile.name, "engine": plan.profile.engine,
+                    "precision": plan.profile.precision, "mode": plan.profile.mode},
+        "image": plan.tag,
+        "plan_digest": plan.digest(),
+        "versions": dict(plan.tools),
+    }
+
+
+def source_url(ref: ModelRef) -> str:
+    return str(ref.local_path) if ref.local_path else f"https://huggingface.co/{ref.repo}"
+
+
+def image_labels(plan: BuildPlan, report: dict[str, Any], created: str) -> dict[str, str]:
+    labels = {
+        "org.opencontainers.image.title": plan.image_name,
+        "org.opencontainers.image.version": plan.version,
+        "org.opencontainers.image.created": created,
+        "org.opencontainers.image.source": source_url(plan.model),
+        "org.opencontainers.image.description": f"{plan.model.repo} served by mbuild ({plan.profile.name})",
+        "dev.mbuild.model.id": plan.model.repo,
+        "dev.mbuild.model.revision": plan.model.sha,
+        "dev.mbuild.profile": plan.profile.name,
+        "dev.mbuild.profile.id": plan.profile.id,
+        "dev.mbuild.engine": plan.profile.engine,
+        "dev.mbuild.precision": plan.profile.precision,
+        "dev.mbuild.plan.digest": plan.digest(),
+        "dev.mbuild.version": __version__,
+    }
+    if "min_cosine" in report:
+        labels["dev.mbuild.validation"] = f"passed={report.get('passed')} min_cosine={report['min_cosine']:.6f}"
+    if plan.target.gpus:
+        labels["dev.mbuild.compute-capability"] = plan.target.gpus[0].compute_capability
+    return labels
+
+
+def created_timestamp() -> str:
+    """SOURCE_DATE_EPOCH when set (reproducible builds), else now."""
+    raw = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    epoch = int(raw) if raw.isdigit() else time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def assemble(build_dir: Path, plan: BuildPlan, report: dict[str, Any], created: str) -> Path:
+    """Write everything `docker build` needs into build_dir; the model/ folder is already there."""
+    app = build_dir / "app" / "runtimes"
+    if app.exists():
+        shutil.rmtree(app)
+    shutil.copytree(runtimes_dir(), app, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (build_dir / "model" / "metadata.json").write_text(json.dumps(bundle_metadata(plan), indent=2) + "\n")
+    requirements = list(plan.runtime_requirements)
+    (build_dir / "requirements.txt").write_text("\n".join(requirements) + "\n")
+    fetch_wheels(requirements, plan.profile.python_version, build_dir / "wheels")
+    ctx = DockerfileContext(base_image=plan.base_image, labels=image_labels(plan, report, created),
+                            model_id=plan.model.repo, mbuild_version=__version__)
+    (build_dir / "Dockerfile").write_text(render_dockerfile(ctx))
+    (build_dir / ".dockerignore").write_text(DOCKERIGNORE)
+    (build_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n")
+    return build_dir

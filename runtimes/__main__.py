@@ -1,0 +1,58 @@
+"""Container entry point: check the model bundle, then hand the process to BentoML's server.
+
+`python -m runtimes [--model-dir DIR] [--host H] [--port P]`; flags override MBUILD_* variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from runtimes.bundle import BundleError, load_engine_config
+from runtimes.settings import Settings, SettingsError
+from runtimes.tokenize import TextTokenizer
+
+
+def preflight(model_dir: Path) -> None:
+    """Fail before serving when the bundle is plainly broken (readiness would never come)."""
+    if not model_dir.is_dir():
+        raise BundleError(f"model folder {model_dir} does not exist (set MBUILD_MODEL_DIR)")
+    config = load_engine_config(model_dir)
+    if not (model_dir / config.model_file).is_file():
+        raise BundleError(f"engine file {model_dir / config.model_file} is missing")
+    TextTokenizer(model_dir / config.tokenizer_file, config.max_seq_length)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runtimes", description=__doc__)
+    parser.add_argument("--model-dir")
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    args = parser.parse_args(argv)
+    for flag, env in (("model_dir", "MBUILD_MODEL_DIR"), ("host", "MBUILD_HOST"), ("port", "MBUILD_PORT")):
+        if getattr(args, flag) is not None:
+            os.environ[env] = str(getattr(args, flag))
+    try:
+        settings = Settings.from_env()
+        os.environ["MBUILD_MODEL_DIR"] = str(settings.model_dir.resolve())
+        preflight(settings.model_dir)
+    except (SettingsError, BundleError) as exc:
+        print(f"mbuild runtime: {exc}", file=sys.stderr)
+        return 3
+    os.environ.setdefault("BENTOML_DO_NOT_TRACK", "true")
+    os.environ.setdefault("BENTOML_HOME", "/tmp/bentoml")  # writable even on a read-only root filesystem
+    bentoml = shutil.which("bentoml", path=str(Path(sys.executable).parent)) or shutil.which("bentoml")
+    if bentoml is None:
+        print("mbuild runtime: the bentoml command is not installed beside this Python", file=sys.stderr)
+        return 3
+    app_dir = Path(__file__).resolve().parent.parent
+    command = [bentoml, "serve", "runtimes.service:ModelService", "--working-dir", str(app_dir),
+               "--host", settings.host, "--port", str(settings.port)]
+    os.execv(bentoml, command)  # BentoML becomes this process (PID 1 in a container) and handles SIGTERM
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""A dynamic batcher that never waits on an idle queue.
+
+While the engine runs one batch, new requests queue; the next batch takes everything waiting, up
+to max_batch sequences. At concurrency 1 a request runs at once (no added delay); under load
+batches fill by themselves. The queue is bounded: past max_queue requests, submit() refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from runtimes.metrics import BATCH_BUCKETS, Metrics
+
+
+class QueueFull(Exception):
+    pass
+
+
+@dataclass
+class _Job:
+    seqs: list[list[int]]
+    future: asyncio.Future[np.ndarray]
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+class Batcher:
+    def __init__(self, run: Callable[[list[list[int]]], np.ndarray], max_batch: int, max_queue: int,
+                 metrics: Metrics) -> None:
+        self._run = run
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self._metrics = metrics
+        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        self._task: asyncio.Task[None] | None = None
+        self.in_flight = 0
+        metrics.describe("batch_size", "Sequences per engine call", BATCH_BUCKETS)
+        metrics.describe("queue_seconds", "Time a request waited before its batch ran")
+        metrics.describe("compute_seconds", "Engine time per batch")
+        metrics.describe("queue_depth", "Requests waiting for the engine")
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="batcher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def submit(self, seqs: list[list[int]]) -> np.ndarray:
+        if self._queue.qsize() >= self.max_queue:
+            raise QueueFull
+        job = _Job(seqs, asyncio.get_running_loop().create_future())
+        self.in_flight += 1
+        try:
+            self._queue.put_nowait(job)
+            self._metrics.set("queue_depth", self._queue.qsize())
+            return await job.future
+        finally:
+            self.in_flight -= 1
+
+    def _take_batch(self, first: _Job) -> list[_Job]:
+        jobs, count = [first], len(first.seqs)
+        while not self._queue.empty() and count < self.max_batch:
+            nxt = self._queue._queue[0]  # peek: stop before a job that would overflow the batch
+            if count + len(nxt.seqs) > self.max_batch:
+                break
+            jobs.append(self._queue.get_nowait())
+            count += len(nxt.seqs)
+        return jobs
+
+    def _compute(self, seqs: list[list[int]]) -> np.ndarray:
+        # Sorting by length keeps padding small inside each engine call.
+        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+        out: np.ndarray | None = None
+        for start in range(0, len(order), self.max_batch):
+            chunk = order[start : start + self.max_batch]
+            rows = self._run([seqs[i] for i in chunk])
+            if out is None:
+                out = np.empty((len(seqs), rows.shape[1]), dtype=rows.dtype)
+            out[chunk] = rows
+            self._metrics.observe("batch_size", len(chunk))
+        assert out is not None
+        return out
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            jobs = self._take_batch(await self._queue.get())
+            self._metrics.set("queue_depth", self._queue.qsize())
+            live = [j for j in jobs if not j.future.done()]  # a cancelled client needs no compute
+            if not live:
+                continue
+            now = time.perf_counter()
+            for job in live:
+                self._metrics.observe("queue_seconds", now - job.enqueued)
+            seqs = [s for job in live for s in job.seqs]
+            try:
+                result = await loop.run_in_executor(self._executor, self._compute, seqs)
+            except Exception as exc:  # hand the engine's failure to every waiting request
+                for job in live:
+                    if not job.future.done():
+                        job.future.set_exception(exc)
+                continue
+            self._metrics.observe("compute_seconds", time.perf_counter() - now)
+            offset = 0
+            for job in live:
+                if not job.future.done():
+                    job.future.set_result(result[offset : offset + len(job.seqs)])
+                offset += len(job.seqs)

@@ -1,0 +1,47 @@
+"""ONNX Runtime engine for encoder models: token ids in, pooled sentence embeddings out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from runtimes.bundle import BundleError, EngineConfig
+
+
+class OrtEncoderEngine:
+    def __init__(self, model_dir: Path, config: EngineConfig, threads: int = 0) -> None:
+        self.config = config
+        path = model_dir / config.model_file
+        if not path.is_file():
+            raise BundleError(f"engine file {path} is missing")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # The graph was optimized at build time; repeating it here would only slow the start.
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        try:
+            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # ORT raises its own Fail/InvalidGraph types
+            raise BundleError(f"ONNX Runtime cannot load {path}: {exc}") from exc
+        names = {i.name for i in self.session.get_inputs()}
+        if names != set(config.inputs):
+            raise BundleError(f"{path} takes inputs {sorted(names)}, engine.json says {list(config.inputs)}")
+
+    def run(self, batch: list[list[int]]) -> np.ndarray:
+        """Pad the sequences to the longest and return one float32 row per sequence."""
+        longest = max(len(ids) for ids in batch)
+        ids = np.full((len(batch), longest), self.config.pad_token_id, dtype=np.int64)
+        mask = np.zeros((len(batch), longest), dtype=np.int64)
+        for row, seq in enumerate(batch):
+            ids[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        outputs = self.session.run([self.config.output], {k: feeds[k] for k in self.config.inputs})
+        return np.asarray(outputs[0], dtype=np.float32)
+
+    def warm_up(self) -> None:
+        out = self.run([[self.config.pad_token_id] * 8, [self.config.pad_token_id] * 3])
+        if out.shape != (2, self.config.dimensions) or not np.isfinite(out).all():
+            raise BundleError(f"warm-up produced {out.shape} (expected (2, {self.config.dimensions})) or non-finite")

@@ -1,0 +1,48 @@
+"""Readiness as a small state machine, shared by the health routes and the shutdown path.
+
+    starting -> loading -> warming -> ready -> draining
+                   \\----------\\-> failed
+
+Only `ready` answers 200 on /v1/health/ready. `failed` keeps its reason for the logs and the route.
+"""
+
+from __future__ import annotations
+
+import threading
+from enum import StrEnum
+
+
+class State(StrEnum):
+    STARTING = "starting"
+    LOADING = "loading"
+    WARMING = "warming"
+    READY = "ready"
+    DRAINING = "draining"
+    FAILED = "failed"
+
+
+_ALLOWED = {
+    State.STARTING: {State.LOADING, State.FAILED, State.DRAINING},
+    State.LOADING: {State.WARMING, State.FAILED, State.DRAINING},
+    State.WARMING: {State.READY, State.FAILED, State.DRAINING},
+    State.READY: {State.DRAINING},
+    State.DRAINING: set(),
+    State.FAILED: {State.DRAINING},
+}
+
+
+class Health:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.state = State.STARTING
+        self.reason = ""
+
+    def move(self, new: State, reason: str = "") -> None:
+        with self._lock:
+            if new not in _ALLOWED[self.state]:
+                raise RuntimeError(f"health cannot go from {self.state.value} to {new.value}")
+            self.state, self.reason = new, reason
+
+    @property
+    def ready(self) -> bool:
+        return self.state is State.READY

@@ -1,0 +1,34 @@
+"""Logging setup from MBUILD_LOG_LEVEL and MBUILD_LOG_FORMAT (text or json)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + "Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging() -> None:
+    level = os.environ.get("MBUILD_LOG_LEVEL", "info").upper()
+    handler = logging.StreamHandler()
+    if os.environ.get("MBUILD_LOG_FORMAT", "text").lower() == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("mbuild")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level if level in logging.getLevelNamesMapping() else "INFO")
+    logger.propagate = False

@@ -1,0 +1,89 @@
+"""A few Prometheus metrics rendered in the text exposition format, with no global registry.
+
+Kept in-process on purpose: the service runs one worker per container, and this avoids the
+multiprocess-directory dance prometheus_client needs under a process manager.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections import defaultdict
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def _fmt_labels(labels: Labels, extra: str = "") -> str:
+    parts = [f'{k}="{v}"' for k, v in labels]
+    if extra:
+        parts.append(extra)
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+class Histogram:
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.total = 0.0
+        self.n = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.buckets, value)] += 1
+        self.total += value
+        self.n += 1
+
+
+class Metrics:
+    def __init__(self, prefix: str = "mbuild") -> None:
+        self.prefix = prefix
+        self._lock = threading.Lock()
+        self._counters: dict[str, dict[Labels, float]] = defaultdict(dict)
+        self._gauges: dict[str, dict[Labels, float]] = defaultdict(dict)
+        self._hists: dict[str, dict[Labels, Histogram]] = defaultdict(dict)
+        self._help: dict[str, str] = {}
+        self._buckets: dict[str, tuple[float, ...]] = {}
+
+    def describe(self, name: str, text: str, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self._help[name] = text
+        self._buckets[name] = buckets
+
+    def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
+        key = tuple(sorted(labels.items()))
+        with self._lock:
+            self._counters[name][key] = self._counters[name].get(key, 0.0) + value
+
+    def set(self, name: str, value: float, **labels: str) -> None:
+        with self._lock:
+            self._gauges[name][tuple(sorted(labels.items()))] = value
+
+    def observe(self, name: str, value: float, **labels: str) -> None:
+        key = tuple(sorted(labels.items()))
+        with self._lock:
+            hist = self._hists[name].setdefault(key, Histogram(self._buckets.get(name, LATENCY_BUCKETS)))
+            hist.observe(value)
+
+    def render(self) -> str:
+        lines: list[str] = []
+        with self._lock:
+            for kind, series in (("counter", self._counters), ("gauge", self._gauges)):
+                for name, values in sorted(series.items()):
+                    full = f"{self.prefix}_{name}"
+                    lines += [f"# HELP {full} {self._help.get(name, name)}", f"# TYPE {full} {kind}"]
+                    lines += [f"{full}{_fmt_labels(k)} {v:g}" for k, v in sorted(values.items())]
+            for name, hists in sorted(self._hists.items()):
+                full = f"{self.prefix}_{name}"
+                lines += [f"# HELP {full} {self._help.get(name, name)}", f"# TYPE {full} histogram"]
+                for key, hist in sorted(hists.items()):
+                    running = 0
+                    for bound, count in zip(hist.buckets, hist.counts, strict=False):
+                        running += count
+                        le = f'le="{bound:g}"'
+                        lines.append(f"{full}_bucket{_fmt_labels(key, le)} {running}")
+                    inf = 'le="+Inf"'
+                    lines.append(f"{full}_bucket{_fmt_labels(key, inf)} {hist.n}")
+                    lines.append(f"{full}_sum{_fmt_labels(key)} {hist.total:g}")
+                    lines.append(f"{full}_count{_fmt_labels(key)} {hist.n}")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,71 @@
+"""POST /v1/embeddings in the OpenAI shape."""
+
+from __future__ import annotations
+
+import base64
+
+import anyio
+import numpy as np
+from fastapi import APIRouter, Request
+
+from runtimes.api_errors import ApiError
+from runtimes.auth import check_bearer
+from runtimes.batcher import QueueFull
+from runtimes.schemas import MAX_INPUTS, EmbeddingData, EmbeddingRequest, EmbeddingResponse, Usage
+from runtimes.state import Loaded, ServiceState
+from runtimes.tokenize import InputTooLong
+
+router = APIRouter()
+
+
+def _ready(state: ServiceState) -> Loaded:
+    if state.loaded is None or not state.health.ready:
+        raise ApiError(503, f"the model is not ready ({state.health.state.value})", "model_not_ready",
+                       "service_unavailable", headers={"Retry-After": "5"})
+    return state.loaded
+
+
+def _check_request(state: ServiceState, body: EmbeddingRequest, texts: list[str]) -> None:
+    names = state.served_names()
+    if body.model is not None and body.model not in names:
+        raise ApiError(404, f"model {body.model!r} is not served here; use {names[0]!r}", "model_not_found")
+    if not texts:
+        raise ApiError(400, "'input' must hold at least one text", "empty_input")
+    if len(texts) > MAX_INPUTS:
+        raise ApiError(400, f"'input' holds {len(texts)} texts; at most {MAX_INPUTS} per request", "too_many_inputs")
+    for index, text in enumerate(texts):
+        if not text:
+            raise ApiError(400, f"input {index} is an empty string", "empty_input")
+    dims = state.config.dimensions if state.config else None
+    if body.dimensions is not None and body.dimensions != dims:
+        raise ApiError(400, f"this model returns {dims} dimensions; 'dimensions' must be {dims} or left out",
+                       "unsupported_dimensions")
+
+
+def _encode(vector: np.ndarray, fmt: str) -> list[float] | str:
+    if fmt == "base64":
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode()
+    return vector.tolist()
+
+
+@router.post("/v1/embeddings", tags=["inference"], response_model=EmbeddingResponse)
+async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingResponse:
+    state: ServiceState = request.app.state.service
+    check_bearer(request, state.settings.api_key)
+    loaded = _ready(state)
+    texts = body.texts()
+    _check_request(state, body, texts)
+    try:
+        seqs = await anyio.to_thread.run_sync(loaded.tokenizer.encode, texts, body.truncate)
+    except InputTooLong as exc:
+        raise ApiError(400, f"{exc}; shorten it or send \"truncate\": \"END\"", "input_too_long") from exc
+    try:
+        vectors = await loaded.batcher.submit(seqs)
+    except QueueFull as exc:
+        raise ApiError(503, "the server is at capacity; retry shortly", "overloaded", "service_unavailable",
+                       headers={"Retry-After": "1"}) from exc
+    tokens = sum(len(s) for s in seqs)
+    state.metrics.inc("tokens_total", tokens, kind="prompt")
+    data = [EmbeddingData(index=i, embedding=_encode(v, body.encoding_format)) for i, v in enumerate(vectors)]
+    return EmbeddingResponse(data=data, model=state.served_names()[0],
+                             usage=Usage(prompt_tokens=tokens, total_tokens=tokens))

@@ -1,0 +1,17 @@
+"""The BentoML service: BentoML runs the process and the server; our ASGI app answers every route."""
+
+from __future__ import annotations
+
+import bentoml
+
+from runtimes.app import app_from_env
+from runtimes.logs import configure_logging
+
+configure_logging()
+app = app_from_env()
+
+
+@bentoml.service(name="mbuild", workers=1, traffic={"timeout": 300})
+@bentoml.asgi_app(app, path="/")
+class ModelService:
+    """Routes come from runtimes.app; BentoML adds its own /livez, /readyz and /metrics beside them."""

@@ -1,0 +1,54 @@
+"""Service settings, read once from the environment (MBUILD_*)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class SettingsError(ValueError):
+    pass
+
+
+def _int(name: str, default: int, low: int, high: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{name}={raw!r} is not an integer") from exc
+    if not low <= value <= high:
+        raise SettingsError(f"{name}={value} is outside {low}..{high}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    model_dir: Path
+    host: str
+    port: int
+    api_key: str | None
+    log_level: str
+    log_format: str
+    threads: int
+    max_queue: int
+    served_name: str | None
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        fmt = os.environ.get("MBUILD_LOG_FORMAT", "text").lower()
+        if fmt not in {"text", "json"}:
+            raise SettingsError(f"MBUILD_LOG_FORMAT={fmt!r}: use text or json")
+        return cls(
+            model_dir=Path(os.environ.get("MBUILD_MODEL_DIR", "/opt/mbuild/model")),
+            host=os.environ.get("MBUILD_HOST", "0.0.0.0"),
+            port=_int("MBUILD_PORT", 8000, 1, 65535),
+            api_key=os.environ.get("MBUILD_API_KEY") or None,
+            log_level=os.environ.get("MBUILD_LOG_LEVEL", "info").lower(),
+            log_format=fmt,
+            threads=_int("MBUILD_THREADS", 0, 0, 1024),
+            max_queue=_int("MBUILD_MAX_QUEUE", 256, 1, 1_000_000),
+            served_name=os.environ.get("MBUILD_SERVED_MODEL_NAME") or None,
+        )

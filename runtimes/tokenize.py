@@ -1,0 +1,46 @@
+"""Tokenization with the model's own tokenizer.json (the `tokenizers` library, no transformers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from tokenizers import Tokenizer
+
+from runtimes.bundle import BundleError
+
+Truncate = Literal["NONE", "START", "END"]
+
+
+class InputTooLong(ValueError):
+    def __init__(self, index: int, tokens: int, limit: int) -> None:
+        super().__init__(f"input {index} has {tokens} tokens; this model takes at most {limit}")
+        self.index, self.tokens, self.limit = index, tokens, limit
+
+
+class TextTokenizer:
+    def __init__(self, path: Path, max_length: int) -> None:
+        try:
+            self._plain = Tokenizer.from_file(str(path))
+            self._cut_end = Tokenizer.from_file(str(path))
+            self._cut_start = Tokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception on bad files
+            raise BundleError(f"cannot load tokenizer {path}: {exc}") from exc
+        for tok in (self._plain, self._cut_end, self._cut_start):
+            tok.no_padding()
+            tok.no_truncation()
+        self._cut_end.enable_truncation(max_length, direction="right")
+        self._cut_start.enable_truncation(max_length, direction="left")
+        self.max_length = max_length
+
+    def encode(self, texts: list[str], truncate: Truncate = "NONE") -> list[list[int]]:
+        """Token ids per text, special tokens included; over-long texts raise unless truncation is asked."""
+        encoded = [e.ids for e in self._plain.encode_batch(texts)]
+        for index, ids in enumerate(encoded):
+            if len(ids) <= self.max_length:
+                continue
+            if truncate == "NONE":
+                raise InputTooLong(index, len(ids), self.max_length)
+            cutter = self._cut_end if truncate == "END" else self._cut_start
+            encoded[index] = cutter.encode(texts[index]).ids
+        return encoded
