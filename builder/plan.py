@@ -18,6 +18,7 @@ from builder.stages.pull import ModelRef
 from builder.target import Target
 from builder.versions import runtime_requirements, tool_versions
 
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMAGE_NAME = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 
 
@@ -80,10 +81,17 @@ def default_image_name(ref: ModelRef) -> str:
 
 
 def check_image_name(name: str) -> str:
-    if not _IMAGE_NAME.match(name):
+    if not _IMAGE_NAME.fullmatch(name):
         raise InputError(f"image name {name!r} is not a valid repository name",
                          hint="use lowercase letters, digits, '.', '_', '-' and '/' (e.g. myorg/minilm)")
     return name
+
+
+def check_version(version: str) -> str:
+    if not _TAG.fullmatch(version):
+        raise InputError(f"version {version!r} is not a valid image tag",
+                         hint="use up to 128 letters, digits, '_', '.' and '-', not starting with '.' or '-'")
+    return version
 
 
 def make_plan(ref: ModelRef, task: Task, target: Target, profile: Profile, *, image_name: str | None,
@@ -94,7 +102,7 @@ def make_plan(ref: ModelRef, task: Task, target: Target, profile: Profile, *, im
         target=target,
         profile=profile,
         image_name=check_image_name(image_name) if image_name else default_image_name(ref),
-        explicit_version=version,
+        explicit_version=check_version(version) if version is not None else None,
         base_image=base_image or profile.base_image,
         runtime_requirements=tuple(runtime_requirements()),
         runtime_code=tree_digest(runtimes_dir()),

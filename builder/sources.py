@@ -15,6 +15,7 @@ from builder.errors import InputError
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}$")
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 
 
 @dataclass(frozen=True)
@@ -78,4 +79,7 @@ def _parse_repo(text: str, original: str) -> ModelSpec:
         )
     if "@" in text and not revision:
         raise InputError(f"{original!r} has an empty revision after '@'", hint="write org/name@main or a commit sha")
+    if revision and (not REVISION.match(revision) or ".." in revision):
+        raise InputError(f"revision {revision!r} is not a branch, tag or commit name",
+                         hint="use letters, digits, '.', '_', '-' and '/', e.g. @main, @v1.0 or a 40-hex sha")
     return ModelSpec(repo=repo, revision=revision or "main")

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtimes import __version__
 from runtimes.api_errors import ApiError, error_response
+from runtimes.bodies import describe_errors
 from runtimes.health import State
 from runtimes.routes_embeddings import router as embeddings_router
 from runtimes.routes_health import router as health_router
@@ -25,14 +26,6 @@ from runtimes.state import ServiceState
 
 log = logging.getLogger("mbuild.runtime")
 DRAIN_SECONDS = 25.0
-
-
-def _describe_validation(exc: RequestValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
-    return "invalid request: " + "; ".join(parts)
 
 
 class RequestMetrics:
@@ -85,7 +78,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(400, _describe_validation(exc), "invalid_request")
+        return error_response(400, describe_errors(list(exc.errors())), "invalid_request")
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:

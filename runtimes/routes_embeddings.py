@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from runtimes.api_errors import ApiError
 from runtimes.auth import check_bearer
 from runtimes.batcher import QueueFull
+from runtimes.bodies import openapi_body, parse_body
 from runtimes.schemas import MAX_INPUTS, EmbeddingData, EmbeddingRequest, EmbeddingResponse, Usage
 from runtimes.state import Loaded, ServiceState
 from runtimes.tokenize import InputTooLong
@@ -48,10 +49,12 @@ def _encode(vector: np.ndarray, fmt: str) -> list[float] | str:
     return vector.tolist()
 
 
-@router.post("/v1/embeddings", tags=["inference"], response_model=EmbeddingResponse)
-async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingResponse:
+@router.post("/v1/embeddings", tags=["inference"], response_model=EmbeddingResponse,
+             openapi_extra=openapi_body(EmbeddingRequest))
+async def embeddings(request: Request) -> EmbeddingResponse:
     state: ServiceState = request.app.state.service
     check_bearer(request, state.settings.api_key)
+    body = await parse_body(request, EmbeddingRequest)
     loaded = _ready(state)
     texts = body.texts()
     _check_request(state, body, texts)

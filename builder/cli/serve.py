@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,9 +25,5 @@ def serve(build_dir: Path, host: str, port: int) -> None:
     env = {**os.environ, "MBUILD_MODEL_DIR": str(model_dir.resolve())}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runtimes_dir().parent), env.get("PYTHONPATH")]))
     click.echo(f"serving {build_dir} on http://{host}:{port} (Ctrl+C stops)", err=True)
-    command = [sys.executable, "-m", "runtimes", "--host", host, "--port", str(port)]
-    try:
-        code = subprocess.call(command, env=env)
-    except KeyboardInterrupt:
-        code = 0
-    raise SystemExit(code)
+    # exec, not a child process: signals (Ctrl+C, SIGTERM from a supervisor) reach the server itself.
+    os.execve(sys.executable, [sys.executable, "-m", "runtimes", "--host", host, "--port", str(port)], env)

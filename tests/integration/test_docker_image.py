@@ -1,0 +1,69 @@
+"""The image, built by the real Docker engine from a local base, runs healthy and serves MiniLM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from openai import OpenAI
+
+from tests.integration.conftest import BASE_IMAGE, TEXTS, cosines
+from tests.support.containers import docker, inspect, running, wait_healthy
+from tests.support.procs import mbuild
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def minilm_image(minilm_hf_home: Path, docker_available: None, tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("minilm-image")
+    tag = "mbuild-test/minilm:it"
+    result = mbuild("package", "all-minilm-l6-v2", "--offline", "--backend", "docker", "--base-image", BASE_IMAGE,
+                    "--name", "mbuild-test/minilm", "--version", "it", "--output", str(out),
+                    env={"HF_HOME": str(minilm_hf_home)})
+    assert result.returncode == 0, result.stderr + (out / "image-build.log").read_text()[-3000:]
+    assert tag in result.stderr and "image id" in result.stderr
+    yield tag
+    docker("rmi", "-f", tag)
+
+
+def test_image_metadata(minilm_image: str) -> None:
+    config = inspect(minilm_image)["Config"]
+    labels = config["Labels"]
+    for key in ("title", "version", "created", "source"):
+        assert labels[f"org.opencontainers.image.{key}"]
+    assert labels["org.opencontainers.image.version"] == "it"
+    assert labels["dev.mbuild.model.id"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert len(labels["dev.mbuild.model.revision"]) == 40
+    assert labels["dev.mbuild.profile"] == "onnxruntime-cpu-fp32-tp1-latency"
+    assert (labels["dev.mbuild.engine"], labels["dev.mbuild.precision"]) == ("onnxruntime", "fp32")
+    assert config["User"] == "10001:10001"
+    assert "8000/tcp" in config["ExposedPorts"]
+    assert "runtimes.healthcheck" in " ".join(config["Healthcheck"]["Test"])
+
+
+def test_image_has_no_torch_or_transformers(minilm_image: str) -> None:
+    probe = docker("run", "--rm", "--network", "host", "--entrypoint", "/opt/mbuild/venv/bin/python", minilm_image,
+                   "-c", "import importlib.util as u; print([m for m in ('torch', 'transformers', 'builder') "
+                         "if u.find_spec(m)])")
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "[]"
+
+
+def test_container_becomes_healthy_and_serves(minilm_image: str, reference_embeddings: np.ndarray) -> None:
+    with running(minilm_image) as (container, url):
+        wait_healthy(container)
+        body = httpx.post(f"{url}/v1/embeddings", json={"input": TEXTS, "truncate": "END"}, timeout=30).json()
+        got = np.array([d["embedding"] for d in body["data"]])
+        assert cosines(got, reference_embeddings).min() >= 0.9999
+
+        with OpenAI(base_url=f"{url}/v1", api_key="unused") as client:
+            result = client.embeddings.create(model="sentence-transformers/all-MiniLM-L6-v2", input=TEXTS[0])
+        assert cosines(np.array([result.data[0].embedding]), reference_embeddings[:1]).min() >= 0.9999
+
+        stop = docker("stop", "--time", "20", container)
+        assert stop.returncode == 0
+        state = inspect(container, "container")["State"]
+        assert state["ExitCode"] == 0  # SIGTERM ends the server cleanly

@@ -1,0 +1,74 @@
+"""The plan digest versions a build: same inputs, same digest; any input changed, a new one."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from builder import plan as plan_module
+from builder.errors import InputError
+from builder.plan import BuildPlan, make_plan
+from builder.profiles import load_profiles
+from builder.stages.pull import ModelRef
+from builder.target import Target
+
+REF = ModelRef("org/model", "main", "a" * 40, ("config.json", "model.safetensors"), alias=None)
+TARGET = Target(kind="cpu", cpu_flags=frozenset({"avx2"}), ram_gb=16, cpu_count=2)
+
+
+def _plan(**overrides: object) -> BuildPlan:
+    args: dict[str, object] = {"image_name": None, "version": None, "base_image": None}
+    args.update(overrides)
+    return make_plan(REF, "embedding", TARGET, load_profiles()[0], **args)  # type: ignore[arg-type]
+
+
+def test_same_inputs_same_digest_and_tag() -> None:
+    first, second = _plan(), _plan()
+    assert first.digest() == second.digest()
+    assert first.tag == second.tag == f"mbuild/model:sha-{first.digest()[:12]}"
+
+
+def test_host_cpu_flags_do_not_change_the_digest() -> None:
+    other_host = replace(TARGET, cpu_flags=frozenset({"avx2", "avx512f"}), ram_gb=64, cpu_count=32)
+    assert make_plan(REF, "embedding", other_host, load_profiles()[0], image_name=None, version=None,
+                     base_image=None).digest() == _plan().digest()
+
+
+@pytest.mark.parametrize("change", [
+    lambda p: replace(p, model=replace(REF, sha="b" * 40)),
+    lambda p: replace(p, base_image="registry.local/python:3.11"),
+    lambda p: replace(p, profile=p.profile.model_copy(update={"precision": "int8"})),
+    lambda p: replace(p, runtime_requirements=(*p.runtime_requirements, "extra==1")),
+    lambda p: replace(p, image_name="other/name"),
+])
+def test_any_input_changes_the_digest(change: object) -> None:
+    base = _plan()
+    assert change(base).digest() != base.digest()  # type: ignore[operator]
+
+
+def test_a_template_change_changes_the_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _plan().digest()
+    templates = tmp_path / "templates"
+    shutil.copytree(plan_module.resource_dir("templates"), templates)
+    (templates / "Dockerfile.j2").write_text((templates / "Dockerfile.j2").read_text() + "\n# changed\n")
+    monkeypatch.setattr(plan_module, "resource_dir", lambda name: templates)
+    assert _plan().digest() != before
+
+
+def test_explicit_version_is_the_tag() -> None:
+    assert _plan(version="1.2.0", image_name="acme/minilm").tag == "acme/minilm:1.2.0"
+
+
+@pytest.mark.parametrize("name", ["Upper/Case", "a b", "x;rm", "-lead"])
+def test_bad_image_names(name: str) -> None:
+    with pytest.raises(InputError):
+        _plan(image_name=name)
+
+
+@pytest.mark.parametrize("version", ["bad tag", "-x", "a" * 129, "v1\n"])
+def test_bad_versions(version: str) -> None:
+    with pytest.raises(InputError):
+        _plan(version=version)
