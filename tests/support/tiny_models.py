@@ -9,8 +9,9 @@ import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
-WORDS = ("the quick brown fox jumps over lazy dog hello world model container image embedding vector "
-         "text token batch serve health ready build engine profile cosine python docker").split()
+WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "hello", "world", "model", "container",
+         "image", "embedding", "vector", "text", "token", "batch", "serve", "health", "ready", "build", "engine",
+         "profile", "cosine", "python", "docker")
 
 
 def make_tiny_encoder(folder: Path, seed: int = 0) -> Path:

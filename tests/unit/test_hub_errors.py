@@ -59,7 +59,7 @@ def test_offline_and_not_cached() -> None:
 
 def test_hf_hub_offline_env_means_offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    code, out = run("org/not-cached")
+    code, _out = run("org/not-cached")
     assert code == 6
 
 

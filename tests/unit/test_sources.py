@@ -35,7 +35,7 @@ def test_local_folder(tmp_path: Path) -> None:
 
 
 def test_local_folder_without_config_is_rejected(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="no config.json"):
+    with pytest.raises(InputError, match=r"no config\.json"):
         parse_model_ref(str(tmp_path))
 
 
