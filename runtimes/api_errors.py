@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from starlette.responses import JSONResponse
 
 
@@ -17,6 +19,6 @@ class ApiError(Exception):
 
 
 def error_response(status: int, message: str, code: str, type_: str = "invalid_request_error",
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: Mapping[str, str] | None = None) -> JSONResponse:
     body = {"error": {"message": message, "type": type_, "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)

@@ -37,6 +37,7 @@ class Batcher:
         self.max_queue = max_queue
         self._metrics = metrics
         self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._held: _Job | None = None  # taken from the queue but too big for the last batch
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._task: asyncio.Task[None] | None = None
         self.in_flight = 0
@@ -66,13 +67,20 @@ class Batcher:
         finally:
             self.in_flight -= 1
 
+    async def _next_job(self) -> _Job:
+        if self._held is not None:
+            job, self._held = self._held, None
+            return job
+        return await self._queue.get()
+
     def _take_batch(self, first: _Job) -> list[_Job]:
         jobs, count = [first], len(first.seqs)
         while not self._queue.empty() and count < self.max_batch:
-            nxt = self._queue._queue[0]  # peek: stop before a job that would overflow the batch
+            nxt = self._queue.get_nowait()
             if count + len(nxt.seqs) > self.max_batch:
+                self._held = nxt  # it opens the next batch instead of overflowing this one
                 break
-            jobs.append(self._queue.get_nowait())
+            jobs.append(nxt)
             count += len(nxt.seqs)
         return jobs
 
@@ -93,7 +101,7 @@ class Batcher:
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            jobs = self._take_batch(await self._queue.get())
+            jobs = self._take_batch(await self._next_job())
             self._metrics.set("queue_depth", self._queue.qsize())
             live = [j for j in jobs if not j.future.done()]  # a cancelled client needs no compute
             if not live:

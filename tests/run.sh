@@ -30,4 +30,5 @@ if docker info >/dev/null 2>&1; then
 fi
 
 .venv/bin/ruff check builder runtimes tests
+.venv/bin/mypy builder runtimes tests
 exec .venv/bin/python -m pytest "$@"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,7 +18,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def minilm_image(minilm_hf_home: Path, docker_available: None, tmp_path_factory: pytest.TempPathFactory) -> str:
+def minilm_image(minilm_hf_home: Path, docker_available: None,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     out = tmp_path_factory.mktemp("minilm-image")
     tag = "mbuild-test/minilm:it"
     result = mbuild("package", "all-minilm-l6-v2", "--offline", "--backend", "docker", "--base-image", BASE_IMAGE,

@@ -27,7 +27,7 @@ def run(*command: str | Path, env: dict[str, str] | None = None, timeout: float 
 def test_fresh_venv_install_packages_minilm(tmp_path: Path, minilm_source: Path) -> None:
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv)
-    pip = [venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    pip: list[str | Path] = [venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     # torch first, pinned to the CPU build already in use, so pip never reaches for a CUDA build.
     run(*pip, f"torch=={version('torch').split('+')[0]}")
     run(*pip, f"{ROOT}[export]")  # non-editable
