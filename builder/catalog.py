@@ -1,4 +1,4 @@
-"""The model catalog (profiles/catalog.yaml): aliases and the facts planning needs offline."""
+"""The model catalog (profiles/catalog.yaml): aliases, repos, and the facts planning needs offline."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from functools import cache
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builder.errors import InputError
 from builder.resources import resource_dir
@@ -15,20 +15,29 @@ from builder.resources import resource_dir
 Task = Literal["embedding", "text-generation"]
 
 
-class CatalogEntry(BaseModel):
+class ModelFacts(BaseModel):
+    """Architecture facts for memory planning; from the catalog, or estimated from config.json."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    repo: str
     task: Task
+    params: float = Field(gt=0, description="parameters, in billions")
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    context: int = Field(gt=0, description="longest sequence served by default")
+    vocab: int = Field(gt=0)
+    source: str = "catalog"
+
+
+class CatalogEntry(ModelFacts):
+    repo: str
     gated: bool = False
-    params: float  # billions
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    context: int
-    vocab: int
+
+    def facts(self) -> ModelFacts:
+        return ModelFacts.model_validate(self.model_dump(exclude={"repo", "gated"}))
 
 
 @cache
@@ -45,10 +54,10 @@ def lookup_alias(alias: str) -> CatalogEntry | None:
     return load_catalog().get(alias.lower())
 
 
-def alias_for_repo(repo: str) -> str | None:
+def entry_for_repo(repo: str) -> tuple[str, CatalogEntry] | None:
     for alias, entry in load_catalog().items():
         if entry.repo.lower() == repo.lower():
-            return alias
+            return alias, entry
     return None
 
 

@@ -3,38 +3,53 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.errors import UnsupportedModel
+from builder import reuse
+from builder.catalog import ModelFacts
+from builder.errors import ToolMissing, UnsupportedModel
 from builder.hubcache import offline_requested
 from builder.image import ImageResult, choose_backend
 from builder.lock import write_lock
 from builder.optional import load_stage
 from builder.plan import BuildPlan, make_plan
-from builder.profiles import load_profiles, select_profile
+from builder.profiles import load_profiles
 from builder.progress import Reporter
+from builder.selection import Selection, require_selection, select
 from builder.sources import parse_model_ref
 from builder.stages import context as context_stage
 from builder.stages.compile_ort import optimize
-from builder.stages.facts import infer_task, read_config
-from builder.stages.pull import pull, resolve
-from builder.target import resolve_target
+from builder.stages.facts import model_facts
+from builder.stages.pull import ModelRef, pull, resolve, resolve_or_defer
+from builder.target import Target, resolve_target
 from runtimes.bundle import EngineConfig
 
 
 @dataclass(frozen=True)
 class PackageOptions:
     model: str
-    gpu: str | None = "cpu"
+    gpu: str | None = None
     output: Path | None = None
     name: str | None = None
     version: str | None = None
     base_image: str | None = None
     backend: str = "auto"
     offline: bool = False
+    profile: str | None = None
+    precision: str | None = None
+    mode: str | None = None
+
+    @property
+    def is_offline(self) -> bool:
+        return self.offline or offline_requested()
+
+    @property
+    def wanted_profile(self) -> str | None:
+        return self.profile or os.environ.get("MBUILD_PROFILE") or None
 
 
 @dataclass
@@ -44,6 +59,7 @@ class PackageResult:
     report: dict[str, Any]
     image: ImageResult | None
     backend_note: str
+    reused: bool = False
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -51,17 +67,38 @@ def default_build_dir(plan: BuildPlan) -> Path:
     return Path("mbuild-builds") / f"{plan.image_name.rsplit('/', 1)[-1]}-{plan.version}"
 
 
-def plan_package(opts: PackageOptions, reporter: Reporter) -> BuildPlan:
+@dataclass(frozen=True)
+class Planning:
+    """What planning found before choosing: the pinned model, its facts, the target, every verdict."""
+
+    ref: ModelRef
+    facts: ModelFacts
+    target: Target
+    selection: Selection
+
+
+def planning_for(opts: PackageOptions, *, for_plan_only: bool = False) -> Planning:
+    """Resolve, read facts, detect the target and judge every profile, without downloading weights."""
     spec = parse_model_ref(opts.model)
-    offline = opts.offline or offline_requested()
     target = resolve_target(opts.gpu)
-    with reporter.stage("resolve", f"{spec.display()}{' (offline)' if offline else ''}"):
-        ref = resolve(spec, offline)
-        task = infer_task(ref, read_config(ref, spec, offline))
-    profile = select_profile(load_profiles(), target, task)
-    plan = make_plan(ref, task, target, profile, image_name=opts.name, version=opts.version,
-                     base_image=opts.base_image)
-    reporter.note(f"model {ref.repo} @ {ref.sha[:12]} ({task}), profile {profile.name}, image {plan.tag}")
+    ref = resolve_or_defer(spec, opts.is_offline) if for_plan_only else resolve(spec, opts.is_offline)
+    facts = model_facts(ref, spec, opts.is_offline)
+    selection = select(load_profiles(), target, facts, profile=opts.wanted_profile, precision=opts.precision,
+                       mode=opts.mode)
+    return Planning(ref, facts, target, selection)
+
+
+def plan_package(opts: PackageOptions, reporter: Reporter, *, for_plan_only: bool = False) -> BuildPlan:
+    spec = parse_model_ref(opts.model)
+    with reporter.stage("resolve", f"{spec.display()}{' (offline)' if opts.is_offline else ''}"):
+        found = planning_for(opts, for_plan_only=for_plan_only)
+    ref, facts = found.ref, found.facts
+    asked = ", ".join(f"--{k} {v}" for k, v in (("precision", opts.precision), ("mode", opts.mode)) if v)
+    chosen = require_selection(found.selection, found.target, ref.repo, asked)
+    plan = make_plan(ref, facts, found.target, chosen.profile, chosen.need, found.selection.why,
+                     image_name=opts.name, version=opts.version, base_image=opts.base_image)
+    pinned = f"@ {ref.sha[:12]}" if ref.sha else f"@ {ref.revision} (unpinned)"
+    reporter.note(f"model {ref.repo} {pinned} ({facts.task}); profile {chosen.profile.name}; image {plan.tag}")
     return plan
 
 
@@ -78,19 +115,22 @@ def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: dict[str, 
     return config
 
 
-def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
-    offline = opts.offline or offline_requested()
-    plan = plan_package(opts, reporter)
+def _check_buildable(plan: BuildPlan) -> None:
     if plan.task != "embedding":
         raise UnsupportedModel(f"{plan.model.repo} is a {plan.task} model; this mbuild packages embedding models",
                                hint="try an embedding model such as all-minilm-l6-v2")
-    build_dir = (opts.output or default_build_dir(plan)).resolve()
+    if plan.profile.engine != "onnxruntime" or plan.profile.precision != "fp32":
+        raise ToolMissing(f"profile {plan.profile.name} needs a compile stage this mbuild does not have yet",
+                          hint="package for the CPU in fp32: --gpu cpu --precision fp32")
+
+
+def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Reporter) -> dict[str, Any]:
+    """Download, export, compile, validate and assemble the context; returns the gate's report."""
+    reuse.forget(build_dir)
     work, engine_dir = build_dir / "work", build_dir / "model"
     work.mkdir(parents=True, exist_ok=True)
-    spec = parse_model_ref(opts.model)
-
     with reporter.stage("download", f"{len(plan.model.files)} files of {plan.model.repo}"):
-        snapshot = pull(plan.model, spec, offline)
+        snapshot = pull(plan.model, parse_model_ref(opts.model), opts.is_offline)
     export = load_stage("builder.stages.export_encoder", "exporting to ONNX")
     with reporter.stage("export", "PyTorch -> ONNX with pooling"):
         exported = export.export_encoder(snapshot, work)
@@ -98,19 +138,37 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
         _compile(plan, work, engine_dir, exported)
     gate = load_stage("builder.stages.validate_encoder", "validating against the PyTorch reference")
     with reporter.stage("validate", "engine vs sentence-transformers"):
-        report = gate.run_gate(snapshot, engine_dir, plan.profile.tolerance.min_cosine, build_dir / "report.json")
+        report: dict[str, Any] = gate.run_gate(snapshot, engine_dir, plan.profile.tolerance.min_cosine,
+                                               build_dir / "report.json")
     shutil.copy2(build_dir / "report.json", engine_dir / "report.json")
     reporter.note(f"min cosine {report['min_cosine']:.7f} over {len(report['inputs'])} inputs "
                   f"(tolerance {plan.profile.tolerance.min_cosine})")
     with reporter.stage("context", "Dockerfile, runtime, wheels"):
         write_lock(build_dir, plan, snapshot)
         context_stage.assemble(build_dir, plan, report, context_stage.created_timestamp())
+    reuse.mark_finished(build_dir, plan.digest())
+    return report
 
+
+def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
+    plan = plan_package(opts, reporter)
+    _check_buildable(plan)
+    build_dir = (opts.output or default_build_dir(plan)).resolve()
+    reused = reuse.finished_digest(build_dir) == plan.digest()
+    if reused:
+        reporter.skipped("build", f"reused {build_dir}: plan digest {plan.digest()[:12]} unchanged, "
+                                  "no download, export, compile or validation")
+        report: dict[str, Any] = json.loads((build_dir / "report.json").read_text())
+    else:
+        report = _build(opts, plan, build_dir, reporter)
     backend, note = choose_backend(opts.backend)
     image = None
     if backend is None:
         reporter.skipped("image", note)
+    elif (existing := backend.existing(plan.tag)) is not None and reused:
+        image = existing
+        reporter.skipped("image", f"reused {plan.tag} ({existing.image_id[:19]}): already built by {backend.name}")
     else:
         with reporter.stage("image", f"{backend.name} build {plan.tag}"):
             image = backend.build(build_dir, plan.tag, build_dir / "image-build.log")
-    return PackageResult(plan, build_dir, report, image, note, dict(reporter.timings))
+    return PackageResult(plan, build_dir, report, image, note, reused, dict(reporter.timings))

@@ -9,9 +9,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from builder.catalog import Task
+from builder.catalog import ModelFacts
 from builder.errors import InputError
 from builder.hashing import sha256_json, tree_digest
+from builder.memory import MemoryNeed
 from builder.profiles import Profile
 from builder.resources import resource_dir, runtimes_dir
 from builder.stages.pull import ModelRef
@@ -25,9 +26,11 @@ _IMAGE_NAME = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+
 @dataclass(frozen=True)
 class BuildPlan:
     model: ModelRef
-    task: Task
+    facts: ModelFacts
     target: Target
     profile: Profile
+    need: MemoryNeed
+    why: tuple[str, ...]
     image_name: str
     explicit_version: str | None
     base_image: str
@@ -36,13 +39,19 @@ class BuildPlan:
     templates: str
     tools: tuple[tuple[str, str], ...]
 
+    @property
+    def task(self) -> str:
+        return self.facts.task
+
     def inputs(self) -> dict[str, Any]:
-        """Everything that decides the build's output; the digest is taken over this."""
+        """Everything that decides the build's output; the digest is taken over this.
+
+        The target is not here: it only chose the profile, and the profile (which names its
+        hardware) is. Two hosts that pick the same profile make the same build."""
         return {
-            "model": {"repo": self.model.repo, "sha": self.model.sha, "files": list(self.model.files)},
+            "model": {"repo": self.model.repo, "revision": self.model.revision if self.model.sha is None else None,
+                      "sha": self.model.sha, "files": list(self.model.files)},
             "task": self.task,
-            # The target's GPUs decide the engine; the host's CPU flags only picked the profile.
-            "target": {"kind": self.target.kind, "gpus": self.target.as_dict()["gpus"]},
             "profile": {"id": self.profile.id, "name": self.profile.name},
             "image": {"name": self.image_name, "version": self.explicit_version},
             "base_image": self.base_image,
@@ -63,14 +72,27 @@ class BuildPlan:
     def tag(self) -> str:
         return f"{self.image_name}:{self.version}"
 
+    def requires(self) -> dict[str, Any]:
+        """What the serving host must have; the container checks it at start."""
+        gpu = {"compute_capability": self.target.gpu.compute_capability, "gpu_model": self.profile.hardware,
+               "gpus": self.profile.tp} if self.profile.device == "gpu" and self.target.gpu else {}
+        return {"device": self.profile.device, "cpu_flags": list(self.profile.match.cpu_flags),
+                "memory_gb": self.need.rounded_gb, **gpu}
+
     def to_dict(self) -> dict[str, Any]:
+        inputs = self.inputs()
         return {
             "digest": self.digest(),
             "tag": self.tag,
-            **self.inputs(),
-            "model": {**self.inputs()["model"], "revision": self.model.revision, "alias": self.model.alias},
-            "profile": {"id": self.profile.id, "name": self.profile.name,
+            **inputs,
+            "model": {**inputs["model"], "revision": self.model.revision, "alias": self.model.alias,
+                      "resolved": self.model.sha is not None, "note": self.model.note},
+            "facts": self.facts.model_dump(mode="json"),
+            "target": self.target.as_dict(),
+            "profile": {"id": self.profile.id, "name": self.profile.name, "why": list(self.why),
                         "content": self.profile.model_dump(mode="json")},
+            "memory": self.need.as_dict(),
+            "requires": self.requires(),
         }
 
 
@@ -81,7 +103,7 @@ def default_image_name(ref: ModelRef) -> str:
 
 
 def check_image_name(name: str) -> str:
-    if not _IMAGE_NAME.fullmatch(name):
+    if not _IMAGE_NAME.fullmatch(name) or len(name) > 255:
         raise InputError(f"image name {name!r} is not a valid repository name",
                          hint="use lowercase letters, digits, '.', '_', '-' and '/' (e.g. myorg/minilm)")
     return name
@@ -94,13 +116,11 @@ def check_version(version: str) -> str:
     return version
 
 
-def make_plan(ref: ModelRef, task: Task, target: Target, profile: Profile, *, image_name: str | None,
-              version: str | None, base_image: str | None) -> BuildPlan:
+def make_plan(ref: ModelRef, facts: ModelFacts, target: Target, profile: Profile, need: MemoryNeed,
+              why: tuple[str, ...], *, image_name: str | None, version: str | None,
+              base_image: str | None) -> BuildPlan:
     return BuildPlan(
-        model=ref,
-        task=task,
-        target=target,
-        profile=profile,
+        model=ref, facts=facts, target=target, profile=profile, need=need, why=why,
         image_name=check_image_name(image_name) if image_name else default_image_name(ref),
         explicit_version=check_version(version) if version is not None else None,
         base_image=base_image or profile.base_image,

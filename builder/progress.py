@@ -5,6 +5,7 @@ The CLI creates one Reporter; stages only call `with reporter.stage(...)` and `r
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +16,9 @@ from rich.console import Console
 class Reporter:
     def __init__(self, quiet: bool = False, console: Console | None = None) -> None:
         self.quiet = quiet
-        self.console = console or Console(stderr=True, highlight=False)
+        # Logs and CI capture stderr: no wrapping there, so every line stays one line.
+        self.console = console or Console(stderr=True, highlight=False, soft_wrap=True,
+                                          width=None if sys.stderr.isatty() else 160)
         self.timings: dict[str, float] = {}
 
     @contextmanager

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
+import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from builder.errors import InputError
+from builder.gpus import identify, parse_gpu_spec
+from runtimes.hardware import GpuInfo, cpu_count, detect_gpus, read_cpu_flags, read_ram_gb
 
 # CPU features that change which ONNX Runtime kernels run (MLAS picks them at run time).
 CPU_FLAGS_OF_INTEREST = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_tile", "amx_int8")
@@ -15,9 +16,15 @@ CPU_FLAGS_OF_INTEREST = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "a
 
 @dataclass(frozen=True)
 class Gpu:
-    name: str
-    compute_capability: str  # "9.0"
+    model: str  # the short name profiles use (h100, l4, ...), or a slug of an unknown device's name
+    compute_capability: str
     memory_gb: float
+    device_name: str = ""
+
+    @property
+    def cc(self) -> tuple[int, int]:
+        major, _, minor = self.compute_capability.partition(".")
+        return int(major), int(minor or 0)
 
 
 @dataclass(frozen=True)
@@ -27,50 +34,63 @@ class Target:
     cpu_flags: frozenset[str] = field(default_factory=frozenset)
     ram_gb: float = 0.0
     cpu_count: int = 1
+    source: str = "detected"  # or "--gpu h100x2"
+
+    @property
+    def gpu(self) -> Gpu | None:
+        return self.gpus[0] if self.gpus else None
 
     def describe(self) -> str:
-        if self.kind == "cpu":
+        if self.gpu is None:
             flags = ",".join(sorted(f for f in self.cpu_flags if f in CPU_FLAGS_OF_INTEREST)) or "baseline x86-64"
             return f"cpu ({self.cpu_count} cores, {self.ram_gb:.0f} GB RAM, {flags})"
-        gpu = self.gpus[0]
-        return f"{len(self.gpus)}x {gpu.name} (sm_{gpu.compute_capability.replace('.', '')}, {gpu.memory_gb:.0f} GB)"
+        g = self.gpu
+        return f"{len(self.gpus)}x {g.model} (sm_{g.compute_capability.replace('.', '')}, {g.memory_gb:g} GB)"
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
-            "gpus": [{"name": g.name, "compute_capability": g.compute_capability, "memory_gb": g.memory_gb}
+            "source": self.source,
+            "gpus": [{"model": g.model, "compute_capability": g.compute_capability, "memory_gb": g.memory_gb}
                      for g in self.gpus],
             "cpu_flags": sorted(f for f in self.cpu_flags if f in CPU_FLAGS_OF_INTEREST),
+            "ram_gb": self.ram_gb,
         }
 
 
-def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("flags"):
-                return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+def host_cpu_target(source: str = "detected") -> Target:
+    return Target(kind="cpu", cpu_flags=read_cpu_flags(), ram_gb=read_ram_gb(), cpu_count=cpu_count(),
+                  source=source)
 
 
-def read_ram_gb(meminfo: Path = Path("/proc/meminfo")) -> float:
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) / (1024 * 1024)
-    except OSError:
-        pass
-    return 0.0
+def gpu_from_device(info: GpuInfo) -> Gpu:
+    known = identify(info.name)
+    model = known.name if known else re.sub(r"[^a-z0-9]+", "-", info.name.lower().replace("nvidia", "")).strip("-")
+    return Gpu(model=model, compute_capability=info.compute_capability, memory_gb=info.memory_gb,
+               device_name=info.name)
 
 
-def host_cpu_target() -> Target:
-    return Target(kind="cpu", cpu_flags=read_cpu_flags(), ram_gb=read_ram_gb(), cpu_count=os.cpu_count() or 1)
-
-
-def resolve_target(gpu: str | None) -> Target:
-    """`--gpu cpu` (or nothing, on a host without GPUs) builds for this host's CPU."""
-    if gpu is None or gpu.strip().lower() in {"", "cpu", "auto"}:
+def detected_target(gpus: tuple[GpuInfo, ...] | None = None) -> Target:
+    """NVML's GPUs when there are any, else this host's CPU. No driver is a CPU host, not an error."""
+    found = detect_gpus() if gpus is None else gpus
+    if not found:
         return host_cpu_target()
-    raise InputError(f"--gpu {gpu!r}: GPU targets are not supported by this build of mbuild yet",
-                     hint="use --gpu cpu")
+    cpu = host_cpu_target()
+    return Target(kind="cuda", gpus=tuple(gpu_from_device(g) for g in found), cpu_flags=cpu.cpu_flags,
+                  ram_gb=cpu.ram_gb, cpu_count=cpu.cpu_count)
+
+
+def resolve_target(spec: str | None) -> Target:
+    """`--gpu`: nothing or 'auto' detects; 'cpu' is this host's CPU; 'h100x2' names other hardware."""
+    text = (spec or "auto").strip().lower()
+    if text in {"", "auto"}:
+        return detected_target()
+    if text == "cpu":
+        return host_cpu_target(source="--gpu cpu")
+    if "," in text:
+        raise InputError(f"--gpu {spec!r}: one GPU model per build for now", hint="e.g. --gpu h100 or --gpu h100x2")
+    model, count = parse_gpu_spec(text)
+    cpu = host_cpu_target()
+    gpu = Gpu(model=model.name, compute_capability=model.compute_capability, memory_gb=model.memory_gb)
+    return Target(kind="cuda", gpus=(gpu,) * count, cpu_flags=cpu.cpu_flags, ram_gb=cpu.ram_gb,
+                  cpu_count=cpu.cpu_count, source=f"--gpu {text}")

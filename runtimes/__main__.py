@@ -11,9 +11,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from runtimes.bundle import BundleError, load_engine_config
+from runtimes.bundle import BundleError, load_engine_config, load_metadata
+from runtimes.fit import memory_limit_gb, misfits
+from runtimes.hardware import detect_gpus, read_cpu_flags
 from runtimes.settings import Settings, SettingsError
 from runtimes.tokenize import TextTokenizer
+
+EXIT_BROKEN_BUNDLE = 3
+EXIT_WRONG_HARDWARE = 4
 
 
 def preflight(model_dir: Path) -> None:
@@ -24,6 +29,12 @@ def preflight(model_dir: Path) -> None:
     if not (model_dir / config.model_file).is_file():
         raise BundleError(f"engine file {model_dir / config.model_file} is missing")
     TextTokenizer(model_dir / config.tokenizer_file, config.max_seq_length)
+
+
+def hardware_problems(model_dir: Path) -> list[str]:
+    requires = load_metadata(model_dir).get("metadata", {}).get("requires", {})
+    gpus = detect_gpus() if requires.get("device") == "gpu" else ()
+    return misfits(requires, read_cpu_flags(), gpus, memory_limit_gb())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,15 +50,23 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.from_env()
         os.environ["MBUILD_MODEL_DIR"] = str(settings.model_dir.resolve())
         preflight(settings.model_dir)
+        problems = hardware_problems(settings.model_dir)
     except (SettingsError, BundleError) as exc:
         print(f"mbuild runtime: {exc}", file=sys.stderr)
-        return 3
+        return EXIT_BROKEN_BUNDLE
+    if problems and os.environ.get("MBUILD_SKIP_HARDWARE_CHECK") != "1":
+        for problem in problems:
+            print(f"mbuild runtime: refusing to start: {problem}", file=sys.stderr)
+        print("mbuild runtime: set MBUILD_SKIP_HARDWARE_CHECK=1 to start anyway (unsupported)", file=sys.stderr)
+        return EXIT_WRONG_HARDWARE
+    for problem in problems:
+        print(f"mbuild runtime: WARNING, hardware check skipped: {problem}", file=sys.stderr)
     os.environ.setdefault("BENTOML_DO_NOT_TRACK", "true")
     os.environ.setdefault("BENTOML_HOME", "/tmp/bentoml")  # writable even on a read-only root filesystem
     bentoml = shutil.which("bentoml", path=str(Path(sys.executable).parent)) or shutil.which("bentoml")
     if bentoml is None:
         print("mbuild runtime: the bentoml command is not installed beside this Python", file=sys.stderr)
-        return 3
+        return EXIT_BROKEN_BUNDLE
     app_dir = Path(__file__).resolve().parent.parent
     command = [bentoml, "serve", "runtimes.service:ModelService", "--working-dir", str(app_dir),
                "--host", settings.host, "--port", str(settings.port)]

@@ -10,7 +10,10 @@ import click
 
 from builder import __version__
 from builder.cli.cache import cache
+from builder.cli.doctor import doctor
 from builder.cli.package import package
+from builder.cli.plan import plan
+from builder.cli.profiles import profiles
 from builder.cli.serve import serve
 from builder.errors import MbuildError
 
@@ -48,9 +51,8 @@ def cli() -> None:
     """Package Hugging Face models into optimized, validated, health-checked inference containers."""
 
 
-cli.add_command(package)
-cli.add_command(serve)
-cli.add_command(cache)
+for command in (package, plan, profiles, serve, cache, doctor):
+    cli.add_command(command)
 
 
 def main() -> None:

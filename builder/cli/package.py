@@ -8,6 +8,7 @@ import click
 from huggingface_hub.utils import disable_progress_bars
 from rich.table import Table
 
+from builder.cli.options import target_options
 from builder.image import CHOICES
 from builder.pipeline import PackageOptions, PackageResult
 from builder.pipeline import package as run_package
@@ -37,7 +38,7 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
 
 @click.command()
 @click.argument("model")
-@click.option("--gpu", default="cpu", show_default=True, help="Target hardware: cpu (more with profiles).")
+@target_options
 @click.option("--output", "-o", type=click.Path(path_type=Path, file_okay=False),
               help="Build directory (default: mbuild-builds/<name>-<version>).")
 @click.option("--name", help="Image repository name (default: mbuild/<model>).")
@@ -45,16 +46,17 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
 @click.option("--base-image", help="Base image with Python 3.11 (default: the profile's, python:3.11-slim).")
 @click.option("--backend", type=click.Choice(CHOICES), default="auto", show_default=True,
               help="Image builder; 'none' stops at the build context.")
-@click.option("--offline", is_flag=True, help="Use only the local Hugging Face cache (also HF_HUB_OFFLINE=1).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output; print only the image tag.")
-def package(model: str, gpu: str, output: Path | None, name: str | None, version: str | None,
-            base_image: str | None, backend: str, offline: bool, quiet: bool) -> None:
+def package(model: str, gpu: str | None, profile: str | None, precision: str | None, mode: str | None,
+            offline: bool, output: Path | None, name: str | None, version: str | None, base_image: str | None,
+            backend: str, quiet: bool) -> None:
     """Package MODEL (alias, org/name[@rev], hf://org/name@rev or ./folder) into a serving image."""
     if quiet:
         disable_progress_bars()
     reporter = Reporter(quiet=quiet)
     options = PackageOptions(model=model, gpu=gpu, output=output, name=name, version=version,
-                             base_image=base_image, backend=backend, offline=offline)
+                             base_image=base_image, backend=backend, offline=offline, profile=profile,
+                             precision=precision, mode=mode)
     result = run_package(options, reporter)
     if quiet:
         click.echo(result.plan.tag if result.image else str(result.build_dir))

@@ -29,6 +29,7 @@ def bundle_metadata(plan: BuildPlan) -> dict[str, Any]:
         "image": plan.tag,
         "plan_digest": plan.digest(),
         "versions": dict(plan.tools),
+        "requires": plan.requires(),
     }
 
 
@@ -44,7 +45,7 @@ def image_labels(plan: BuildPlan, report: dict[str, Any], created: str) -> dict[
         "org.opencontainers.image.source": source_url(plan.model),
         "org.opencontainers.image.description": f"{plan.model.repo} served by mbuild ({plan.profile.name})",
         "dev.mbuild.model.id": plan.model.repo,
-        "dev.mbuild.model.revision": plan.model.sha,
+        "dev.mbuild.model.revision": plan.model.sha or plan.model.revision,
         "dev.mbuild.profile": plan.profile.name,
         "dev.mbuild.profile.id": plan.profile.id,
         "dev.mbuild.engine": plan.profile.engine,

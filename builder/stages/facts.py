@@ -1,4 +1,4 @@
-"""What kind of model a repo holds, from its file list and config.json (fetched alone)."""
+"""What a model is (task, size, shape): the catalog's facts, or its config.json's (fetched alone)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from huggingface_hub import hf_hub_download
 
-from builder.catalog import Task, lookup_alias
+from builder.catalog import ModelFacts, Task, entry_for_repo
 from builder.errors import UnsupportedModel
 from builder.hubcache import hub_cache_dir, hub_endpoint
 from builder.sources import ModelSpec
@@ -16,6 +16,7 @@ from builder.stages.pull import ModelRef, hub_errors
 
 _ENCODER_TYPES = {"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "camembert", "nomic_bert",
                   "modernbert", "deberta-v2"}
+_GATED_MLP_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "granite", "olmo2"}
 
 
 def read_config(ref: ModelRef, spec: ModelSpec, offline: bool) -> dict[str, Any]:
@@ -32,11 +33,8 @@ def read_config(ref: ModelRef, spec: ModelSpec, offline: bool) -> dict[str, Any]
     return data
 
 
-def infer_task(ref: ModelRef, config: dict[str, Any]) -> Task:
-    entry = lookup_alias(ref.alias) if ref.alias else None
-    if entry is not None:
-        return entry.task
-    if {"modules.json", "sentence_bert_config.json"} & set(ref.files):
+def infer_task(files: tuple[str, ...], config: dict[str, Any], repo: str) -> Task:
+    if {"modules.json", "sentence_bert_config.json"} & set(files):
         return "embedding"
     architectures = [str(a) for a in config.get("architectures") or []]
     if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
@@ -44,7 +42,39 @@ def infer_task(ref: ModelRef, config: dict[str, Any]) -> Task:
     if str(config.get("model_type", "")).lower() in _ENCODER_TYPES:
         return "embedding"
     raise UnsupportedModel(
-        f"cannot tell what task {ref.repo} serves (model_type={config.get('model_type')!r}, "
+        f"cannot tell what task {repo} serves (model_type={config.get('model_type')!r}, "
         f"architectures={architectures})",
         hint="mbuild packages sentence-embedding encoders (BERT family) and causal language models",
     )
+
+
+def facts_from_config(config: dict[str, Any], task: Task) -> ModelFacts:
+    """Estimate the planning facts from a transformers config (parameters counted from the shapes)."""
+    text = config.get("text_config") or config  # multimodal wrappers keep the LM's config inside
+    try:
+        hidden = int(text["hidden_size"])
+        layers = int(text["num_hidden_layers"])
+        heads = int(text["num_attention_heads"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UnsupportedModel(f"config.json lacks {exc} needed to plan memory") from exc
+    kv_heads = int(text.get("num_key_value_heads") or heads)
+    head_dim = int(text.get("head_dim") or hidden // heads)
+    inter = int(text.get("intermediate_size") or 4 * hidden)
+    vocab = int(text.get("vocab_size") or 32000)
+    context = int(text.get("max_position_embeddings") or 2048)
+    attention = hidden * heads * head_dim * 2 + 2 * hidden * kv_heads * head_dim
+    mlp = (3 if str(text.get("model_type", "")).lower() in _GATED_MLP_TYPES else 2) * hidden * inter
+    tied = bool(text.get("tie_word_embeddings", task == "embedding"))
+    embeddings = vocab * hidden * (1 if tied else 2)
+    params = (layers * (attention + mlp) + embeddings) / 1e9
+    return ModelFacts(task=task, params=float(f"{params:.4g}"), layers=layers, hidden=hidden, heads=heads,
+                      kv_heads=kv_heads, head_dim=head_dim, context=context, vocab=vocab, source="config.json")
+
+
+def model_facts(ref: ModelRef, spec: ModelSpec, offline: bool) -> ModelFacts:
+    """The catalog's facts for a catalog repo (no download); otherwise from config.json."""
+    known = entry_for_repo(ref.repo)
+    if known is not None:
+        return known[1].facts()
+    config = read_config(ref, spec, offline)
+    return facts_from_config(config, infer_task(ref.files, config, ref.repo))

@@ -22,6 +22,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from builder.catalog import entry_for_repo
 from builder.errors import AccessDenied, HubUnreachable, ModelNotFound, NotInCache
 from builder.hashing import sha256_file
 from builder.hubcache import cached_commit, hub_cache_dir, hub_endpoint, repo_folder
@@ -44,10 +45,11 @@ class ModelRef:
 
     repo: str
     revision: str
-    sha: str
+    sha: str | None  # None only in a plan made without Hub or cache access (pinned at package time)
     files: tuple[str, ...]
     alias: str | None = None
     local_path: Path | None = None  # set for local folders; cache snapshots are found by pull()
+    note: str = ""  # why the ref is unresolved, when it is
 
     def page(self) -> str:
         return f"{hub_endpoint()}/{self.repo}"
@@ -146,6 +148,8 @@ def pull(ref: ModelRef, spec: ModelSpec, offline: bool) -> Path:
     """Fetch exactly ref.files at ref.sha into the standard cache and return the snapshot folder."""
     if ref.local_path is not None:
         return ref.local_path
+    if ref.sha is None:
+        raise _not_cached(spec)  # only plans leave a ref unpinned; a build never gets here with one
     with hub_errors(spec):
         folder = snapshot_download(
             ref.repo,
@@ -170,3 +174,14 @@ def _folder_digest(root: Path, files: tuple[str, ...]) -> str:
     for name in files:
         digest.update(f"{name}\0{sha256_file(root / name)}\n".encode())
     return digest.hexdigest()
+
+
+def resolve_or_defer(spec: ModelSpec, offline: bool) -> ModelRef:
+    """For planning only: a catalog model the Hub or cache cannot pin yet is planned unpinned."""
+    try:
+        return resolve(spec, offline)
+    except (HubUnreachable, NotInCache, AccessDenied) as exc:
+        if entry_for_repo(spec.repo) is None:
+            raise
+        return ModelRef(spec.repo, spec.revision, None, (), alias=spec.alias,
+                        note=f"not pinned: {exc.message}; `mbuild package` pins it to a commit")

@@ -17,18 +17,31 @@ from tests.support.procs import mbuild
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def minilm_image(minilm_hf_home: Path, docker_available: None,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    out = tmp_path_factory.mktemp("minilm-image")
-    tag = "mbuild-test/minilm:it"
+TAG = "mbuild-test/minilm:it"
+
+
+def package_image(hf_home: Path, out: Path) -> str:
     result = mbuild("package", "all-minilm-l6-v2", "--offline", "--backend", "docker", "--base-image", BASE_IMAGE,
                     "--name", "mbuild-test/minilm", "--version", "it", "--output", str(out),
-                    env={"HF_HOME": str(minilm_hf_home)})
-    assert result.returncode == 0, result.stderr + (out / "image-build.log").read_text()[-3000:]
-    assert tag in result.stderr and "image id" in result.stderr
-    yield tag
-    docker("rmi", "-f", tag)
+                    env={"HF_HOME": str(hf_home)})
+    log = out / "image-build.log"
+    assert result.returncode == 0, result.stderr + (log.read_text()[-3000:] if log.exists() else "")
+    return result.stderr
+
+
+@pytest.fixture(scope="module")
+def image_build(minilm_hf_home: Path, docker_available: None,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    out = tmp_path_factory.mktemp("minilm-image")
+    output = package_image(minilm_hf_home, out)
+    assert TAG in output and "image id" in output
+    yield out
+    docker("rmi", "-f", TAG)
+
+
+@pytest.fixture(scope="module")
+def minilm_image(image_build: Path) -> str:
+    return TAG
 
 
 def test_image_metadata(minilm_image: str) -> None:
@@ -69,3 +82,11 @@ def test_container_becomes_healthy_and_serves(minilm_image: str, reference_embed
         assert stop.returncode == 0
         state = inspect(container, "container")["State"]
         assert state["ExitCode"] == 0  # SIGTERM ends the server cleanly
+
+
+def test_an_unchanged_rebuild_reuses_build_and_image(image_build: Path, minilm_hf_home: Path) -> None:
+    before = inspect(TAG)["Id"]
+    output = package_image(minilm_hf_home, image_build)
+    assert "reused" in output and "already built by docker" in output
+    assert "✓ export" not in output and "✓ image" not in output
+    assert inspect(TAG)["Id"] == before

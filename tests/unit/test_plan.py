@@ -9,20 +9,25 @@ from pathlib import Path
 import pytest
 
 from builder import plan as plan_module
+from builder.catalog import lookup_alias
 from builder.errors import InputError
+from builder.memory import memory_need
 from builder.plan import BuildPlan, make_plan
 from builder.profiles import load_profiles
 from builder.stages.pull import ModelRef
 from builder.target import Target
 
 REF = ModelRef("org/model", "main", "a" * 40, ("config.json", "model.safetensors"), alias=None)
-TARGET = Target(kind="cpu", cpu_flags=frozenset({"avx2"}), ram_gb=16, cpu_count=2)
+TARGET = Target(kind="cpu", cpu_flags=frozenset({"avx2", "fma"}), ram_gb=16, cpu_count=2)
+FACTS = lookup_alias("all-minilm-l6-v2").facts()  # type: ignore[union-attr]
 
 
-def _plan(**overrides: object) -> BuildPlan:
+def _plan(target: Target = TARGET, **overrides: object) -> BuildPlan:
     args: dict[str, object] = {"image_name": None, "version": None, "base_image": None}
     args.update(overrides)
-    return make_plan(REF, "embedding", TARGET, load_profiles()[0], **args)  # type: ignore[arg-type]
+    profile = load_profiles()[0]
+    return make_plan(REF, FACTS, target, profile, memory_need(FACTS, profile), ("why",),
+                     **args)  # type: ignore[arg-type]
 
 
 def test_same_inputs_same_digest_and_tag() -> None:
@@ -31,10 +36,17 @@ def test_same_inputs_same_digest_and_tag() -> None:
     assert first.tag == second.tag == f"mbuild/model:sha-{first.digest()[:12]}"
 
 
-def test_host_cpu_flags_do_not_change_the_digest() -> None:
-    other_host = replace(TARGET, cpu_flags=frozenset({"avx2", "avx512f"}), ram_gb=64, cpu_count=32)
-    assert make_plan(REF, "embedding", other_host, load_profiles()[0], image_name=None, version=None,
-                     base_image=None).digest() == _plan().digest()
+def test_the_host_does_not_change_the_digest_only_the_profile_does() -> None:
+    other_host = replace(TARGET, cpu_flags=frozenset({"avx2", "fma", "avx512f"}), ram_gb=64, cpu_count=32)
+    assert _plan(other_host).digest() == _plan().digest()
+
+
+def test_an_unpinned_plan_is_versioned_by_its_revision() -> None:
+    unpinned = _plan()
+    assert replace(unpinned, model=replace(REF, sha=None)).digest() != unpinned.digest()
+    a = replace(unpinned, model=replace(REF, sha=None, revision="main"))
+    b = replace(unpinned, model=replace(REF, sha=None, revision="v2"))
+    assert a.digest() != b.digest()
 
 
 @pytest.mark.parametrize("change", [

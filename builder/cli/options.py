@@ -1,0 +1,26 @@
+"""Options shared by package, plan and profiles, declared once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+F = Callable[..., Any]
+
+
+def target_options(func: F) -> F:
+    """--gpu, --profile, --precision, --mode, --offline."""
+    for option in reversed([
+        click.option("--gpu", default=None, metavar="cpu|NAME[xN]",
+                     help="Target hardware: cpu, or a GPU such as h100, l4x2 (default: this host's, detected)."),
+        click.option("--profile", "profile", default=None, metavar="ID|NAME",
+                     help="Use this profile (also MBUILD_PROFILE); see `mbuild profiles MODEL`."),
+        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "fp8", "int8", "int4", "nvfp4"]),
+                     help="Only profiles of this precision."),
+        click.option("--mode", type=click.Choice(["latency", "throughput"]), help="Only profiles of this mode."),
+        click.option("--offline", is_flag=True, help="Use only the local Hugging Face cache (also HF_HUB_OFFLINE=1)."),
+    ]):
+        func = option(func)
+    return func

@@ -1,0 +1,78 @@
+"""What this host has: CPU flags and RAM from /proc, NVIDIA GPUs from NVML.
+
+Used inside the container (to refuse a profile the hardware cannot run) and by the builder
+(to detect the build target), so both read the hardware the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+try:  # nvidia-ml-py comes with bentoml; a host or image without it simply has no GPUs to report
+    import pynvml as _nvml
+except ImportError:  # pragma: no cover
+    _nvml = None
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    name: str
+    compute_capability: str  # "9.0"
+    memory_gb: float
+
+
+def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def read_ram_gb(meminfo: Path = Path("/proc/meminfo")) -> float:
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / (1024 * 1024), 1)
+    except OSError:
+        pass
+    return 0.0
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def detect_gpus(nvml: Any = None) -> tuple[GpuInfo, ...]:
+    """GPUs as NVML reports them; none (not an error) when there is no driver or no library."""
+    nvml = nvml if nvml is not None else _nvml
+    if nvml is None:
+        return ()
+    try:
+        nvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...: a host without NVIDIA GPUs
+        return ()
+    try:
+        gpus = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            name = nvml.nvmlDeviceGetName(handle)
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle).total / (1024**3)
+            gpus.append(GpuInfo(name=name, compute_capability=f"{major}.{minor}", memory_gb=round(memory, 1)))
+        return tuple(gpus)
+    except Exception:  # a broken driver is reported as no usable GPU rather than a crash
+        return ()
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()

@@ -1,0 +1,56 @@
+"""The container refuses hardware its profile was not built for: a clear message and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from runtimes.fit import misfits
+from runtimes.hardware import GpuInfo
+
+H100 = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 80)
+L4 = GpuInfo("NVIDIA L4", "8.9", 23)
+GPU_REQ = {"device": "gpu", "compute_capability": "9.0", "gpu_model": "h100", "gpus": 1, "memory_gb": 20,
+           "cpu_flags": []}
+
+
+def test_a_matching_host_fits() -> None:
+    assert misfits(GPU_REQ, frozenset(), [H100], 64) == []
+    assert misfits({"device": "cpu", "cpu_flags": ["avx2"], "memory_gb": 2}, frozenset({"avx2"}), [], 8) == []
+
+
+def test_compute_capability_mismatch_says_rebuild() -> None:
+    (problem,) = misfits(GPU_REQ, frozenset(), [L4], 64)
+    assert "built for compute capability 9.0" in problem and "NVIDIA L4 is 8.9" in problem and "--gpu" in problem
+
+
+def test_missing_gpus_memory_and_flags() -> None:
+    assert "1 NVIDIA GPU(s)" in misfits(GPU_REQ, frozenset(), [], 64)[0]
+    assert "needs 90 GB per GPU" in misfits({**GPU_REQ, "memory_gb": 90}, frozenset(), [H100], 64)[0]
+    cpu = misfits({"device": "cpu", "cpu_flags": ["avx512_vnni"], "memory_gb": 30}, frozenset({"avx2"}), [], 16)
+    assert any("avx512_vnni" in p for p in cpu) and any("needs 30 GB of memory" in p for p in cpu)
+
+
+def test_the_runtime_exits_4_on_a_host_without_the_profiles_cpu_flags(tiny_build: Path, tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(tiny_build / "model", model)
+    meta = json.loads((model / "metadata.json").read_text())
+    meta["requires"]["cpu_flags"] = ["avx2", "amx_fp64_from_the_future"]
+    (model / "metadata.json").write_text(json.dumps(meta))
+    env = {**os.environ, "MBUILD_MODEL_DIR": str(model), "MBUILD_PORT": "1"}
+    result = subprocess.run([sys.executable, "-m", "runtimes"], capture_output=True, text=True, env=env,
+                            timeout=60, check=False)
+    assert result.returncode == 4
+    assert "refusing to start" in result.stderr and "amx_fp64_from_the_future" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_broken_bundle_exits_3(tmp_path: Path) -> None:
+    env = {**os.environ, "MBUILD_MODEL_DIR": str(tmp_path / "nowhere")}
+    result = subprocess.run([sys.executable, "-m", "runtimes"], capture_output=True, text=True, env=env,
+                            timeout=60, check=False)
+    assert result.returncode == 3 and "does not exist" in result.stderr

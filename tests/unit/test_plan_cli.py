@@ -1,0 +1,52 @@
+"""`mbuild plan`: byte-identical for the same inputs; any input changed, a new digest; nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def plan(*args: str, cwd: Path) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-m", "builder.cli", "plan", *args], capture_output=True, text=True,
+                            env=env, cwd=cwd, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def digest(*args: str, cwd: Path) -> str:
+    return str(json.loads(plan(*args, "--json", cwd=cwd))["digest"])
+
+
+def test_two_runs_print_byte_identical_plans(tmp_path: Path) -> None:
+    first = plan("llama-3.1-8b", "--gpu", "h100", cwd=tmp_path)
+    assert first == plan("llama-3.1-8b", "--gpu", "h100", cwd=tmp_path)
+    assert first.startswith("plan ") and "tensorrt-h100-fp8-tp1-throughput" in first
+    as_json = plan("llama-3.1-8b", "--gpu", "h100", "--json", cwd=tmp_path)
+    assert as_json == plan("llama-3.1-8b", "--gpu", "h100", "--json", cwd=tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("change", [
+    ["meta-llama/Llama-3.1-8B-Instruct@another-branch", "--gpu", "h100"],
+    ["llama-3.1-8b", "--gpu", "h100", "--profile", "tensorrt-h100-bf16-tp1-throughput"],
+    ["llama-3.1-8b", "--gpu", "h100", "--base-image", "registry.local/tensorrt:custom"],
+    ["llama-3.1-8b", "--gpu", "h100", "--name", "acme/llama"],
+    ["llama-3.1-8b", "--gpu", "h100", "--precision", "bf16"],
+])
+def test_changing_an_input_changes_the_digest(tmp_path: Path, change: list[str]) -> None:
+    assert digest(*change, cwd=tmp_path) != digest("llama-3.1-8b", "--gpu", "h100", cwd=tmp_path)
+
+
+def test_mbuild_profile_env_picks_the_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MBUILD_PROFILE", "tensorrt-h100-bf16-tp1-latency")
+    data = json.loads(plan("llama-3.1-8b", "--gpu", "h100", "--json", cwd=tmp_path))
+    assert data["profile"]["name"] == "tensorrt-h100-bf16-tp1-latency"
+    assert data["profile"]["why"] == ["profile tensorrt-h100-bf16-tp1-latency: asked for (--profile / MBUILD_PROFILE)"]

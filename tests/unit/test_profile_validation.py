@@ -1,0 +1,101 @@
+"""A malformed profile set reports every problem at once, with file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from builder.cli import cli
+from builder.profiles import ProfileSetError, load_profiles
+
+GOOD = """
+profiles:
+  - engine: onnxruntime
+    hardware: cpu
+    tasks: [embedding]
+    matrix: {precision: [fp32], mode: [latency]}
+"""
+BAD_A = """
+profiles:
+  - engine: onnxruntime
+    hardware: cpu
+    precision: fp64
+    tasks: [embedding]
+    colour: blue
+  - engine: tensorrt
+    hardware: a100
+    tasks: [text-generation]
+    matrix: {precision: [fp8, bf16], shards: [1]}
+"""
+BAD_B = """
+profiles:
+  - engine: tensorrt
+    hardware: a100
+    tasks: [text-generation]
+    matrix: {precision: [fp8, nvfp4], mode: [latency]}
+  - engine: tensorrt
+    hardware: quantum-9000
+    precision: bf16
+    tasks: [embedding]
+    limits: {max_batch: 0}
+"""
+
+
+def write(folder: Path, **files: str) -> Path:
+    for name, text in files.items():
+        (folder / f"{name}.yaml").write_text(text)
+    return folder
+
+
+def test_every_problem_in_every_file_at_once(tmp_path: Path) -> None:
+    write(tmp_path, a=BAD_A, b=BAD_B, good=GOOD)
+    with pytest.raises(ProfileSetError) as info:
+        load_profiles([tmp_path])
+    problems = info.value.problems
+    joined = "\n".join(problems)
+    assert "a.yaml: profiles[0]" in joined and "'precision'" in joined and "fp32" in joined  # allowed values
+    assert "field 'colour' is not allowed" in joined and "engine" in joined  # lists allowed fields
+    assert "a.yaml: profiles[1]: matrix keys ['shards'] are not allowed" in joined
+    assert "b.yaml: profiles[0] (precision=fp8, mode=latency): fp8 needs compute capability >= 8.9" in joined
+    assert "b.yaml: profiles[0] (precision=nvfp4, mode=latency): nvfp4 needs compute capability >= 10.0" in joined
+    assert "b.yaml: profiles[1]: field 'limits.max_batch'" in joined
+    assert len(problems) >= 6
+
+
+def test_duplicate_names_and_stray_keys(tmp_path: Path) -> None:
+    write(tmp_path, a=GOOD, b=GOOD + "\nanchors: {}\n")
+    with pytest.raises(ProfileSetError) as info:
+        load_profiles([tmp_path])
+    joined = "\n".join(info.value.problems)
+    assert "is already defined at a.yaml: profiles[0]" in joined
+    assert "b.yaml: top-level keys ['anchors'] are not allowed" in joined
+
+
+def test_the_cli_reports_them_with_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MBUILD_PROFILES_DIR", str(write(tmp_path, bad=BAD_B)))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = CliRunner().invoke(cli, ["profiles", "llama-3.1-8b", "--gpu", "a100"])
+    assert result.exit_code == 2
+    assert "problem(s) in the profiles" in result.output and "bad.yaml: profiles[1]" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_built_in_profiles_are_valid_and_named_by_the_rule() -> None:
+    profiles = load_profiles()
+    assert len({p.name for p in profiles}) == len(profiles) == len({p.id for p in profiles})
+    for p in profiles:
+        assert p.name == f"{p.engine}-{p.hardware}-{p.precision}-tp{p.tp}-{p.mode}"
+        assert len(p.id) == 64
+    hardware = {p.hardware for p in profiles}
+    assert {"cpu", "cpu.avx512", "cpu.vnni", "a100", "a10g", "a40", "l4", "l40s", "h100", "h200", "b200",
+            "gb200"} <= hardware
+    assert {p.tp for p in profiles} == {1, 2, 4, 8}
+
+
+def test_user_profiles_join_the_built_in_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = GOOD.replace("hardware: cpu", "hardware: cpu.vnni").replace("fp32", "int8")
+    monkeypatch.setenv("MBUILD_PROFILES_DIR", str(write(tmp_path, mine=mine)))
+    with pytest.raises(ProfileSetError, match="already defined"):
+        load_profiles()  # same name as a built-in: refused, not silently shadowed
