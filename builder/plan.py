@@ -77,7 +77,7 @@ class BuildPlan:
         gpu = {"compute_capability": self.target.gpu.compute_capability, "gpu_model": self.profile.hardware,
                "gpus": self.profile.tp} if self.profile.device == "gpu" and self.target.gpu else {}
         return {"device": self.profile.device, "cpu_flags": list(self.profile.match.cpu_flags),
-                "memory_gb": self.need.rounded_gb, **gpu}
+                "memory_gb": self.need.rounded_gb, "python": self.profile.python_version, **gpu}
 
     def to_dict(self) -> dict[str, Any]:
         inputs = self.inputs()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from runtimes.bundle import BundleError, load_engine_config, load_metadata
 from runtimes.fit import memory_limit_gb, misfits
 from runtimes.hardware import detect_gpus, read_cpu_flags
 from runtimes.settings import Settings, SettingsError
+from runtimes.supervisor import Supervisor
 from runtimes.tokenize import TextTokenizer
 
 EXIT_BROKEN_BUNDLE = 3
@@ -25,6 +25,12 @@ def preflight(model_dir: Path) -> None:
     """Fail before serving when the bundle is plainly broken (readiness would never come)."""
     if not model_dir.is_dir():
         raise BundleError(f"model folder {model_dir} does not exist (set MBUILD_MODEL_DIR)")
+    wanted = load_metadata(model_dir).get("metadata", {}).get("requires", {}).get("python")
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    # Only the image's own packages (MBUILD_SITE) are tied to one Python; `mbuild serve` uses the host's.
+    if os.environ.get("MBUILD_SITE") and wanted and wanted != running:
+        raise BundleError(f"the image's packages were installed for Python {wanted}, but the base image runs "
+                          f"Python {running}; rebuild with a Python {wanted} base (--base-image)")
     config = load_engine_config(model_dir)
     if not (model_dir / config.model_file).is_file():
         raise BundleError(f"engine file {model_dir / config.model_file} is missing")
@@ -43,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     args = parser.parse_args(argv)
-    for flag, env in (("model_dir", "MBUILD_MODEL_DIR"), ("host", "MBUILD_HOST"), ("port", "MBUILD_PORT")):
-        if getattr(args, flag) is not None:
-            os.environ[env] = str(getattr(args, flag))
+    for option, variable in (("model_dir", "MBUILD_MODEL_DIR"), ("host", "MBUILD_HOST"), ("port", "MBUILD_PORT")):
+        if getattr(args, option) is not None:
+            os.environ[variable] = str(getattr(args, option))
     try:
         settings = Settings.from_env()
         os.environ["MBUILD_MODEL_DIR"] = str(settings.model_dir.resolve())
@@ -61,16 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_WRONG_HARDWARE
     for problem in problems:
         print(f"mbuild runtime: WARNING, hardware check skipped: {problem}", file=sys.stderr)
-    os.environ.setdefault("BENTOML_DO_NOT_TRACK", "true")
-    os.environ.setdefault("BENTOML_HOME", "/tmp/bentoml")  # writable even on a read-only root filesystem
-    bentoml = shutil.which("bentoml", path=str(Path(sys.executable).parent)) or shutil.which("bentoml")
-    if bentoml is None:
-        print("mbuild runtime: the bentoml command is not installed beside this Python", file=sys.stderr)
-        return EXIT_BROKEN_BUNDLE
+    env = {**os.environ, "BENTOML_DO_NOT_TRACK": "true"}
+    env.setdefault("BENTOML_HOME", "/tmp/bentoml")  # writable even on a read-only root filesystem
+    flag = Path(env.setdefault("MBUILD_DRAIN_FLAG", f"/tmp/mbuild-{os.getpid()}/draining"))
     app_dir = Path(__file__).resolve().parent.parent
-    command = [bentoml, "serve", "runtimes.service:ModelService", "--working-dir", str(app_dir),
-               "--host", settings.host, "--port", str(settings.port)]
-    os.execv(bentoml, command)  # BentoML becomes this process (PID 1 in a container) and handles SIGTERM
+    command = [sys.executable, "-m", "bentoml", "serve", "runtimes.service:ModelService", "--working-dir",
+               str(app_dir), "--host", settings.host, "--port", str(settings.port)]
+    return Supervisor(command, env, flag, settings.drain_seconds, settings.grace_seconds).run()
 
 
 if __name__ == "__main__":

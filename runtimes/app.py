@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -41,11 +42,14 @@ class RequestMetrics:
             await self.app(scope, receive, send)
             return
         start, status = time.perf_counter(), 500
+        draining = self.state.health.state is State.DRAINING
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if draining:  # no keep-alive while draining: clients reconnect, and find the next replica
+                    message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             await send(message)
 
         try:
@@ -63,7 +67,9 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.load_in_background(asyncio.get_running_loop())
+        watcher = asyncio.create_task(watch_drain_flag(state), name="drain-flag")
         yield
+        watcher.cancel()
         await drain(state)
 
     app = FastAPI(title="mbuild model service", version=__version__, lifespan=lifespan,
@@ -92,6 +98,18 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.add_middleware(RequestMetrics, state=state)
     return app
+
+
+async def watch_drain_flag(state: ServiceState, interval: float = 0.1) -> None:
+    """The supervisor (PID 1) asks for a drain by creating MBUILD_DRAIN_FLAG; readiness turns 503."""
+    flag = os.environ.get("MBUILD_DRAIN_FLAG")
+    if not flag:
+        return
+    while not os.path.exists(flag):
+        await asyncio.sleep(interval)
+    if state.health.state is not State.DRAINING:
+        state.health.move(State.DRAINING, "shutting down")
+        log.info("draining: readiness now answers 503; in-flight and new requests are still served")
 
 
 async def drain(state: ServiceState, timeout: float = DRAIN_SECONDS) -> None:

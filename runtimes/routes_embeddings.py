@@ -12,6 +12,7 @@ from runtimes.api_errors import ApiError
 from runtimes.auth import check_bearer
 from runtimes.batcher import QueueFull
 from runtimes.bodies import openapi_body, parse_body
+from runtimes.health import State
 from runtimes.schemas import MAX_INPUTS, EmbeddingData, EmbeddingRequest, EmbeddingResponse, Usage
 from runtimes.state import Loaded, ServiceState
 from runtimes.tokenize import InputTooLong
@@ -20,7 +21,8 @@ router = APIRouter()
 
 
 def _ready(state: ServiceState) -> Loaded:
-    if state.loaded is None or not state.health.ready:
+    # While draining, readiness says 503 so balancers stop routing here, but requests still get served.
+    if state.loaded is None or state.health.state not in (State.READY, State.DRAINING):
         raise ApiError(503, f"the model is not ready ({state.health.state.value})", "model_not_ready",
                        "service_unavailable", headers={"Retry-After": "5"})
     return state.loaded

@@ -35,6 +35,8 @@ class Settings:
     threads: int
     max_queue: int
     served_name: str | None
+    drain_seconds: float = 5.0
+    grace_seconds: float = 20.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -51,4 +53,6 @@ class Settings:
             threads=_int("MBUILD_THREADS", 0, 0, 1024),
             max_queue=_int("MBUILD_MAX_QUEUE", 256, 1, 1_000_000),
             served_name=os.environ.get("MBUILD_SERVED_MODEL_NAME") or None,
+            drain_seconds=_int("MBUILD_DRAIN_SECONDS", 5, 0, 3600),
+            grace_seconds=_int("MBUILD_GRACE_SECONDS", 20, 1, 3600),
         )

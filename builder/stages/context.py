@@ -14,9 +14,10 @@ from builder.dockerfile import DockerfileContext, render_dockerfile
 from builder.plan import BuildPlan
 from builder.resources import runtimes_dir
 from builder.stages.pull import ModelRef
-from builder.stages.wheels import fetch_wheels
+from builder.stages.site import install_site, installed_packages
 
-DOCKERIGNORE = "work/\n*.log\nplan.json\n"
+# Only what the Dockerfile copies goes to the engine: the export's work files and logs stay out.
+DOCKERIGNORE = "*\n!site\n!app\n!model\n!mbuild.lock\n!bom.json\n!Dockerfile\n"
 
 
 def bundle_metadata(plan: BuildPlan) -> dict[str, Any]:
@@ -30,6 +31,19 @@ def bundle_metadata(plan: BuildPlan) -> dict[str, Any]:
         "plan_digest": plan.digest(),
         "versions": dict(plan.tools),
         "requires": plan.requires(),
+    }
+
+
+def bill_of_materials(plan: BuildPlan, site: Path) -> dict[str, Any]:
+    """What the image is made of: base, Python packages (the image's pip freeze), engine, tools."""
+    return {
+        "image": plan.tag,
+        "base_image": plan.base_image,
+        "python": plan.profile.python_version,
+        "python_packages": installed_packages(site),
+        "engine": {"name": plan.profile.engine, "profile": plan.profile.name, "precision": plan.profile.precision},
+        "model": {"repo": plan.model.repo, "sha": plan.model.sha},
+        "build_tools": dict(plan.tools),
     }
 
 
@@ -76,7 +90,8 @@ def assemble(build_dir: Path, plan: BuildPlan, report: dict[str, Any], created: 
     (build_dir / "model" / "metadata.json").write_text(json.dumps(bundle_metadata(plan), indent=2) + "\n")
     requirements = list(plan.runtime_requirements)
     (build_dir / "requirements.txt").write_text("\n".join(requirements) + "\n")
-    fetch_wheels(requirements, plan.profile.python_version, build_dir / "wheels")
+    site = install_site(requirements, plan.profile.python_version, build_dir / "site")
+    (build_dir / "bom.json").write_text(json.dumps(bill_of_materials(plan, site), indent=2) + "\n")
     ctx = DockerfileContext(base_image=plan.base_image, labels=image_labels(plan, report, created),
                             model_id=plan.model.repo, mbuild_version=__version__)
     (build_dir / "Dockerfile").write_text(render_dockerfile(ctx))

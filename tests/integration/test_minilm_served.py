@@ -36,7 +36,7 @@ def test_build_dir_holds_a_passing_report_and_lock(minilm_build: Path) -> None:
     weights = [f for f in lock["model"]["files"] if f["path"] == "model.safetensors"]
     assert weights and len(weights[0]["sha256"]) == 64
     assert not any(f["path"].endswith(".bin") for f in lock["model"]["files"])  # safetensors preferred
-    assert (minilm_build / "Dockerfile").is_file() and any((minilm_build / "wheels").glob("onnxruntime-*.whl"))
+    assert (minilm_build / "Dockerfile").is_file() and any((minilm_build / "site").glob("onnxruntime-*.dist-info"))
 
 
 def test_served_embeddings_equal_sentence_transformers(minilm_build: Path, reference_embeddings: np.ndarray) -> None:
