@@ -5,7 +5,7 @@
 set -euo pipefail
 IMAGE="${1:-mbuild-local/python:3.11-bookworm}"
 CACHE="${MBUILD_CI_CACHE:-$HOME/.cache/mbuild-ci}"
-TARBALL="$CACHE/python3.11-bookworm-rootfs.tar"
+TARBALL="$CACHE/python3.11-bookworm-rootfs-v2.tar"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
@@ -21,6 +21,7 @@ if [ ! -s "$TARBALL" ]; then
   # Drop what an image never needs: apt lists, caches, docs.
   rm -rf "$ROOT"/var/lib/apt/lists/* "$ROOT"/var/cache/apt/* "$ROOT"/usr/share/doc/* \
     "$ROOT"/usr/share/man/* "$ROOT"/usr/share/locale/*
+  chmod 755 "$ROOT"  # mktemp made it 0700; as the image's / it would lock out non-root users under runc
   tar -C "$ROOT" --numeric-owner -cf "$TARBALL.tmp" .
   mv "$TARBALL.tmp" "$TARBALL"
   rm -rf "$ROOT"

@@ -1,35 +1,26 @@
 """Render templates/Dockerfile.j2: sandboxed jinja2, StrictUndefined, quoting filters.
 
-The template gets one frozen object (DockerfileContext), never loose arguments; values that come
-from users or model repos (labels, names) can only land inside quoted strings.
+The template gets one frozen object (ImageSpec), never loose arguments; values that come from
+users or model repos (labels, names) can only land inside quoted strings.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 
 from jinja2 import FileSystemLoader, StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from builder.errors import InputError
+from builder.image.spec import ImageSpec
 from builder.resources import resource_dir
 
 _LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
 # name[:tag][@digest], registry host and port allowed; nothing a shell or Dockerfile could split on.
 _IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:]*(@sha256:[a-f0-9]{64})?$")
-
-
-@dataclass(frozen=True)
-class DockerfileContext:
-    base_image: str
-    labels: dict[str, str]
-    model_id: str
-    mbuild_version: str
-    port: int = 8000
-    uid: int = 10001
-    extra: dict[str, str] = field(default_factory=dict)
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PATH = re.compile(r"^[A-Za-z0-9_./-]+$")
 
 
 def quote(value: object) -> str:
@@ -52,6 +43,24 @@ def image_ref(value: object) -> str:
     return str(value)
 
 
+def env_key(value: object) -> str:
+    if not _ENV_KEY.match(str(value)):
+        raise InputError(f"environment variable name {value!r} is not valid")
+    return str(value)
+
+
+def path(value: object) -> str:
+    """A build-context or image path (or a signal name): plain characters only, nothing to quote."""
+    if not _PATH.match(str(value)) or ".." in str(value).split("/"):
+        raise InputError(f"path {value!r} may hold only letters, digits, '.', '_', '-' and '/'")
+    return str(value)
+
+
+def exec_form(value: object) -> str:
+    """A JSON array, as Dockerfile exec form wants it."""
+    return json.dumps([str(v) for v in value])  # type: ignore[attr-defined]
+
+
 def comment(value: object) -> str:
     return re.sub(r"[\x00-\x1f\x7f]", " ", str(value))
 
@@ -63,9 +72,10 @@ def _environment() -> SandboxedEnvironment:
         autoescape=False,
         keep_trailing_newline=True,
     )
-    env.filters.update(quote=quote, label_key=label_key, image_ref=image_ref, comment=comment, tojson=json.dumps)
+    env.filters.update(quote=quote, label_key=label_key, image_ref=image_ref, comment=comment, env_key=env_key,
+                       path=path, exec_form=exec_form)
     return env
 
 
-def render_dockerfile(ctx: DockerfileContext, template: str = "Dockerfile.j2") -> str:
-    return _environment().get_template(template).render(ctx=ctx)
+def render_dockerfile(spec: ImageSpec, template: str = "Dockerfile.j2") -> str:
+    return _environment().get_template(template).render(spec=spec)

@@ -145,7 +145,7 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
                   f"(tolerance {plan.profile.tolerance.min_cosine})")
     with reporter.stage("context", "Dockerfile, runtime, wheels"):
         write_lock(build_dir, plan, snapshot)
-        context_stage.assemble(build_dir, plan, report, context_stage.created_timestamp())
+        context_stage.assemble(build_dir, plan, report)
     reuse.mark_finished(build_dir, plan.digest())
     return report
 
@@ -165,7 +165,7 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
     image = None
     if backend is None:
         reporter.skipped("image", note)
-    elif (existing := backend.existing(plan.tag)) is not None and reused:
+    elif (existing := backend.existing(plan.tag, build_dir)) is not None and reused:
         image = existing
         reporter.skipped("image", f"reused {plan.tag} ({existing.image_id[:19]}): already built by {backend.name}")
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -18,3 +19,10 @@ def resource_dir(name: Literal["templates", "profiles"]) -> Path:
 def runtimes_dir() -> Path:
     """The runtime package's source folder, copied into every image (never imported here)."""
     return _HERE.parent / "runtimes"
+
+
+def mbuild_cache_dir() -> Path:
+    """mbuild's own cache (wheels, installed packages, base images, layers): MBUILD_CACHE or ~/.cache/mbuild."""
+    root = os.environ.get("MBUILD_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache"), "mbuild")
+    return Path(root)

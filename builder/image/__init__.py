@@ -7,9 +7,12 @@ from collections.abc import Callable
 from builder.errors import ImageBuildError, InputError
 from builder.image.base import ImageBackend, ImageResult
 from builder.image.docker import DockerBackend
+from builder.image.oci import OciBackend
 
+# `--backend auto` tries them in this order: a daemon the user already runs first, the writer last.
 BACKENDS: dict[str, Callable[[], ImageBackend]] = {
     "docker": DockerBackend,
+    "oci": OciBackend,
 }
 CHOICES = ("auto", "none", *BACKENDS)
 

@@ -10,23 +10,23 @@ from typing import Protocol
 @dataclass(frozen=True)
 class ImageResult:
     tag: str
-    image_id: str  # sha256:... of the image config, as the backend reports it
+    image_id: str  # sha256 of the image config, as the backend reports it
     size_bytes: int | None
     backend: str
     reused: bool = False
+    digest: str | None = None  # the manifest's digest, where the backend has one before any push
+    layers: tuple[tuple[str, int], ...] = ()  # (what made it, bytes) from base to top, where known
 
 
 class ImageBackend(Protocol):
     name: str
 
-    def available(self) -> bool:
-        """True when this backend can build here (its tool and daemon answer)."""
+    def why_unavailable(self) -> str:
+        """Empty when this backend can build here, else why not."""
         ...
 
-    def why_unavailable(self) -> str: ...
-
-    def existing(self, tag: str) -> ImageResult | None:
-        """The image already built under tag, if any."""
+    def existing(self, tag: str, context: Path) -> ImageResult | None:
+        """The image already built under tag from this context, if any."""
         ...
 
     def build(self, context: Path, tag: str, log_file: Path) -> ImageResult: ...

@@ -34,7 +34,7 @@ class DockerBackend:
     def available(self) -> bool:
         return self.why_unavailable() == ""
 
-    def existing(self, tag: str) -> ImageResult | None:
+    def existing(self, tag: str, context: Path | None = None) -> ImageResult | None:
         result = self._run("image", "inspect", tag)
         if result.returncode != 0:
             return None

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 from builder import __version__
-from builder.dockerfile import DockerfileContext, render_dockerfile
+from builder.dockerfile import render_dockerfile
+from builder.image.spec import SPEC_FILE, ImageSpec, source_date_epoch, timestamp
 from builder.plan import BuildPlan
 from builder.resources import runtimes_dir
 from builder.stages.pull import ModelRef
@@ -74,14 +73,7 @@ def image_labels(plan: BuildPlan, report: dict[str, Any], created: str) -> dict[
     return labels
 
 
-def created_timestamp() -> str:
-    """SOURCE_DATE_EPOCH when set (reproducible builds), else now."""
-    raw = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    epoch = int(raw) if raw.isdigit() else time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-def assemble(build_dir: Path, plan: BuildPlan, report: dict[str, Any], created: str) -> Path:
+def assemble(build_dir: Path, plan: BuildPlan, report: dict[str, Any]) -> Path:
     """Write everything `docker build` needs into build_dir; the model/ folder is already there."""
     app = build_dir / "app" / "runtimes"
     if app.exists():
@@ -92,9 +84,11 @@ def assemble(build_dir: Path, plan: BuildPlan, report: dict[str, Any], created: 
     (build_dir / "requirements.txt").write_text("\n".join(requirements) + "\n")
     site = install_site(requirements, plan.profile.python_version, build_dir / "site")
     (build_dir / "bom.json").write_text(json.dumps(bill_of_materials(plan, site), indent=2) + "\n")
-    ctx = DockerfileContext(base_image=plan.base_image, labels=image_labels(plan, report, created),
-                            model_id=plan.model.repo, mbuild_version=__version__)
-    (build_dir / "Dockerfile").write_text(render_dockerfile(ctx))
+    created = timestamp(source_date_epoch())
+    spec = ImageSpec(base_image=plan.base_image, labels=image_labels(plan, report, created),
+                     model_id=plan.model.repo, mbuild_version=__version__, created=created)
+    (build_dir / SPEC_FILE).write_text(spec.to_json())
+    (build_dir / "Dockerfile").write_text(render_dockerfile(spec))
     (build_dir / ".dockerignore").write_text(DOCKERIGNORE)
     (build_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n")
     return build_dir

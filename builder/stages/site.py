@@ -18,14 +18,9 @@ from email.parser import HeaderParser
 from pathlib import Path
 
 from builder.errors import ToolMissing
+from builder.resources import mbuild_cache_dir
 
 _GLIBC_MINOR_MAX = 36  # Debian bookworm, the default base's libc
-
-
-def mbuild_cache_dir() -> Path:
-    root = os.environ.get("MBUILD_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache"), "mbuild")
-    return Path(root)
 
 
 def platform_tags(machine: str | None = None) -> list[str]:

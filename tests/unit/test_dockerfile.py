@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -9,23 +10,25 @@ from pathlib import Path
 import pytest
 from jinja2.exceptions import SecurityError, UndefinedError
 
-from builder.dockerfile import DockerfileContext, _environment, quote, render_dockerfile
+from builder.dockerfile import _environment, quote, render_dockerfile
 from builder.errors import InputError
+from builder.image.spec import ImageSpec
 
 GOLDEN = Path(__file__).parent / "golden"
 INSTRUCTIONS = {"FROM", "RUN", "COPY", "ADD", "ENV", "LABEL", "USER", "EXPOSE", "HEALTHCHECK", "ENTRYPOINT",
                 "CMD", "STOPSIGNAL", "WORKDIR", "ARG", "VOLUME", "SHELL", "ONBUILD"}
 
 
-def _ctx(**overrides: object) -> DockerfileContext:
+def _ctx(**overrides: object) -> ImageSpec:
     base = {
         "base_image": "python:3.11-slim",
         "labels": {"org.opencontainers.image.title": "mbuild/minilm", "dev.mbuild.model.id": "org/minilm",
                    "dev.mbuild.precision": "fp32"},
         "model_id": "org/minilm",
         "mbuild_version": "0.0.0-test",
+        "created": "2026-01-01T00:00:00Z",
     }
-    return DockerfileContext(**{**base, **overrides})  # type: ignore[arg-type]
+    return ImageSpec(**{**base, **overrides})  # type: ignore[arg-type]
 
 
 def instructions(dockerfile: str) -> list[str]:
@@ -77,6 +80,20 @@ def test_hostile_label_key_is_refused(key: str) -> None:
 def test_hostile_base_image_is_refused(image: str) -> None:
     with pytest.raises(InputError, match="not a valid image reference"):
         render_dockerfile(_ctx(base_image=image))
+
+
+def test_spec_round_trips_through_json() -> None:
+    spec = _ctx()
+    assert ImageSpec.from_dict(json.loads(spec.to_json())) == spec
+
+
+@pytest.mark.parametrize("env", [(("BAD KEY", "x"),), (("X", "a\nRUN id"),)])
+def test_env_cannot_inject(env: tuple[tuple[str, str], ...]) -> None:
+    try:
+        text = render_dockerfile(_ctx(env=env))
+    except InputError:
+        return
+    assert "RUN" not in instructions(text)
 
 
 def test_strict_undefined() -> None:

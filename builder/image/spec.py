@@ -1,0 +1,103 @@
+"""ImageSpec: everything an image is, in one frozen object that every backend reads.
+
+The Dockerfile (docker, podman, buildah) is rendered from it and the daemonless OCI writer turns it
+into a config and layers directly, so the backends cannot drift apart. Saved as image-spec.json in
+the build directory so a later `mbuild push` or rebuild reads the same thing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SPEC_FILE = "image-spec.json"
+UID = 10001
+PORT = 8000
+
+
+def source_date_epoch() -> int:
+    """SOURCE_DATE_EPOCH, or 0 (1970-01-01) as ko and Bazel do: no date makes two builds differ."""
+    raw = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    return int(raw) if raw.isdigit() else 0
+
+
+def timestamp(epoch: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One layer: these build-context paths copied to dest (a folder ends with '/')."""
+
+    sources: tuple[str, ...]
+    dest: str
+
+
+@dataclass(frozen=True)
+class Healthcheck:
+    test: tuple[str, ...]
+    interval_s: int = 5
+    timeout_s: int = 3
+    start_period_s: int = 120
+    retries: int = 3
+
+
+# Ordered from least to most often changed, so rebuilds reuse the big layers.
+COPIES = (
+    Copy(("site",), "/opt/mbuild/site"),
+    Copy(("app",), "/opt/mbuild/app"),
+    Copy(("model",), "/opt/mbuild/model"),
+    Copy(("mbuild.lock", "bom.json"), "/opt/mbuild/"),
+)
+
+
+def default_env(port: int = PORT) -> tuple[tuple[str, str], ...]:
+    return (
+        ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+        ("PYTHONPATH", "/opt/mbuild/app:/opt/mbuild/site"),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+        ("PYTHONUNBUFFERED", "1"),
+        ("HOME", "/tmp"),
+        ("BENTOML_HOME", "/tmp/bentoml"),
+        ("BENTOML_DO_NOT_TRACK", "true"),
+        ("MBUILD_MODEL_DIR", "/opt/mbuild/model"),
+        ("MBUILD_SITE", "/opt/mbuild/site"),
+        ("MBUILD_PORT", str(port)),
+    )
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    base_image: str
+    labels: dict[str, str]
+    model_id: str
+    mbuild_version: str
+    created: str
+    env: tuple[tuple[str, str], ...] = field(default_factory=default_env)
+    copies: tuple[Copy, ...] = COPIES
+    uid: int = UID
+    port: int = PORT
+    healthcheck: Healthcheck = Healthcheck(("python3", "-m", "runtimes.healthcheck"))
+    stop_signal: str = "SIGTERM"
+    entrypoint: tuple[str, ...] = ("python3", "-m", "runtimes")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ImageSpec:
+        return cls(
+            **{k: v for k, v in raw.items() if k not in {"env", "copies", "healthcheck", "entrypoint"}},
+            env=tuple((k, v) for k, v in raw["env"]),
+            copies=tuple(Copy(tuple(c["sources"]), c["dest"]) for c in raw["copies"]),
+            healthcheck=Healthcheck(**{**raw["healthcheck"], "test": tuple(raw["healthcheck"]["test"])}),
+            entrypoint=tuple(raw["entrypoint"]),
+        )
+
+    @classmethod
+    def load(cls, build_dir: Path) -> ImageSpec:
+        return cls.from_dict(json.loads((build_dir / SPEC_FILE).read_text()))

@@ -1,0 +1,1 @@
+"""OCI images without a daemon: layouts, deterministic layers, and the distribution API."""
