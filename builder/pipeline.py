@@ -11,14 +11,16 @@ from typing import Any
 
 from builder import reuse
 from builder.catalog import ModelFacts
-from builder.errors import ToolMissing, UnsupportedModel
+from builder.errors import InputError, ToolMissing, UnsupportedModel
 from builder.hubcache import offline_requested
 from builder.image import ImageResult, choose_backend
 from builder.lock import write_lock
+from builder.oci.media import Format
 from builder.optional import load_stage
 from builder.plan import BuildPlan, make_plan
 from builder.profiles import load_profiles
 from builder.progress import Reporter
+from builder.push import PushResult, push, record_image
 from builder.selection import Selection, require_selection, select
 from builder.sources import parse_model_ref
 from builder.stages import context as context_stage
@@ -42,6 +44,8 @@ class PackageOptions:
     profile: str | None = None
     precision: str | None = None
     mode: str | None = None
+    image_format: Format = "oci"
+    push: str | None = None
 
     @property
     def is_offline(self) -> bool:
@@ -60,6 +64,7 @@ class PackageResult:
     image: ImageResult | None
     backend_note: str
     reused: bool = False
+    pushed: PushResult | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -161,7 +166,7 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
         report: dict[str, Any] = json.loads((build_dir / "report.json").read_text())
     else:
         report = _build(opts, plan, build_dir, reporter)
-    backend, note = choose_backend(opts.backend)
+    backend, note = choose_backend(opts.backend, opts.image_format)
     image = None
     if backend is None:
         reporter.skipped("image", note)
@@ -169,6 +174,15 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
         image = existing
         reporter.skipped("image", f"reused {plan.tag} ({existing.image_id[:19]}): already built by {backend.name}")
     else:
+        reporter.note(note)
         with reporter.stage("image", f"{backend.name} build {plan.tag}"):
             image = backend.build(build_dir, plan.tag, build_dir / "image-build.log")
-    return PackageResult(plan, build_dir, report, image, note, reused, dict(reporter.timings))
+        record_image(build_dir, backend.name, plan.tag, image.image_id, image.digest)
+    pushed = None
+    if opts.push:
+        if image is None:
+            raise InputError("--push needs an image; this run stopped at the build context",
+                             hint="choose an image backend: --backend docker|podman|buildah|oci")
+        with reporter.stage("push", f"{plan.tag} -> {opts.push}"):
+            pushed = push(str(build_dir), opts.push)
+    return PackageResult(plan, build_dir, report, image, note, reused, pushed, dict(reporter.timings))

@@ -11,6 +11,7 @@ import click
 from builder import __version__
 from builder.cli.cache import cache
 from builder.cli.doctor import doctor
+from builder.cli.images import inspect, push
 from builder.cli.package import package
 from builder.cli.plan import plan
 from builder.cli.profiles import profiles
@@ -51,7 +52,7 @@ def cli() -> None:
     """Package Hugging Face models into optimized, validated, health-checked inference containers."""
 
 
-for command in (package, plan, profiles, serve, cache, doctor):
+for command in (package, plan, profiles, serve, push, inspect, cache, doctor):
     cli.add_command(command)
 
 

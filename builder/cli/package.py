@@ -21,8 +21,14 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
     table.add_row("image", result.plan.tag if image else f"{result.plan.tag} (not built: {result.backend_note})")
     if image:
         table.add_row("image id", f"{image.image_id}" + (" (reused)" if image.reused else ""))
+        if image.digest:
+            table.add_row("digest", image.digest)
         if image.size_bytes:
             table.add_row("image size", f"{image.size_bytes / 1e6:.0f} MB")
+        for made, size in image.layers:
+            table.add_row("  layer", f"{size / 1e6:9.1f} MB  {made}")
+    if result.pushed:
+        table.add_row("pushed", f"{result.pushed.destination}@{result.pushed.digest} ({result.pushed.tool})")
     table.add_row("build dir", str(result.build_dir))
     table.add_row("profile", f"{result.plan.profile.name} ({result.plan.profile.id[:12]})")
     report = result.report
@@ -46,17 +52,21 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
 @click.option("--base-image", help="Base image with Python 3.11 (default: the profile's, python:3.11-slim).")
 @click.option("--backend", type=click.Choice(CHOICES), default="auto", show_default=True,
               help="Image builder; 'none' stops at the build context.")
+@click.option("--format", "image_format", type=click.Choice(["oci", "docker"]), default="oci", show_default=True,
+              help="Manifest format the oci backend writes (docker = v2s2, whose HEALTHCHECK podman honours).")
+@click.option("--push", "push_to", metavar="REGISTRY/REPO[:TAG]", help="Push the image there after building.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output; print only the image tag.")
 def package(model: str, gpu: str | None, profile: str | None, precision: str | None, mode: str | None,
             offline: bool, output: Path | None, name: str | None, version: str | None, base_image: str | None,
-            backend: str, quiet: bool) -> None:
+            backend: str, image_format: str, push_to: str | None, quiet: bool) -> None:
     """Package MODEL (alias, org/name[@rev], hf://org/name@rev or ./folder) into a serving image."""
     if quiet:
         disable_progress_bars()
     reporter = Reporter(quiet=quiet)
     options = PackageOptions(model=model, gpu=gpu, output=output, name=name, version=version,
                              base_image=base_image, backend=backend, offline=offline, profile=profile,
-                             precision=precision, mode=mode)
+                             precision=precision, mode=mode, image_format=image_format,  # type: ignore[arg-type]
+                             push=push_to)
     result = run_package(options, reporter)
     if quiet:
         click.echo(result.plan.tag if result.image else str(result.build_dir))

@@ -6,12 +6,16 @@ from collections.abc import Callable
 
 from builder.errors import ImageBuildError, InputError
 from builder.image.base import ImageBackend, ImageResult
-from builder.image.docker import DockerBackend
+from builder.image.dockerfile_cli import BuildahBackend, DockerBackend, PodmanBackend
 from builder.image.oci import OciBackend
+from builder.oci.media import Format
 
-# `--backend auto` tries them in this order: a daemon the user already runs first, the writer last.
-BACKENDS: dict[str, Callable[[], ImageBackend]] = {
-    "docker": DockerBackend,
+# `--backend auto` tries them in this order: the tools the user already runs first, the writer last.
+# Each factory takes the manifest format; only the OCI writer has a choice (the CLIs' is fixed).
+BACKENDS: dict[str, Callable[[Format], ImageBackend]] = {
+    "docker": lambda _fmt: DockerBackend(),
+    "podman": lambda _fmt: PodmanBackend(),
+    "buildah": lambda _fmt: BuildahBackend(),
     "oci": OciBackend,
 }
 CHOICES = ("auto", "none", *BACKENDS)
@@ -19,14 +23,14 @@ CHOICES = ("auto", "none", *BACKENDS)
 __all__ = ["BACKENDS", "CHOICES", "ImageBackend", "ImageResult", "choose_backend"]
 
 
-def choose_backend(name: str) -> tuple[ImageBackend | None, str]:
+def choose_backend(name: str, image_format: Format = "oci") -> tuple[ImageBackend | None, str]:
     """The backend to build with (None: stop at the context) and a line saying why."""
     if name == "none":
         return None, "--backend none: stopping at the build context"
     if name == "auto":
         reasons = []
         for key, factory in BACKENDS.items():
-            backend = factory()
+            backend = factory(image_format)
             why = backend.why_unavailable()
             if not why:
                 return backend, f"--backend auto chose {key}"
@@ -34,7 +38,7 @@ def choose_backend(name: str) -> tuple[ImageBackend | None, str]:
         return None, "no image backend available (" + "; ".join(reasons) + "); stopping at the build context"
     if name not in BACKENDS:
         raise InputError(f"unknown backend {name!r}", hint=f"choose one of {', '.join(CHOICES)}")
-    backend = BACKENDS[name]()
+    backend = BACKENDS[name](image_format)
     why = backend.why_unavailable()
     if why:
         raise ImageBuildError(f"the {name} backend cannot build here: {why}",

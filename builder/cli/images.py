@@ -1,0 +1,54 @@
+"""`mbuild push` and `mbuild inspect`: the image side of a build, for DevOps."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from builder.inspect_image import inspect_target
+from builder.push import push as push_image
+
+
+@click.command()
+@click.argument("source")
+@click.argument("destination")
+@click.option("--format", "fmt", type=click.Choice(["v2s2", "oci"]), default="v2s2", show_default=True,
+              help="Manifest type when pushing from docker or podman (an OCI layout keeps its own).")
+def push(source: str, destination: str, fmt: str) -> None:
+    """Push SOURCE (a build dir, oci:DIR:TAG, or a local image) to DESTINATION (registry/repo[:tag])."""
+    result = push_image(source, destination, fmt)
+    click.echo(f"pushed {result.destination} with {result.tool}")
+    click.echo(f"digest {result.digest}" + (" (same as the local image)" if result.local_digest else ""))
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n / 1e3:,.1f} kB"
+
+
+@click.command()
+@click.argument("target")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def inspect(target: str, as_json: bool) -> None:
+    """Show TARGET's labels, profile, model commit, validation result and layer sizes."""
+    found = inspect_target(target)
+    if as_json:
+        click.echo(json.dumps(found.as_dict(), indent=2, sort_keys=True))
+        return
+    labels = found.labels
+    click.echo(f"image       {found.name}")
+    if found.digest:
+        click.echo(f"digest      {found.digest}")
+    click.echo(f"model       {labels.get('dev.mbuild.model.id', '?')} @ {labels.get('dev.mbuild.model.revision', '?')}")
+    click.echo(f"profile     {labels.get('dev.mbuild.profile', '?')} ({labels.get('dev.mbuild.profile.id', '?')[:12]})")
+    click.echo(f"engine      {labels.get('dev.mbuild.engine', '?')}, {labels.get('dev.mbuild.precision', '?')}")
+    validation = found.validation or {"label": labels.get("dev.mbuild.validation", "unknown")}
+    click.echo(f"validation  {json.dumps(validation, sort_keys=True)}")
+    click.echo("labels")
+    for key in sorted(labels):
+        click.echo(f"  {key}={labels[key]}")
+    if found.layers:
+        click.echo("layers")
+        for made, size in found.layers:
+            click.echo(f"  {_size(size):>12}  {made[:100]}")
+        click.echo(f"  {_size(sum(s for _, s in found.layers)):>12}  total")

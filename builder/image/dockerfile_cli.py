@@ -1,0 +1,132 @@
+"""Backends that build the rendered Dockerfile with a container CLI: docker, podman, buildah.
+
+The Dockerfile has no RUN step, so none of them needs a container runtime or network to build.
+Podman and buildah write Docker-format images: only that format keeps the HEALTHCHECK for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from builder.errors import ImageBuildError
+from builder.image.base import ImageResult
+from builder.image.spec import ImageSpec
+from builder.oci.refs import parse_ref
+from builder.oci.registry import is_insecure
+
+
+class DockerfileCli:
+    name = "docker"
+    executable = "docker"
+
+    def global_args(self) -> list[str]:
+        return []
+
+    def _run(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([self.executable, *self.global_args(), *args], capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+    def probe(self) -> list[str]:
+        """A quick command that succeeds only when the tool can build."""
+        return ["version"]
+
+    def why_unavailable(self) -> str:
+        if shutil.which(self.executable) is None:
+            return f"the {self.executable} CLI is not installed"
+        try:
+            result = self._run(*self.probe(), timeout=15)
+        except subprocess.TimeoutExpired:
+            return f"{self.executable} did not answer within 15 s"
+        if result.returncode != 0:
+            return f"{self.executable} cannot build here (" + (result.stderr.strip().splitlines() or ["?"])[-1] + ")"
+        return ""
+
+    def build_command(self, context: Path, tag: str) -> list[str]:
+        return ["build", "--network", "host", "--tag", tag, str(context)]
+
+    def existing(self, tag: str, context: Path | None = None) -> ImageResult | None:
+        result = self._run("image", "inspect", tag)
+        if result.returncode != 0:
+            return None
+        info = json.loads(result.stdout)[0]
+        return ImageResult(tag=tag, image_id=info["Id"] if ":" in info["Id"] else f"sha256:{info['Id']}",
+                           size_bytes=info.get("Size"), backend=self.name, reused=True)
+
+    def build(self, context: Path, tag: str, log_file: Path) -> ImageResult:
+        command = [self.executable, *self.global_args(), *self.build_command(context, tag)]
+        with log_file.open("w") as log:
+            log.write("$ " + " ".join(command) + "\n")
+            log.flush()
+            try:
+                code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=3600,
+                                      check=False).returncode
+            except subprocess.TimeoutExpired as exc:
+                raise ImageBuildError(f"{self.name} build ran for over an hour and was stopped",
+                                      hint=f"see {log_file}") from exc
+        if code != 0:
+            tail = "\n".join(log_file.read_text(errors="replace").strip().splitlines()[-12:])
+            raise ImageBuildError(f"{self.name} build failed (exit {code}):\n{tail}", hint=f"full log: {log_file}")
+        image = self.existing(tag)
+        if image is None:
+            raise ImageBuildError(f"{self.name} build succeeded but {tag} is not among its images")
+        return ImageResult(image.tag, image.image_id, image.size_bytes, self.name, reused=False)
+
+
+class DockerBackend(DockerfileCli):
+    """The docker CLI against whatever engine DOCKER_HOST (or the default socket) names."""
+
+    def probe(self) -> list[str]:
+        return ["version", "--format", "{{.Server.Version}}"]
+
+    def build_command(self, context: Path, tag: str) -> list[str]:
+        # Host network: some hosts have no bridge, and the Dockerfile fetches nothing anyway.
+        if self._run("buildx", "version").returncode == 0:
+            return ["buildx", "build", "--load", "--network", "host", "--tag", tag, str(context)]
+        return super().build_command(context, tag)
+
+
+class _ContainersStorage(DockerfileCli):
+    """podman and buildah share containers-storage; MBUILD_CONTAINERS_STORAGE_DRIVER picks its driver."""
+
+    def global_args(self) -> list[str]:
+        driver = os.environ.get("MBUILD_CONTAINERS_STORAGE_DRIVER")
+        return ["--storage-driver", driver] if driver else []
+
+    def _tls(self, context: Path) -> list[str]:
+        base = ImageSpec.load(context).base_image
+        return ["--tls-verify=false"] if is_insecure(parse_ref(base).registry) else []
+
+
+class PodmanBackend(_ContainersStorage):
+    name = executable = "podman"
+
+    def probe(self) -> list[str]:
+        return ["info", "--format", "{{.Store.GraphDriverName}}"]
+
+    def build_command(self, context: Path, tag: str) -> list[str]:
+        return ["build", "--format", "docker", "--network", "host", *self._tls(context), "--tag", tag, str(context)]
+
+
+class BuildahBackend(_ContainersStorage):
+    name = executable = "buildah"
+
+    def probe(self) -> list[str]:
+        return ["info"]
+
+    def build_command(self, context: Path, tag: str) -> list[str]:
+        return ["build", "--format", "docker", "--isolation", "chroot", *self._tls(context), "--tag", tag,
+                str(context)]
+
+    def existing(self, tag: str, context: Path | None = None) -> ImageResult | None:
+        result = self._run("inspect", "--type", "image", tag)
+        if result.returncode != 0:
+            return None
+        info = json.loads(result.stdout)
+        image_id = info.get("FromImageID", "")
+        size = sum(int(layer.get("Size", 0) or 0) for layer in info.get("OCIv1", {}).get("layers", []) or [])
+        return ImageResult(tag=tag, image_id=f"sha256:{image_id}", size_bytes=size or None, backend=self.name,
+                           reused=True)

@@ -1,0 +1,91 @@
+"""`mbuild inspect`: what an image (or a build directory) is: labels, profile, model, validation, layers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from builder.errors import InputError
+from builder.image.oci import LAYOUT_DIR
+from builder.oci.layout import Layout
+from builder.push import IMAGE_RECORD
+
+
+@dataclass
+class Inspection:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    layers: list[tuple[str, int]] = field(default_factory=list)  # (what made it, bytes)
+    validation: dict[str, Any] = field(default_factory=dict)
+    digest: str | None = None
+    image_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "labels": self.labels, "digest": self.digest, "image_id": self.image_id,
+                "validation": self.validation, "layers": [{"created_by": w, "bytes": b} for w, b in self.layers]}
+
+
+def _from_layout(layout_dir: Path, tag: str | None, name: str) -> Inspection:
+    layout = Layout(layout_dir)
+    desc, manifest = layout.manifest(tag)
+    config = layout.read_json(manifest["config"]["digest"])
+    made = [h.get("created_by", "") for h in config.get("history", []) if not h.get("empty_layer")]
+    made = made if len(made) == len(manifest["layers"]) else [""] * len(manifest["layers"])
+    layers = [(what, int(layer["size"])) for what, layer in zip(made, manifest["layers"], strict=True)]
+    return Inspection(name, dict(config.get("config", {}).get("Labels") or {}), layers, digest=desc.digest,
+                      image_id=manifest["config"]["digest"])
+
+
+def _from_engine(tool: str, image: str) -> Inspection | None:
+    if shutil.which(tool) is None:
+        return None
+    found = subprocess.run([tool, "image", "inspect", image], capture_output=True, text=True, check=False)
+    if found.returncode != 0:
+        return None
+    info = json.loads(found.stdout)[0]
+    history = subprocess.run([tool, "history", "--human=false", "--no-trunc", "--format",
+                              "{{.Size}}\t{{.CreatedBy}}", image], capture_output=True, text=True, check=False)
+    layers = []
+    for line in reversed(history.stdout.strip().splitlines()):  # history lists newest first
+        size, _, made = line.partition("\t")
+        if size.strip().isdigit() and int(size) > 0:
+            layers.append((made.strip(), int(size)))
+    labels = (info.get("Config") or {}).get("Labels") or info.get("Labels") or {}
+    digests = info.get("RepoDigests") or []
+    return Inspection(image, dict(labels), layers, digest=digests[0].split("@")[-1] if digests else None,
+                      image_id=info.get("Id"))
+
+
+def inspect_target(target: str) -> Inspection:
+    path = Path(target)
+    if path.is_dir() and (path / "plan.json").is_file():
+        record = json.loads((path / IMAGE_RECORD).read_text()) if (path / IMAGE_RECORD).is_file() else {}
+        if record.get("backend") == "oci":
+            found = _from_layout(path / LAYOUT_DIR, record["tag"], record["tag"])
+        elif record:
+            tool = "docker" if record["backend"] == "docker" else "podman"
+            found = _from_engine(tool, record["tag"]) or Inspection(record["tag"])
+        else:
+            spec = json.loads((path / "image-spec.json").read_text())
+            found = Inspection(json.loads((path / "plan.json").read_text())["tag"] + " (not built)", spec["labels"])
+        report = path / "report.json"
+        if report.is_file():
+            data = json.loads(report.read_text())
+            found.validation = {k: data.get(k) for k in ("passed", "min_cosine", "max_abs_diff", "tolerance")}
+        return found
+    if target.startswith("oci:"):
+        layout, _, tag = target.removeprefix("oci:").rpartition(":")
+        return _from_layout(Path(layout), tag or None, target)
+    for tool in ("docker", "podman"):
+        found_engine = _from_engine(tool, target)
+        if found_engine is not None:
+            validation = found_engine.labels.get("dev.mbuild.validation")
+            if validation:
+                found_engine.validation = {"label": validation}
+            return found_engine
+    raise InputError(f"{target!r} is neither a build directory nor an image docker or podman holds",
+                     hint="give a folder `mbuild package` wrote, oci:DIR:TAG, or an image name")

@@ -1,0 +1,122 @@
+"""`mbuild push`: an image (or a build directory's image) to any OCI distribution registry.
+
+The tool is the one that holds the image: an OCI layout goes with skopeo when installed, else the
+built-in client (both keep the digest); a Docker, podman or buildah image goes with skopeo or the
+engine's own push. Afterwards the registry is asked for the tag's digest, and it must match.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.errors import ImageBuildError, InputError
+from builder.image.oci import LAYOUT_DIR
+from builder.oci.layout import Layout
+from builder.oci.push import push_layout, remote_digest
+from builder.oci.refs import ImageRef, parse_ref
+from builder.oci.registry import is_insecure
+
+IMAGE_RECORD = "image.json"  # which backend built the build directory's image, under which tag
+
+
+@dataclass(frozen=True)
+class PushResult:
+    destination: str
+    digest: str  # what the registry serves under the tag now
+    local_digest: str | None  # the manifest digest before pushing, where the source has one
+    tool: str
+
+
+def record_image(build_dir: Path, backend: str, tag: str, image_id: str, digest: str | None) -> None:
+    (build_dir / IMAGE_RECORD).write_text(json.dumps(
+        {"backend": backend, "tag": tag, "image_id": image_id, "digest": digest}, indent=2) + "\n")
+
+
+def _skopeo(source: str, destination: ImageRef, extra: list[str]) -> str:
+    tls = [] if not is_insecure(destination.registry) else ["--dest-tls-verify=false"]
+    with tempfile.TemporaryDirectory() as tmp:
+        digest_file = Path(tmp) / "digest"
+        command = ["skopeo", "copy", "--quiet", "--digestfile", str(digest_file), *tls, *extra, source,
+                   f"docker://{destination}"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
+        if result.returncode != 0:
+            raise ImageBuildError(f"skopeo could not push to {destination}: {result.stderr.strip()[-800:]}",
+                                  hint="check the registry address and credentials (docker login)")
+        return digest_file.read_text().strip()
+
+
+def _engine_push(tool: str, image: str, destination: ImageRef) -> str:
+    if tool == "docker":
+        if subprocess.run(["docker", "tag", image, str(destination)], capture_output=True, check=False).returncode:
+            raise ImageBuildError(f"docker cannot tag {image} as {destination}")
+        command = ["docker", "push", str(destination)]
+    else:
+        tls = ["--tls-verify=false"] if is_insecure(destination.registry) else []
+        command = [tool, "push", *tls, image, f"docker://{destination}"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
+    if result.returncode != 0:
+        raise ImageBuildError(f"{tool} push to {destination} failed: {(result.stderr or result.stdout)[-800:]}")
+    return ""
+
+
+def _verify(destination: ImageRef, reported: str, local: str | None, tool: str) -> PushResult:
+    served = remote_digest(destination)
+    for name, value in (("the push reported", reported), ("the local image has", local)):
+        if value and value != served:
+            raise ImageBuildError(f"digest mismatch after push: the registry serves {served}, {name} {value}")
+    return PushResult(str(destination), served, local, tool)
+
+
+def push_layout_dir(layout_dir: Path, tag: str, destination: ImageRef) -> PushResult:
+    local = Layout(layout_dir).manifest(tag)[0].digest
+    if shutil.which("skopeo"):
+        reported = _skopeo(f"oci:{layout_dir}:{tag}", destination, ["--preserve-digests"])
+        return _verify(destination, reported, local, "skopeo")
+    _, reported = push_layout(layout_dir, tag, destination)
+    return _verify(destination, reported, local, "built-in client")
+
+
+def push_engine_image(tool: str, image: str, destination: ImageRef, fmt: str) -> PushResult:
+    """An image held by docker or containers-storage (podman, buildah)."""
+    if shutil.which("skopeo"):
+        transport = "docker-daemon" if tool == "docker" else "containers-storage"
+        reported = _skopeo(f"{transport}:{image}", destination, ["--format", fmt])
+        return _verify(destination, reported, None, f"skopeo from {tool}")
+    _engine_push(tool, image, destination)
+    return _verify(destination, "", None, tool)
+
+
+def _engine_holding(image: str) -> str | None:
+    for tool, probe in (("docker", ["docker", "image", "inspect", image]),
+                        ("podman", ["podman", "image", "exists", image])):
+        if shutil.which(tool) and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+            return tool
+    return None
+
+
+def push(source: str, destination: str, fmt: str = "v2s2") -> PushResult:
+    """source: a build directory, an OCI layout (oci:DIR:TAG), or an image name an engine holds."""
+    dest = parse_ref(destination)
+    path = Path(source)
+    if path.is_dir() and (path / IMAGE_RECORD).is_file():
+        record = json.loads((path / IMAGE_RECORD).read_text())
+        if record["backend"] == "oci":
+            return push_layout_dir(path / LAYOUT_DIR, record["tag"], dest)
+        tool = "podman" if record["backend"] in {"podman", "buildah"} else "docker"
+        return push_engine_image(tool, record["tag"], dest, fmt)
+    if path.is_dir():
+        raise InputError(f"{source} holds no built image (no {IMAGE_RECORD})",
+                         hint="package it with an image backend first (--backend docker|podman|buildah|oci)")
+    if source.startswith("oci:"):
+        layout, _, tag = source.removeprefix("oci:").rpartition(":")
+        return push_layout_dir(Path(layout), tag, dest)
+    holder = _engine_holding(source)
+    if holder is None:
+        raise InputError(f"no local image {source!r} in docker or podman",
+                         hint="give a build directory, oci:DIR:TAG, or an image name `docker images` lists")
+    return push_engine_image(holder, source, dest, fmt)
