@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Make a Python 3.11 base image without any container registry: debootstrap a minimal
-# Debian bookworm with python3 and load it into the Docker engine. The rootfs tarball is
-# cached outside the repo so later runs only `docker import` it.
+# Debian bookworm with python3 and load it into the Docker engine, then copy it to an OCI layout
+# (for the daemonless backend) and, when a local registry answers, into it (for podman and buildah).
+# The rootfs tarball is cached outside the repo so later runs only import it.
 set -euo pipefail
 IMAGE="${1:-mbuild-local/python:3.11-bookworm}"
 CACHE="${MBUILD_CI_CACHE:-$HOME/.cache/mbuild-ci}"
 TARBALL="$CACHE/python3.11-bookworm-rootfs-v2.tar"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
-if docker image inspect "$IMAGE" >/dev/null 2>&1; then
-  echo "base image $IMAGE present"; exit 0
-fi
+OCI_DIR="${MBUILD_TEST_BASE_OCI_DIR:-$CACHE/base-oci-v2}"
+REGISTRY="${MBUILD_TEST_REGISTRY:-}"
 mkdir -p "$CACHE"
 if [ ! -s "$TARBALL" ]; then
   ROOT="$(mktemp -d "$CACHE/rootfs.XXXXXX")"
@@ -26,7 +26,21 @@ if [ ! -s "$TARBALL" ]; then
   mv "$TARBALL.tmp" "$TARBALL"
   rm -rf "$ROOT"
 fi
-docker import \
-  -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8' \
-  -c 'CMD ["python3"]' "$TARBALL" "$IMAGE" >/dev/null
-echo "base image $IMAGE imported from $TARBALL"
+if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
+  docker import \
+    -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8' \
+    -c 'CMD ["python3"]' "$TARBALL" "$IMAGE" >/dev/null
+  echo "base image $IMAGE imported from $TARBALL"
+fi
+if command -v skopeo >/dev/null; then
+  DAEMON=()
+  [ -n "${DOCKER_HOST:-}" ] && DAEMON=(--src-daemon-host "$DOCKER_HOST")
+  if [ ! -f "$OCI_DIR/index.json" ]; then
+    skopeo copy -q "${DAEMON[@]}" "docker-daemon:$IMAGE" "oci:$OCI_DIR:bookworm"
+    echo "base image copied to oci:$OCI_DIR:bookworm"
+  fi
+  if [ -n "$REGISTRY" ]; then
+    skopeo copy -q --dest-tls-verify=false "oci:$OCI_DIR:bookworm" "docker://$REGISTRY/$IMAGE"
+    echo "base image pushed to $REGISTRY/$IMAGE"
+  fi
+fi

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -10,38 +9,11 @@ import numpy as np
 import pytest
 from openai import OpenAI
 
-from tests.integration.conftest import BASE_IMAGE, TEXTS, cosines
+from tests.integration.conftest import DOCKER_TAG as TAG
+from tests.integration.conftest import TEXTS, cosines, package_docker_image
 from tests.support.containers import docker, inspect, running, wait_healthy
-from tests.support.procs import mbuild
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-TAG = "mbuild-test/minilm:it"
-
-
-def package_image(hf_home: Path, out: Path) -> str:
-    result = mbuild("package", "all-minilm-l6-v2", "--offline", "--backend", "docker", "--base-image", BASE_IMAGE,
-                    "--name", "mbuild-test/minilm", "--version", "it", "--output", str(out),
-                    env={"HF_HOME": str(hf_home)})
-    log = out / "image-build.log"
-    assert result.returncode == 0, result.stderr + (log.read_text()[-3000:] if log.exists() else "")
-    return result.stderr
-
-
-@pytest.fixture(scope="module")
-def image_build(minilm_hf_home: Path, docker_available: None,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    out = tmp_path_factory.mktemp("minilm-image")
-    output = package_image(minilm_hf_home, out)
-    assert TAG in output and "image id" in output
-    yield out
-    docker("rmi", "-f", TAG)
-
-
-@pytest.fixture(scope="module")
-def minilm_image(image_build: Path) -> str:
-    return TAG
 
 
 def test_image_metadata(minilm_image: str) -> None:
@@ -60,7 +32,7 @@ def test_image_metadata(minilm_image: str) -> None:
 
 
 def test_image_has_no_torch_or_transformers(minilm_image: str) -> None:
-    probe = docker("run", "--rm", "--network", "host", "--entrypoint", "/opt/mbuild/venv/bin/python", minilm_image,
+    probe = docker("run", "--rm", "--network", "host", "--entrypoint", "python3", minilm_image,
                    "-c", "import importlib.util as u; print([m for m in ('torch', 'transformers', 'builder') "
                          "if u.find_spec(m)])")
     assert probe.returncode == 0, probe.stderr
@@ -86,7 +58,7 @@ def test_container_becomes_healthy_and_serves(minilm_image: str, reference_embed
 
 def test_an_unchanged_rebuild_reuses_build_and_image(image_build: Path, minilm_hf_home: Path) -> None:
     before = inspect(TAG)["Id"]
-    output = package_image(minilm_hf_home, image_build)
+    output = package_docker_image(minilm_hf_home, image_build)
     assert "reused" in output and "already built by docker" in output
     assert "✓ export" not in output and "✓ image" not in output
     assert inspect(TAG)["Id"] == before
