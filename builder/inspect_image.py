@@ -35,6 +35,7 @@ def _from_layout(layout_dir: Path, tag: str | None, name: str) -> Inspection:
     config = layout.read_json(manifest["config"]["digest"])
     made = [h.get("created_by", "") for h in config.get("history", []) if not h.get("empty_layer")]
     made = made if len(made) == len(manifest["layers"]) else [""] * len(manifest["layers"])
+    made = [m or "base image layer" for m in made]
     layers = [(what, int(layer["size"])) for what, layer in zip(made, manifest["layers"], strict=True)]
     return Inspection(name, dict(config.get("config", {}).get("Labels") or {}), layers, digest=desc.digest,
                       image_id=manifest["config"]["digest"])
