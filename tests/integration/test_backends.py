@@ -1,18 +1,20 @@
 """One build context, four image backends: each image runs, becomes healthy and serves MiniLM.
 
-docker builds and `docker run`s; podman builds and `podman run`s; buildah builds and podman runs it
-(shared containers-storage); the daemonless OCI writer's layout is unpacked by umoci and run by runc.
-Every build gets a planted HF_TOKEN in its environment, and no image may carry it.
+The context is packaged once with the base in the local registry; then docker builds it and
+`docker run`s it; podman builds it and `podman run`s it; buildah builds it and podman runs it
+(shared containers-storage); the daemonless OCI writer pulls the base with its own client, and its
+layout is unpacked by umoci and run by runc. Every build gets a planted HF_TOKEN in its
+environment, and no image may carry it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -30,94 +32,95 @@ SECRET = "hf_PLANTEDsecretForTheScan0123456789"
 BACKENDS = ("docker", "podman", "buildah", "oci")
 
 
-def _base_for(backend: str, bases: Bases) -> str:
-    return {"docker": bases.docker, "oci": bases.oci}.get(backend, bases.in_registry)
+TAG = "mbuild-test/backends:it"
 
 
-def package(backend: str, bases: Bases, hf_home: Path, out: Path, *extra: str, env: dict[str, str] | None = None,
-            name: str | None = None) -> str:
-    result = mbuild("package", "all-minilm-l6-v2", "--offline", "--backend", backend, "--base-image",
-                    _base_for(backend, bases), "--name", name or f"mbuild-test/{backend}", "--version", "it",
-                    "--output", str(out), *extra, env={"HF_HOME": str(hf_home), "HF_TOKEN": SECRET, **(env or {})})
+def package(backend: str, base: str, hf_home: Path, out: Path, env: dict[str, str] | None = None) -> str:
+    result = mbuild("package", "all-minilm-l6-v2", "--offline", "--backend", backend, "--base-image", base,
+                    "--name", TAG.split(":")[0], "--version", "it", "--output", str(out),
+                    env={"HF_HOME": str(hf_home), "HF_TOKEN": SECRET, **(env or {})})
     log = out / "image-build.log"
     assert result.returncode == 0, result.stderr + (log.read_text()[-3000:] if log.exists() else "")
     assert SECRET not in result.stderr + result.stdout
     return result.stderr
 
 
+@dataclass(frozen=True)
+class Built:
+    context: Path
+    records: dict[str, dict[str, str]]  # backend -> its image.json
+
+
 @pytest.fixture(scope="module")
-def builds(bases: Bases, minilm_hf_home: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Path]]:
-    made: dict[str, Path] = {}
-
-    def build(backend: str) -> Path:
-        if backend not in made:
-            if backend in {"podman", "buildah"}:
-                tool(backend, "info")
-            out = tmp_path_factory.mktemp(f"build-{backend}")
-            package(backend, bases, minilm_hf_home, out)
-            made[backend] = out
-        return made[backend]
-
-    yield build
-    docker("rmi", "-f", "mbuild-test/docker:it")
+def built(bases: Bases, minilm_hf_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     for name in ("podman", "buildah"):
-        if shutil.which("podman"):
-            podman("rmi", "-f", f"localhost/mbuild-test/{name}:it")
+        tool(name, "info")
+    for name in ("umoci", "runc", "skopeo"):
+        tool(name, "--version")
+    docker("rmi", "-f", TAG)  # a leftover from an interrupted run would be reused, not rebuilt
+    podman("rmi", "-f", f"localhost/{TAG}")
+    context = tmp_path_factory.mktemp("one-context")
+    package("none", bases.in_registry, minilm_hf_home, context)
+    records = {}
+    for backend in BACKENDS:  # the same context each time: the build is reused, only the image is new
+        output = package(backend, bases.in_registry, minilm_hf_home, context)
+        assert "reused" in output and f"{backend} build" in output
+        records[backend] = json.loads((context / "image.json").read_text())
+        if backend == "podman":  # buildah shares the storage: untagged, podman's image cannot pass for buildah's
+            assert podman("untag", f"localhost/{TAG}").returncode == 0
+    yield Built(context, records)
+    docker("rmi", "-f", TAG)
+    podman("rmi", "-f", f"localhost/{TAG}")
 
 
-def runner(backend: str, build_dir: Path, work: Path) -> AbstractContextManager[str]:
-    tag = f"mbuild-test/{backend}:it"
+def runner(backend: str, context: Path, work: Path) -> AbstractContextManager[str]:
     if backend == "docker":
-        return docker_run(tag)
+        return docker_run(TAG)
     if backend in {"podman", "buildah"}:
-        return podman_run(f"localhost/{tag}")
-    tool("umoci", "--version")
-    tool("runc", "--version")
-    return runc_run(build_dir / "oci", tag, work)
+        return podman_run(f"localhost/{TAG}")
+    return runc_run(context / "oci", TAG, work)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_each_backend_builds_an_image_that_runs_healthy_and_serves(
-        backend: str, builds: Callable[[str], Path], reference_embeddings: np.ndarray, tmp_path: Path) -> None:
-    build_dir = builds(backend)
-    record = json.loads((build_dir / "image.json").read_text())
-    assert record["backend"] == backend
-    with runner(backend, build_dir, tmp_path) as url:
+        backend: str, built: Built, reference_embeddings: np.ndarray, tmp_path: Path) -> None:
+    assert built.records[backend]["backend"] == backend
+    if backend in {"podman", "buildah"}:  # shared storage, one tag: point it at this backend's own image
+        assert podman("tag", built.records[backend]["image_id"].removeprefix("sha256:"),
+                      f"localhost/{TAG}").returncode == 0
+    with runner(backend, built.context, tmp_path) as url:
         body = httpx.post(f"{url}/v1/embeddings", json={"input": TEXTS, "truncate": "END"}, timeout=60).json()
         assert cosines(np.array([d["embedding"] for d in body["data"]]), reference_embeddings).min() >= 0.9999
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_no_image_carries_the_planted_token(backend: str, builds: Callable[[str], Path], tmp_path: Path) -> None:
-    build_dir = builds(backend)
-    tag = f"mbuild-test/{backend}:it"
+def test_no_image_carries_the_planted_token(backend: str, built: Built, tmp_path: Path) -> None:
+    image = built.records[backend]["image_id"]
     if backend == "oci":
-        hits = scan_tree(build_dir / "oci", SECRET)
+        hits, probe = scan_tree(built.context / "oci", SECRET), scan_tree(built.context / "oci", "dev.mbuild.plan")
     else:
         archive = tmp_path / "image.tar"
         if backend == "docker":
-            saved = docker("save", "-o", str(archive), tag, timeout=600)
-            history = docker("history", "--no-trunc", tag).stdout + docker("image", "inspect", tag).stdout
+            saved = docker("save", "-o", str(archive), TAG, timeout=600)
+            history = docker("history", "--no-trunc", TAG).stdout + docker("image", "inspect", TAG).stdout
         else:
-            saved = podman("save", "--format", "oci-archive", "-o", str(archive), f"localhost/{tag}")
-            history = podman("image", "inspect", f"localhost/{tag}").stdout
+            ref = image.removeprefix("sha256:")
+            saved = podman("save", "--format", "oci-archive", "-o", str(archive), ref)
+            history = podman("image", "inspect", ref).stdout + podman("history", "--no-trunc", ref).stdout
         assert saved.returncode == 0, saved.stderr
         hits = occurrences(archive, SECRET) + (["history/inspect"] if SECRET in history else [])
+        probe = occurrences(archive, "dev.mbuild.plan")
     assert hits == []
-    # The scan would have found it: the same scan sees a value that is in the image.
-    probe = scan_tree(build_dir / "oci", "dev.mbuild.plan.digest") if backend == "oci" else occurrences(
-        archive, "dev.mbuild.plan.digest")
-    assert probe
+    assert probe  # the same scan does find what is in the image
 
 
 def test_oci_backend_builds_the_same_digest_twice(bases: Bases, minilm_hf_home: Path, tmp_path: Path) -> None:
     digests = []
-    for run in ("first", "second"):
-        package("oci", bases, minilm_hf_home, tmp_path / run)
+    for run in ("first", "second"):  # two builds from scratch, each exporting and compiling anew
+        package("oci", bases.oci, minilm_hf_home, tmp_path / run)
         digests.append(json.loads((tmp_path / run / "image.json").read_text())["digest"])
     assert digests[0] == digests[1] and digests[0].startswith("sha256:")
-    package("oci", bases, minilm_hf_home, tmp_path / "dated", env={"SOURCE_DATE_EPOCH": "1767225600"})
+    package("oci", bases.oci, minilm_hf_home, tmp_path / "dated", env={"SOURCE_DATE_EPOCH": "1767225600"})
     assert json.loads((tmp_path / "dated" / "image.json").read_text())["digest"] != digests[0]
 
 
@@ -130,16 +133,14 @@ def _skopeo_digest(ref: str) -> str:
 
 @pytest.mark.parametrize("client", ["skopeo", "built-in"])
 def test_push_keeps_the_digest_and_docker_runs_the_pulled_image(
-        client: str, builds: Callable[[str], Path], bases: Bases, reference_embeddings: np.ndarray) -> None:
-    build_dir = builds("oci")
-    local = json.loads((build_dir / "image.json").read_text())["digest"]
+        client: str, built: Built, bases: Bases, reference_embeddings: np.ndarray) -> None:
+    build_dir = built.context  # its image.json names the oci build, the last one made
+    local = built.records["oci"]["digest"]
     ref = f"{bases.registry}/mbuild-test/pushed-{client}:it"
     env = {}
     if client == "built-in":
         env["PATH"] = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
                                       if not (Path(p) / "skopeo").exists())
-    else:
-        tool("skopeo", "--version")
     result = mbuild("push", str(build_dir), ref, env=env)
     assert result.returncode == 0, result.stderr
     assert f"digest {local}" in result.stdout and ("built-in client" in result.stdout) == (client == "built-in")
@@ -154,8 +155,8 @@ def test_push_keeps_the_digest_and_docker_runs_the_pulled_image(
         docker("rmi", "-f", ref)
 
 
-def test_inspect_shows_labels_validation_and_layers(builds: Callable[[str], Path]) -> None:
-    result = mbuild("inspect", str(builds("oci")), "--json")
+def test_inspect_shows_labels_validation_and_layers(built: Built) -> None:
+    result = mbuild("inspect", str(built.context), "--json")
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout)
     assert found["labels"]["dev.mbuild.profile"] == "onnxruntime-cpu-fp32-tp1-latency"
