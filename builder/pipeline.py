@@ -11,7 +11,7 @@ from typing import Any
 
 from builder import reuse
 from builder.catalog import ModelFacts
-from builder.errors import InputError, ToolMissing, UnsupportedModel
+from builder.errors import InputError, ToolMissing
 from builder.hubcache import offline_requested
 from builder.image import ImageResult, choose_backend
 from builder.lock import write_lock
@@ -24,7 +24,7 @@ from builder.push import PushResult, push, record_image
 from builder.selection import Selection, require_selection, select
 from builder.sources import parse_model_ref
 from builder.stages import context as context_stage
-from builder.stages.compile_ort import optimize
+from builder.stages.compile_ort import optimize, quantize
 from builder.stages.facts import model_facts
 from builder.stages.pull import ModelRef, pull, resolve, resolve_or_defer
 from builder.target import Target, resolve_target
@@ -107,13 +107,36 @@ def plan_package(opts: PackageOptions, reporter: Reporter, *, for_plan_only: boo
     return plan
 
 
+@dataclass(frozen=True)
+class TaskStages:
+    """Where each task's export and gate live (imported on demand: they need the export extra)."""
+
+    export: str
+    gate: str
+    exporting: str
+    validating: str
+
+
+TASKS = {
+    "embedding": TaskStages("builder.stages.export_encoder:export_encoder", "builder.stages.validate_encoder",
+                            "PyTorch -> ONNX with pooling", "engine vs sentence-transformers"),
+    "text-generation": TaskStages("builder.stages.export_decoder:export_decoder", "builder.stages.validate_decoder",
+                                  "PyTorch -> ONNX with a KV cache", "engine vs transformers generate"),
+}
+
+
 def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: dict[str, Any]) -> EngineConfig:
     if engine_dir.exists():
         shutil.rmtree(engine_dir)
     level = str(plan.profile.engine_options.get("graph_optimization", "extended"))
-    optimize(work / "model.onnx", engine_dir / "model.onnx", level)
+    source = quantize(work / "model.onnx", work / f"model.{plan.profile.precision}.onnx", plan.profile, plan.task)
+    optimize(source, engine_dir / "model.onnx", level)
     shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
-    options = {**exported.pop("options"), "max_batch": plan.profile.limits.max_batch, "graph_optimization": level}
+    options = {**exported.pop("options"), "max_batch": plan.profile.limits.max_batch, "graph_optimization": level,
+               "precision": plan.profile.precision}
+    if plan.task == "text-generation" and plan.profile.limits.context:
+        # The served context is what the profile reserved KV cache for, not the model's longest.
+        exported["max_seq_length"] = min(int(exported["max_seq_length"]), plan.profile.limits.context)
     config = EngineConfig.from_dict({"engine": "onnxruntime", "model_file": "model.onnx", **exported,
                                      "options": options})
     (engine_dir / "engine.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
@@ -121,12 +144,9 @@ def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: dict[str, 
 
 
 def _check_buildable(plan: BuildPlan) -> None:
-    if plan.task != "embedding":
-        raise UnsupportedModel(f"{plan.model.repo} is a {plan.task} model; this mbuild packages embedding models",
-                               hint="try an embedding model such as all-minilm-l6-v2")
-    if plan.profile.engine != "onnxruntime" or plan.profile.precision != "fp32":
-        raise ToolMissing(f"profile {plan.profile.name} needs a compile stage this mbuild does not have yet",
-                          hint="package for the CPU in fp32: --gpu cpu --precision fp32")
+    if plan.profile.engine != "onnxruntime":
+        raise ToolMissing(f"profile {plan.profile.name} needs a {plan.profile.engine} compile stage that this host "
+                          "cannot run", hint="package for the CPU (--gpu cpu), or build on a host with TensorRT")
 
 
 def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Reporter) -> dict[str, Any]:
@@ -134,21 +154,22 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
     reuse.forget(build_dir)
     work, engine_dir = build_dir / "work", build_dir / "model"
     work.mkdir(parents=True, exist_ok=True)
+    stages = TASKS[plan.task]
     with reporter.stage("download", f"{len(plan.model.files)} files of {plan.model.repo}"):
         snapshot = pull(plan.model, parse_model_ref(opts.model), opts.is_offline)
-    export = load_stage("builder.stages.export_encoder", "exporting to ONNX")
-    with reporter.stage("export", "PyTorch -> ONNX with pooling"):
-        exported = export.export_encoder(snapshot, work)
-    with reporter.stage("compile", "ONNX Runtime graph optimization"):
+    module, _, function = stages.export.partition(":")
+    export = getattr(load_stage(module, "exporting to ONNX"), function)
+    with reporter.stage("export", stages.exporting):
+        exported = export(snapshot, work)
+    with reporter.stage("compile", f"ONNX Runtime {plan.profile.precision}: quantize and optimize"):
         _compile(plan, work, engine_dir, exported)
-    gate = load_stage("builder.stages.validate_encoder", "validating against the PyTorch reference")
-    with reporter.stage("validate", "engine vs sentence-transformers"):
-        report: dict[str, Any] = gate.run_gate(snapshot, engine_dir, plan.profile.tolerance.min_cosine,
+    gate = load_stage(stages.gate, "validating against the PyTorch reference")
+    with reporter.stage("validate", stages.validating):
+        report: dict[str, Any] = gate.run_gate(snapshot, engine_dir, plan.profile.tolerance,
                                                build_dir / "report.json")
     shutil.copy2(build_dir / "report.json", engine_dir / "report.json")
-    reporter.note(f"min cosine {report['min_cosine']:.7f} over {len(report['inputs'])} inputs "
-                  f"(tolerance {plan.profile.tolerance.min_cosine})")
-    with reporter.stage("context", "Dockerfile, runtime, wheels"):
+    reporter.note(report["summary"])
+    with reporter.stage("context", "Dockerfile, runtime, packages"):
         write_lock(build_dir, plan, snapshot)
         context_stage.assemble(build_dir, plan, report)
     reuse.mark_finished(build_dir, plan.digest())

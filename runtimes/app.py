@@ -21,6 +21,7 @@ from runtimes.api_errors import ApiError, error_response
 from runtimes.bodies import describe_errors
 from runtimes.health import State
 from runtimes.routes_embeddings import router as embeddings_router
+from runtimes.routes_generation import router as generation_router
 from runtimes.routes_health import router as health_router
 from runtimes.settings import Settings
 from runtimes.state import ServiceState
@@ -77,6 +78,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.service = state
     app.include_router(health_router)
     app.include_router(embeddings_router)
+    app.include_router(generation_router)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -116,13 +118,13 @@ async def drain(state: ServiceState, timeout: float = DRAIN_SECONDS) -> None:
     """Readiness goes 503 first, in-flight requests finish, then the engine stops."""
     if state.health.state is not State.DRAINING:
         state.health.move(State.DRAINING)
-    loaded = state.loaded
-    if loaded is None:
-        return
     deadline = time.monotonic() + timeout
-    while loaded.batcher.in_flight and time.monotonic() < deadline:
+    while state.in_flight and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    await loaded.batcher.stop()
+    if state.embedding is not None:
+        await state.embedding.batcher.stop()
+    if state.generation is not None:
+        state.generation.scheduler.stop()
 
 
 def app_from_env() -> Any:

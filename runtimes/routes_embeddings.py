@@ -12,20 +12,18 @@ from runtimes.api_errors import ApiError
 from runtimes.auth import check_bearer
 from runtimes.batcher import QueueFull
 from runtimes.bodies import openapi_body, parse_body
-from runtimes.health import State
 from runtimes.schemas import MAX_INPUTS, EmbeddingData, EmbeddingRequest, EmbeddingResponse, Usage
-from runtimes.state import Loaded, ServiceState
+from runtimes.state import EmbeddingRuntime, ServiceState, serving
 from runtimes.tokenize import InputTooLong
 
 router = APIRouter()
 
 
-def _ready(state: ServiceState) -> Loaded:
-    # While draining, readiness says 503 so balancers stop routing here, but requests still get served.
-    if state.loaded is None or state.health.state not in (State.READY, State.DRAINING):
-        raise ApiError(503, f"the model is not ready ({state.health.state.value})", "model_not_ready",
-                       "service_unavailable", headers={"Retry-After": "5"})
-    return state.loaded
+def _ready(state: ServiceState) -> EmbeddingRuntime:
+    if state.config is not None and state.config.task != "embedding":
+        raise ApiError(404, "this model generates text; it serves /v1/chat/completions and /v1/completions, "
+                            "not /v1/embeddings", "wrong_task")
+    return serving(state, state.embedding)
 
 
 def _check_request(state: ServiceState, body: EmbeddingRequest, texts: list[str]) -> None:

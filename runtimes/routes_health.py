@@ -50,7 +50,8 @@ async def metadata(request: Request) -> dict[str, Any]:
         "model": meta.get("model", {}),
         "profile": meta.get("profile", {}),
         "engine": state.config.to_dict() if state.config else None,
-        "validation": {k: report.get(k) for k in ("passed", "min_cosine", "max_abs_diff", "tolerance") if k in report},
+        "validation": {k: report.get(k) for k in ("passed", "summary", "min_cosine", "max_abs_diff", "greedy_equal",
+                                                  "top1_agreement", "tolerance") if k in report},
         "versions": {**meta.get("versions", {}), "runtime": __version__},
         "status": state.health.state.value,
     }

@@ -6,24 +6,36 @@ import asyncio
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
+from runtimes.api_errors import ApiError
 from runtimes.batcher import Batcher
 from runtimes.bundle import EngineConfig, load_engine_config, load_metadata
-from runtimes.engines import ENGINES, Engine
+from runtimes.engines import EncoderEngine, encoder_for
+from runtimes.generation.runtime import GenerationRuntime
 from runtimes.health import Health, State
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 from runtimes.tokenize import TextTokenizer
 
 log = logging.getLogger("mbuild.runtime")
+T = TypeVar("T")
 
 
 @dataclass
-class Loaded:
-    engine: Engine
+class EmbeddingRuntime:
+    engine: EncoderEngine
     tokenizer: TextTokenizer
     batcher: Batcher
+
+    @classmethod
+    def load(cls, model_dir: Path, config: EngineConfig, settings: Settings, metrics: Metrics) -> EmbeddingRuntime:
+        engine = encoder_for(model_dir, config, settings.threads)
+        tokenizer = TextTokenizer(model_dir / config.tokenizer_file, config.max_seq_length)
+        engine.warm_up()
+        max_batch = int(config.options.get("max_batch", 32))
+        return cls(engine, tokenizer, Batcher(engine.run, max_batch, settings.max_queue, metrics))
 
 
 @dataclass
@@ -33,7 +45,14 @@ class ServiceState:
     metrics: Metrics = field(default_factory=Metrics)
     metadata: dict[str, Any] = field(default_factory=dict)
     config: EngineConfig | None = None
-    loaded: Loaded | None = None
+    embedding: EmbeddingRuntime | None = None
+    generation: GenerationRuntime | None = None
+
+    @property
+    def in_flight(self) -> int:
+        if self.embedding is not None:
+            return self.embedding.batcher.in_flight
+        return self.generation.scheduler.busy if self.generation is not None else 0
 
     def served_names(self) -> list[str]:
         """The name /v1/models lists first, then the other names a request may use for the model."""
@@ -48,24 +67,27 @@ class ServiceState:
             model_dir = self.settings.model_dir
             self.config = load_engine_config(model_dir)
             self.metadata = load_metadata(model_dir)
-            factory = ENGINES.get(self.config.engine)
-            if factory is None:
-                raise ValueError(f"engine {self.config.engine!r} is not one of {sorted(ENGINES)}")
-            engine = factory(model_dir, self.config, self.settings.threads)
-            tokenizer = TextTokenizer(model_dir / self.config.tokenizer_file, self.config.max_seq_length)
             self.health.move(State.WARMING)
-            engine.warm_up()
-            max_batch = int(self.config.options.get("max_batch", 32))
-            batcher = Batcher(engine.run, max_batch, self.settings.max_queue, self.metrics)
-            asyncio.run_coroutine_threadsafe(self._activate(Loaded(engine, tokenizer, batcher)), loop).result()
+            if self.config.task == "embedding":
+                runtime: EmbeddingRuntime | GenerationRuntime = EmbeddingRuntime.load(
+                    model_dir, self.config, self.settings, self.metrics)
+            else:
+                runtime = GenerationRuntime.load(model_dir, self.config, self.settings.threads,
+                                                 self.settings.max_queue, self.metrics)
+                runtime.engine.warm_up()
+            asyncio.run_coroutine_threadsafe(self._activate(runtime), loop).result()
         except Exception as exc:  # every failure becomes a failed state with a readable reason
             log.error("model failed to load: %s", exc)
             self.health.move(State.FAILED, str(exc))
 
-    async def _activate(self, loaded: Loaded) -> None:
+    async def _activate(self, runtime: EmbeddingRuntime | GenerationRuntime) -> None:
         # The batcher's task must live on the serving loop, so readiness flips there too.
-        loaded.batcher.start()
-        self.loaded = loaded
+        if isinstance(runtime, EmbeddingRuntime):
+            runtime.batcher.start()
+            self.embedding = runtime
+        else:
+            runtime.scheduler.start()
+            self.generation = runtime
         self.health.move(State.READY)
         log.info("model ready: %s", ", ".join(self.served_names()))
 
@@ -73,3 +95,11 @@ class ServiceState:
         thread = threading.Thread(target=self.load, args=(loop,), name="model-loader", daemon=True)
         thread.start()
         return thread
+
+
+def serving(state: ServiceState, runtime: T | None) -> T:
+    """The runtime, if requests may use it: ready, or draining (readiness says 503, but it still serves)."""
+    if runtime is None or state.health.state not in (State.READY, State.DRAINING):
+        raise ApiError(503, f"the model is not ready ({state.health.state.value})", "model_not_ready",
+                       "service_unavailable", headers={"Retry-After": "5"})
+    return runtime

@@ -32,8 +32,7 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
     table.add_row("build dir", str(result.build_dir))
     table.add_row("profile", f"{result.plan.profile.name} ({result.plan.profile.id[:12]})")
     report = result.report
-    table.add_row("validation", f"{'passed' if report['passed'] else 'FAILED'}: min cosine "
-                                f"{report['min_cosine']:.7f} >= {report['tolerance']['min_cosine']}")
+    table.add_row("validation", f"{'passed' if report['passed'] else 'FAILED'}: {report.get('summary', '')}")
     table.add_row("time", ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())
                   + f" (total {sum(result.timings.values()):.1f}s)")
     reporter.console.print(table)

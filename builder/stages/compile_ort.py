@@ -1,12 +1,22 @@
-"""CPU compile: ONNX Runtime's graph optimizer, run once at build time and saved as the engine."""
+"""CPU compile: quantization where the profile asks for it, then ONNX Runtime's graph optimizer.
+
+Both run once at build time and the result is saved as the engine.
+  embeddings, int8:       dynamic quantization (int8 weights per channel, activations at run time)
+  language models, int8/int4: weight-only block quantization (MatMulNBits), as onnxruntime-genai does
+"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import onnx
 import onnxruntime as ort
+from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from builder.errors import InputError
+from builder.profiles import Profile
 
 # "extended" fuses attention, layer norm and GELU and stays portable across x86-64 CPUs;
 # "all" adds layout changes tied to the build host's CPU, so it is not the default.
@@ -15,6 +25,7 @@ LEVELS = {
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
+_NBITS = {"int8": 8, "int4": 4}
 
 
 def optimize(source: Path, engine_file: Path, level: str = "extended") -> Path:
@@ -26,3 +37,24 @@ def optimize(source: Path, engine_file: Path, level: str = "extended") -> Path:
     engine_file.parent.mkdir(parents=True, exist_ok=True)
     ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
     return engine_file
+
+
+def quantize(source: Path, target: Path, profile: Profile, task: str) -> Path:
+    """Write the quantized graph to target; fp32 profiles leave the source as it is."""
+    options = profile.engine_options
+    if profile.precision == "fp32":
+        return source
+    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
+    if task == "embedding" and profile.precision == "int8":
+        quantize_dynamic(source, target, weight_type=QuantType.QInt8, per_channel=bool(options.get("per_channel")),
+                         reduce_range=bool(options.get("reduce_range")))
+        return target
+    if task == "text-generation" and profile.precision in _NBITS:
+        level = options.get("accuracy_level")
+        quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), bits=_NBITS[profile.precision],
+                                         block_size=int(options.get("block_size", 32)), is_symmetric=True,
+                                         accuracy_level=int(level) if level is not None else None)
+        quantizer.process()
+        quantizer.model.save_model_to_file(str(target), use_external_data_format=False)
+        return target
+    raise InputError(f"precision {profile.precision} is not available on ONNX Runtime CPU for {task} models")

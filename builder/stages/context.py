@@ -68,6 +68,9 @@ def image_labels(plan: BuildPlan, report: dict[str, Any], created: str) -> dict[
     }
     if "min_cosine" in report:
         labels["dev.mbuild.validation"] = f"passed={report.get('passed')} min_cosine={report['min_cosine']:.6f}"
+    elif "greedy_equal" in report:
+        labels["dev.mbuild.validation"] = (f"passed={report.get('passed')} greedy_equal={report['greedy_equal']}/"
+                                           f"{len(report['prompts'])} top1={report['top1_agreement']:.4f}")
     if plan.target.gpus:
         labels["dev.mbuild.compute-capability"] = plan.target.gpus[0].compute_capability
     return labels

@@ -14,9 +14,10 @@ import numpy as np
 from sentence_transformers import SentenceTransformer
 
 from builder.errors import ValidationFailed
+from builder.profiles import Tolerance
 from builder.stages.quiet import quiet_ml
 from runtimes.bundle import load_engine_config
-from runtimes.engines import ENGINES
+from runtimes.engines import encoder_for
 from runtimes.tokenize import TextTokenizer
 
 # Varied on purpose: one word, punctuation, digits, non-ASCII, code, and one far over any limit.
@@ -34,10 +35,11 @@ GATE_TEXTS = (
 )
 
 
-def run_gate(model_dir: Path, engine_dir: Path, min_cosine: float, report_path: Path) -> dict[str, Any]:
+def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_path: Path) -> dict[str, Any]:
     """Compare engine and reference on GATE_TEXTS; write report.json; raise if out of tolerance."""
+    min_cosine = tolerance.min_cosine
     config = load_engine_config(engine_dir)
-    engine = ENGINES[config.engine](engine_dir, config, 0)
+    engine = encoder_for(engine_dir, config, 0)
     tokenizer = TextTokenizer(engine_dir / config.tokenizer_file, config.max_seq_length)
     texts = list(GATE_TEXTS)
     seqs = tokenizer.encode(texts, truncate="END")  # the reference truncates too
@@ -58,6 +60,7 @@ def run_gate(model_dir: Path, engine_dir: Path, min_cosine: float, report_path: 
         "mean_cosine": float(cosine.mean()),
         "max_abs_diff": float(np.abs(got64 - want).max()),
         "tolerance": {"min_cosine": min_cosine},
+        "summary": f"min cosine {cosine.min():.7f} over {len(texts)} inputs (tolerance {min_cosine})",
         "passed": bool(cosine.min() >= min_cosine),
     }
     report_path.write_text(json.dumps(report, indent=2) + "\n")

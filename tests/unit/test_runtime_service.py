@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from runtimes.app import create_app
 from runtimes.bundle import load_engine_config
-from runtimes.engines import ENGINES
+from runtimes.engines import encoder_for
 from runtimes.settings import Settings
 from runtimes.tokenize import TextTokenizer
 
@@ -45,7 +45,7 @@ def client(tiny_build: Path) -> Iterator[TestClient]:
 
 def direct_embeddings(model_dir: Path, texts: list[str]) -> np.ndarray:
     config = load_engine_config(model_dir)
-    engine = ENGINES[config.engine](model_dir, config, 1)
+    engine = encoder_for(model_dir, config, 1)
     return engine.run(TextTokenizer(model_dir / "tokenizer.json", config.max_seq_length).encode(texts))
 
 

@@ -1,0 +1,1 @@
+"""Text generation: sampling, stop handling, detokenization, chat templates, and the scheduler."""

@@ -1,0 +1,45 @@
+"""The model's chat template, rendered as transformers renders it (sandboxed jinja2)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from jinja2 import TemplateError
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class ChatTemplateError(ValueError):
+    pass
+
+
+def _raise(message: str) -> None:
+    raise ChatTemplateError(message)
+
+
+def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+
+
+class ChatTemplate:
+    def __init__(self, source: str, special_tokens: dict[str, str]) -> None:
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise
+        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        try:
+            self.template = env.from_string(source)
+        except TemplateError as exc:
+            raise ChatTemplateError(f"the model's chat template does not compile: {exc}") from exc
+        self.special_tokens = special_tokens
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        try:
+            return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                        **self.special_tokens)
+        except ChatTemplateError:
+            raise
+        except TemplateError as exc:
+            raise ChatTemplateError(f"the chat template failed on these messages: {exc}") from exc

@@ -1,0 +1,55 @@
+"""Everything a served language model needs at run time, loaded from its bundle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from runtimes.bundle import BundleError, EngineConfig
+from runtimes.engines.ort_decoder import OrtDecoderEngine
+from runtimes.generation.chat_template import ChatTemplate, ChatTemplateError
+from runtimes.generation.scheduler import Scheduler
+from runtimes.metrics import Metrics
+
+
+@dataclass
+class GenerationRuntime:
+    engine: OrtDecoderEngine
+    tokenizer: Tokenizer
+    template: ChatTemplate | None
+    scheduler: Scheduler
+    context: int
+    eos_ids: tuple[int, ...]
+
+    @classmethod
+    def load(cls, model_dir: Path, config: EngineConfig, threads: int, max_queue: int,
+             metrics: Metrics) -> GenerationRuntime:
+        engine = OrtDecoderEngine(model_dir, config, threads)
+        try:
+            tokenizer = Tokenizer.from_file(str(model_dir / config.tokenizer_file))
+        except Exception as exc:  # tokenizers raises a bare Exception on bad files
+            raise BundleError(f"cannot load tokenizer {model_dir / config.tokenizer_file}: {exc}") from exc
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        options = config.options
+        template = None
+        if options.get("chat_template"):
+            try:
+                template = ChatTemplate(str(options["chat_template"]), dict(options.get("special_tokens", {})))
+            except ChatTemplateError as exc:
+                raise BundleError(str(exc)) from exc
+        eos = tuple(int(t) for t in options.get("eos_token_ids", []))
+        scheduler = Scheduler(engine, eos, int(options.get("max_batch", 8)), max_queue, metrics)
+        return cls(engine, tokenizer, template, scheduler, config.max_seq_length, eos)
+
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=special).ids)
+
+    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        if self.template is None:
+            raise ChatTemplateError("this model has no chat template; use /v1/completions with a plain prompt")
+        # The template writes the BOS itself, so the tokenizer must not add another.
+        return self.encode(self.template.render(messages, add_generation_prompt=True), special=False)

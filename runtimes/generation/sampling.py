@@ -1,0 +1,82 @@
+"""Choosing the next token from logits, per request, as OpenAI and vLLM clients expect."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: no limit
+    seed: int | None = None
+    repetition_penalty: float = 1.0  # HF style, over prompt and output
+    presence_penalty: float = 0.0  # OpenAI style, over output
+    frequency_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    min_tokens: int = 0
+
+
+@dataclass
+class SamplerState:
+    """What sampling needs to remember for one sequence."""
+
+    params: SamplingParams
+    prompt: list[int]
+    rng: np.random.Generator
+    generated: list[int] = field(default_factory=list)
+    counts: Counter[int] = field(default_factory=Counter)
+
+    @classmethod
+    def start(cls, params: SamplingParams, prompt: list[int]) -> SamplerState:
+        return cls(params, prompt, np.random.default_rng(params.seed))
+
+
+def _penalize(logits: np.ndarray, state: SamplerState) -> np.ndarray:
+    p = state.params
+    if p.repetition_penalty != 1.0:
+        seen = np.fromiter(set(state.prompt) | set(state.counts), dtype=np.int64)
+        if seen.size:
+            values = logits[seen]
+            logits[seen] = np.where(values > 0, values / p.repetition_penalty, values * p.repetition_penalty)
+    if (p.presence_penalty or p.frequency_penalty) and state.counts:
+        tokens = np.fromiter(state.counts.keys(), dtype=np.int64)
+        counts = np.fromiter(state.counts.values(), dtype=np.float32)
+        logits[tokens] -= p.presence_penalty + p.frequency_penalty * counts
+    return logits
+
+
+def next_token(logits: np.ndarray, state: SamplerState, eos_ids: tuple[int, ...]) -> int:
+    """One row's next token; records it in the state."""
+    p = state.params
+    logits = _penalize(np.array(logits, dtype=np.float32), state)
+    if len(state.generated) < p.min_tokens:
+        banned = [t for t in (*eos_ids, *p.stop_token_ids) if 0 <= t < logits.shape[0]]
+        logits[banned] = -np.inf
+    if p.temperature <= 0:
+        token = int(np.argmax(logits))
+    else:
+        scaled = logits / p.temperature
+        if 0 < p.top_k < scaled.shape[0]:
+            cutoff = np.partition(scaled, -p.top_k)[-p.top_k]
+            scaled[scaled < cutoff] = -np.inf
+        probs = np.exp(scaled - np.max(scaled))
+        probs /= probs.sum()
+        if p.top_p < 1.0:
+            order = np.argsort(-probs)
+            cumulative = np.cumsum(probs[order])
+            keep = order[: int(np.searchsorted(cumulative, p.top_p) + 1)]
+            trimmed = np.zeros_like(probs)
+            trimmed[keep] = probs[keep]
+            probs = trimmed / trimmed.sum()
+        token = int(state.rng.choice(probs.shape[0], p=probs))
+    state.generated.append(token)
+    state.counts[token] += 1
+    return token
