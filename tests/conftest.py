@@ -11,7 +11,7 @@ import pytest
 from builder.pipeline import PackageOptions, package
 from builder.progress import Reporter
 from tests.support.fakehub import FakeHub
-from tests.support.tiny_models import make_tiny_encoder
+from tests.support.tiny_models import make_tiny_encoder, make_tiny_llama
 
 MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -51,4 +51,17 @@ def tiny_build(tiny_encoder: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     """The tiny encoder packaged through the real pipeline (export, compile, gate, context)."""
     out = tmp_path_factory.mktemp("tiny-build")
     package(PackageOptions(model=str(tiny_encoder), output=out, backend="none"), Reporter(quiet=True))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny_llm_build(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama through the real pipeline: export, int8 (the CPU default), the gate, the context."""
+    out = tmp_path_factory.mktemp("tiny-llm-build")
+    package(PackageOptions(model=str(tiny_llama), output=out, backend="none"), Reporter(quiet=True))
     return out

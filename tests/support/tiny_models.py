@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import BertConfig, BertModel, GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "hello", "world", "model", "container",
          "image", "embedding", "vector", "text", "token", "batch", "serve", "health", "ready", "build", "engine",
@@ -41,4 +41,50 @@ def make_tiny_encoder(folder: Path, seed: int = 0) -> Path:
     (folder / "1_Pooling" / "config.json").write_text(json.dumps(
         {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}))
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48, "do_lower_case": False}))
+    return folder
+
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
+    "{{ message['content'] | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+TRAINING_TEXT = ("The quick brown fox jumps over the lazy dog. Containers package software with everything it needs. "
+                 "Hello, world! How are you today? I am a tiny language model that talks about containers. "
+                 "def add(a, b):\n    return a + b\n") * 3
+
+
+def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0) -> Path:
+    """A 2-layer Llama (GQA) with a byte-level BPE tokenizer, a Llama-3-style chat template and eos ids.
+
+    Random weights give near-flat logits, on which any rounding flips the argmax; a second of training
+    on a short text makes its predictions decisive, as a real model's are (train_steps=0 keeps it random).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    tok.train_from_iterator([TRAINING_TEXT] * 10, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bos, eot, eos = (tok.token_to_id(t) for t in ("<|begin_of_text|>", "<|eot_id|>", "<|end_of_text|>"))
+    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                                       special_tokens=[("<|begin_of_text|>", bos)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
+                                   pad_token="<|end_of_text|>", chat_template=CHAT_TEMPLATE, model_max_length=512)
+    fast.save_pretrained(folder)
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, bos_token_id=bos,
+                         eos_token_id=eot, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    if train_steps:
+        ids = torch.tensor([fast(TRAINING_TEXT).input_ids[:256]])
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        model.train()
+        for _ in range(train_steps):
+            model(ids, labels=ids).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    model.eval().save_pretrained(folder)
+    GenerationConfig(bos_token_id=bos, eos_token_id=[eot, eos], do_sample=False).save_pretrained(folder)
     return folder

@@ -78,3 +78,16 @@ def test_bad_reference_is_a_usage_error() -> None:
     code, out = run("not a model")
     assert code == 2
     assert "not a valid model reference" in out or "unknown model alias" in out
+
+
+def test_the_users_example_without_weights(fake_hub: FakeHub, tiny_encoder: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mbuild package llama-3.1-8b`: gated without HF_TOKEN; unreachable Hub offline; not cached with --offline."""
+    fake_hub.repos["meta-llama/Llama-3.1-8B-Instruct"] = FakeRepo(tiny_encoder, gated=True)
+    code, out = run("llama-3.1-8b")
+    assert code == 4 and "gated" in out and "HF_TOKEN" in out
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    code, out = run("llama-3.1-8b")
+    assert code == 5 and "cannot reach the Hugging Face Hub" in out
+    code, out = run("llama-3.1-8b", "--offline")
+    assert code == 6 and "mbuild cache import DIR --repo meta-llama/Llama-3.1-8B-Instruct" in out

@@ -50,3 +50,10 @@ def test_mbuild_profile_env_picks_the_profile(tmp_path: Path, monkeypatch: pytes
     data = json.loads(plan("llama-3.1-8b", "--gpu", "h100", "--json", cwd=tmp_path))
     assert data["profile"]["name"] == "tensorrt-h100-bf16-tp1-latency"
     assert data["profile"]["why"] == ["profile tensorrt-h100-bf16-tp1-latency: asked for (--profile / MBUILD_PROFILE)"]
+
+
+def test_the_users_example_plans_offline_from_the_catalog(tmp_path: Path) -> None:
+    data = json.loads(plan("llama-3.1-8b", "--json", cwd=tmp_path))
+    assert data["model"]["repo"] == "meta-llama/Llama-3.1-8B-Instruct" and data["model"]["resolved"] is False
+    assert data["facts"]["params"] == 8.03 and data["task"] == "text-generation"
+    assert data["profile"]["name"].startswith("onnxruntime-cpu") or data["target"]["kind"] == "cuda"

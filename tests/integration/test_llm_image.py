@@ -1,0 +1,60 @@
+"""A tiny Llama made at test time goes through the whole pipeline into an image that speaks OpenAI."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from openai import OpenAI
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tests.integration.conftest import BASE_IMAGE
+from tests.support.containers import docker
+from tests.support.procs import mbuild
+from tests.support.runners import docker_run
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+TAG = "mbuild-test/tiny-llama:it"
+MESSAGES = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": "Tell me about containers"}]
+
+
+@pytest.fixture(scope="module")
+def llm_image(tiny_llama: Path, docker_available: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    docker("rmi", "-f", TAG)
+    out = tmp_path_factory.mktemp("llm-image")
+    result = mbuild("package", str(tiny_llama), "--backend", "docker", "--base-image", BASE_IMAGE,
+                    "--name", TAG.split(":")[0], "--version", "it", "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "greedy decode equal to transformers on 4/4 prompts" in result.stderr
+    yield TAG
+    docker("rmi", "-f", TAG)
+
+
+def test_openai_sdk_chat_and_stream_against_the_image(llm_image: str, tiny_llama: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()
+    rendered = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
+    prompt = tokenizer(rendered, add_special_tokens=False).input_ids  # the template writes the BOS
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=32, do_sample=False)
+    expected = tokenizer.decode(out[0, len(prompt):], skip_special_tokens=True)
+
+    with docker_run(llm_image) as url, OpenAI(base_url=f"{url}/v1", api_key="unused") as client:
+        name = client.models.list().data[0].id
+        whole = client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=32,  # type: ignore
+                                               temperature=0)
+        assert whole.choices[0].message.content == expected  # greedy equals transformers' generate
+        assert whole.usage is not None and whole.usage.prompt_tokens == len(prompt)
+        stream = client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=32,  # type: ignore
+                                                temperature=0, stream=True, stream_options={"include_usage": True})
+        deltas, usage = [], None
+        for chunk in stream:
+            if chunk.choices:
+                deltas.append(chunk.choices[0].delta.content or "")
+            if chunk.usage:
+                usage = chunk.usage
+        assert "".join(deltas) == whole.choices[0].message.content
+        assert usage is not None and usage.completion_tokens == whole.usage.completion_tokens

@@ -1,0 +1,172 @@
+"""The OpenAI text-generation routes, served in-process by the real engine on a tiny Llama."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from runtimes.app import create_app
+from runtimes.settings import Settings
+
+CHAT = [{"role": "user", "content": "Hello, how are you"}]
+
+
+def settings(model_dir: Path) -> Settings:
+    return Settings(model_dir=model_dir, host="127.0.0.1", port=8000, api_key=None, log_level="info",
+                    log_format="text", threads=1, max_queue=64, served_name=None)
+
+
+@pytest.fixture(scope="module")
+def client(tiny_llm_build: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(settings(tiny_llm_build / "model"))) as test_client:
+        deadline = time.monotonic() + 60
+        while test_client.get("/v1/health/ready").status_code != 200:
+            assert time.monotonic() < deadline, test_client.get("/v1/health/ready").json()
+            time.sleep(0.05)
+        yield test_client
+
+
+def chat(client: TestClient, **body: Any) -> dict[str, Any]:
+    response = client.post("/v1/chat/completions", json={"messages": CHAT, "temperature": 0, **body})
+    assert response.status_code == 200, response.text
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def sse(client: TestClient, path: str, body: dict[str, Any]) -> list[Any]:
+    with client.stream("POST", path, json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(line[6:]) for line in lines[:-1]]
+
+
+def test_chat_completion_shape_and_usage(client: TestClient) -> None:
+    data = chat(client, max_tokens=12)
+    assert data["object"] == "chat.completion" and data["id"].startswith("chatcmpl-")
+    choice = data["choices"][0]
+    assert choice["message"]["role"] == "assistant" and choice["message"]["content"]
+    assert choice["finish_reason"] == "length"
+    assert data["usage"]["completion_tokens"] == 12
+    assert data["usage"]["total_tokens"] == data["usage"]["prompt_tokens"] + 12
+
+
+def test_streamed_deltas_equal_the_whole_answer(client: TestClient) -> None:
+    whole = chat(client, max_tokens=24)["choices"][0]["message"]["content"]
+    chunks = sse(client, "/v1/chat/completions", {"messages": CHAT, "temperature": 0, "max_tokens": 24,
+                                                  "stream": True, "stream_options": {"include_usage": True}})
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text == whole
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 24
+
+
+def test_greedy_output_equals_transformers_generate(client: TestClient, tiny_llama: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()
+    for text in ("The quick brown fox", "def add(a, b):", "Hello, world!"):
+        ids = tokenizer(text).input_ids
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 max_new_tokens=32, do_sample=False)
+        want = tokenizer.decode(out[0, len(ids):], skip_special_tokens=True)
+        got = client.post("/v1/completions", json={"prompt": text, "max_tokens": 32, "temperature": 0}).json()
+        assert got["choices"][0]["text"] == want
+
+
+def test_sixteen_at_once_equal_their_single_runs_and_ran_batched(client: TestClient) -> None:
+    prompts = [("The quick brown fox " * (1 + i % 4)).strip() for i in range(16)]
+    lengths = [4 + 3 * (i % 5) for i in range(16)]
+
+    def complete(i: int) -> str:
+        body = {"prompt": prompts[i], "max_tokens": lengths[i], "temperature": 0}
+        return str(client.post("/v1/completions", json=body).json()["choices"][0]["text"])
+
+    single = [complete(i) for i in range(16)]
+    before = batch_histogram(client)
+    with ThreadPoolExecutor(16) as pool:
+        together = list(pool.map(complete, range(16)))
+    assert together == single
+    after = batch_histogram(client)
+    ran_batched = sum(after.get(b, 0) - before.get(b, 0) for b in after if b > 1)
+    assert ran_batched > 0, f"no engine step ran more than one sequence: {before} -> {after}"
+
+
+def batch_histogram(client: TestClient) -> dict[float, int]:
+    """Engine steps per batch-size bucket (non-cumulative), from /v1/metrics."""
+    text = client.get("/v1/metrics").text
+    cumulative = {float(le): int(n) for le, n in re.findall(r'mbuild_batch_size_bucket\{le="([0-9.]+)"\} (\d+)', text)}
+    result, previous = {}, 0
+    for bound in sorted(cumulative):
+        result[bound] = cumulative[bound] - previous
+        previous = cumulative[bound]
+    return result
+
+
+def test_seeded_sampling_reproduces(client: TestClient) -> None:
+    body = {"temperature": 1.0, "top_p": 0.9, "max_tokens": 16, "seed": 1234}
+    first, second = chat(client, **body), chat(client, **body)
+    assert first["choices"][0]["message"] == second["choices"][0]["message"]
+
+
+def test_stop_strings_and_n(client: TestClient) -> None:
+    base = client.post("/v1/completions", json={"prompt": "The quick", "max_tokens": 16, "temperature": 0}).json()
+    text = base["choices"][0]["text"]
+    stop = text[4:8]
+    stopped = client.post("/v1/completions", json={"prompt": "The quick", "max_tokens": 16, "temperature": 0,
+                                                   "stop": [stop]}).json()
+    assert stopped["choices"][0]["text"] == text[: text.index(stop)]
+    assert stopped["choices"][0]["finish_reason"] == "stop"
+    two = client.post("/v1/completions", json={"prompt": "The quick", "max_tokens": 8, "temperature": 0,
+                                               "n": 2}).json()
+    assert [c["index"] for c in two["choices"]] == [0, 1]
+    assert two["choices"][0]["text"] == two["choices"][1]["text"]
+
+
+def test_token_id_prompts_and_eos_stop(client: TestClient, tiny_llama: Path) -> None:
+    ids = AutoTokenizer.from_pretrained(tiny_llama)("The quick brown fox").input_ids
+    by_ids = client.post("/v1/completions", json={"prompt": ids, "max_tokens": 8, "temperature": 0}).json()
+    by_text = client.post("/v1/completions", json={"prompt": "The quick brown fox", "max_tokens": 8,
+                                                   "temperature": 0}).json()
+    assert by_ids["choices"][0]["text"] == by_text["choices"][0]["text"]
+
+
+@pytest.mark.parametrize(("path", "body", "status", "code"), [
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 5000}, 400, "context_length_exceeded"),
+    ("/v1/completions", {"prompt": "x " * 600, "max_tokens": 4}, 400, "context_length_exceeded"),
+    ("/v1/chat/completions", {"messages": []}, 400, "invalid_request"),
+    ("/v1/chat/completions", {"messages": CHAT, "temperature": 3}, 400, "invalid_request"),
+    ("/v1/chat/completions", {"messages": CHAT, "model": "other/model"}, 404, "model_not_found"),
+    ("/v1/chat/completions", {"messages": CHAT, "logprobs": True}, 400, "unsupported_parameter"),
+    ("/v1/chat/completions", {"messages": CHAT, "tools": [{"type": "function"}]}, 400, "unsupported_parameter"),
+    ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "invalid_request"),
+    ("/v1/completions", {"prompt": [999999], "max_tokens": 2}, 400, "invalid_token_id"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 2, "min_tokens": 5}, 400, "invalid_request"),
+    ("/v1/embeddings", {"input": "x"}, 404, "wrong_task"),
+])
+def test_bad_requests(client: TestClient, path: str, body: dict[str, Any], status: int, code: str) -> None:
+    response = client.post(path, json=body)
+    assert (response.status_code, response.json()["error"]["code"]) == (status, code), response.text
+    assert client.get("/v1/health/ready").status_code == 200
+
+
+def test_context_error_names_the_limit(client: TestClient) -> None:
+    message = client.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 5000}).json()
+    assert "maximum context length is 512 tokens" in message["error"]["message"]
+
+
+def test_metadata_reports_the_gate(client: TestClient) -> None:
+    validation = client.get("/v1/metadata").json()["validation"]
+    assert validation["passed"] is True and validation["greedy_equal"] == 4

@@ -1,0 +1,43 @@
+"""Detokenization deltas and chat templates, against the tokenizer's and transformers' own results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer
+
+from runtimes.generation.chat_template import ChatTemplate, ChatTemplateError
+from runtimes.generation.detokenize import Detokenizer
+
+TEXTS = ["Hello, world! How are you?", "déjà vu — naïve café 😀 東京", "def add(a, b):\n    return a + b\n", ""]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_deltas_add_up_to_the_decoded_text(tiny_llama: Path, text: str) -> None:
+    tokenizer = Tokenizer.from_file(str(tiny_llama / "tokenizer.json"))
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    detok = Detokenizer(tokenizer)
+    pieces = [detok.push(token) for token in ids] + [detok.flush()]
+    assert "".join(pieces) == tokenizer.decode(ids, skip_special_tokens=True)
+    assert all("\ufffd" not in piece for piece in pieces)  # never half a character
+
+
+def test_chat_template_renders_as_transformers(tiny_llama: Path) -> None:
+    hf = AutoTokenizer.from_pretrained(tiny_llama)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
+                {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "  Tell me more  "}]
+    ours = ChatTemplate(hf.chat_template, {"bos_token": hf.bos_token, "eos_token": hf.eos_token})
+    for generation_prompt in (True, False):
+        assert ours.render(messages, generation_prompt) == hf.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+
+def test_template_errors_are_chat_template_errors() -> None:
+    strict = ChatTemplate("{% if messages[0]['role'] != 'user' %}{{ raise_exception('user first') }}{% endif %}",
+                          {})
+    with pytest.raises(ChatTemplateError, match="user first"):
+        strict.render([{"role": "assistant", "content": "x"}])
+    with pytest.raises(ChatTemplateError, match="does not compile"):
+        ChatTemplate("{% for %}", {})
