@@ -1,0 +1,4 @@
+"""mbuild's benchmarks: every scenario runs its arms interleaved in one process and reports ratios.
+
+`python -m bench llm` (or `all`) writes JSON and a markdown table to docs/benchmarks/.
+"""

@@ -1,0 +1,164 @@
+"""Language-model serving engines, side by side: output tokens/s at concurrency 1 and 16.
+
+Arms, all fp32 on the same random ~100M Llama with the same intra-op thread count, in one process:
+  mbuild      the runtime's continuous-batching scheduler over the exported ONNX engine
+  transformers  `model.generate` in PyTorch, one request at a time (what a naive server does)
+  ort-genai   onnxruntime-genai's own generator loop, one request at a time
+Every request decodes exactly NEW_TOKENS tokens (min_tokens = max_tokens), greedy. At concurrency 16,
+16 requests with prompts of 16-128 tokens are all submitted at once; the one-at-a-time arms work
+through them in turn, which is how those servers behave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime_genai as og
+import torch
+from transformers import AutoModelForCausalLM
+
+from bench.harness import interleave, machine, write
+from bench.llm_models import VOCAB, build_genai, build_mbuild, make_llama_100m
+from runtimes.bundle import load_engine_config
+from runtimes.generation.runtime import GenerationRuntime
+from runtimes.generation.sampling import SamplingParams
+from runtimes.generation.scheduler import Request
+from runtimes.metrics import Metrics
+
+NEW_TOKENS = 64
+CONCURRENCY = (1, 16)
+
+
+def workload(count: int) -> list[list[int]]:
+    rng = np.random.default_rng(0)
+    return [rng.integers(3, VOCAB, size=int(n)).tolist() for n in np.linspace(16, 128, 16)][:count]
+
+
+class Transformers:
+    def __init__(self, model: Path, threads: int) -> None:
+        torch.set_num_threads(threads)
+        self.model = AutoModelForCausalLM.from_pretrained(model).eval()
+
+    def one(self, prompt: list[int]) -> int:
+        ids = torch.tensor([prompt])
+        with torch.no_grad():
+            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                                      min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+        return int(out.shape[1] - len(prompt))
+
+    def run(self, prompts: list[list[int]]) -> int:
+        return sum(self.one(p) for p in prompts)
+
+
+class Genai:
+    def __init__(self, folder: Path) -> None:
+        self.model = og.Model(str(folder))
+
+    def one(self, prompt: list[int]) -> int:
+        params = og.GeneratorParams(self.model)
+        params.set_search_options(max_length=len(prompt) + NEW_TOKENS, min_length=len(prompt) + NEW_TOKENS,
+                                  do_sample=False)
+        generator = og.Generator(self.model, params)
+        generator.append_tokens(np.array(prompt, dtype=np.int32))
+        made = 0
+        while not generator.is_done():
+            generator.generate_next_token()
+            made += 1
+        return made
+
+    def run(self, prompts: list[list[int]]) -> int:
+        return sum(self.one(p) for p in prompts)
+
+
+class Mbuild:
+    def __init__(self, engine_dir: Path, threads: int) -> None:
+        config = load_engine_config(engine_dir)
+        self.runtime = GenerationRuntime.load(engine_dir, config, threads, 1024, Metrics())
+        self.runtime.scheduler.start()
+
+    async def _one(self, prompt: list[int]) -> int:
+        params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, min_tokens=NEW_TOKENS)
+        request = Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue())
+        self.runtime.scheduler.submit(request)
+        made = 0
+        while True:
+            event = await request.events.get()
+            made += event.token is not None
+            if event.finish:
+                return made
+
+    def run(self, prompts: list[list[int]], concurrent: bool) -> int:
+        async def go() -> int:
+            if concurrent:
+                return sum(await asyncio.gather(*(self._one(p) for p in prompts)))
+            return sum([await self._one(p) for p in prompts])
+
+        return asyncio.run(go())
+
+
+def _rate(run: Any, prompts: list[list[int]]) -> float:
+    started = time.perf_counter()
+    tokens = run(prompts)
+    return tokens / (time.perf_counter() - started)
+
+
+def main(repeats: int = 3, work: Path | None = None) -> Path:
+    threads = min(2, os.cpu_count() or 1)
+    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-llm"
+    print(f"LLM benchmark: models in {work}, {threads} threads per arm, {repeats} interleaved rounds")
+    model = make_llama_100m(work / "llama-100m")
+    engine_dir = build_mbuild(model, work / "mbuild-build")
+    genai_dir = build_genai(model, work / "genai", threads)
+    mbuild = Mbuild(engine_dir, threads)
+    one_at_a_time: dict[str, Transformers | Genai] = {"transformers": Transformers(model, threads),
+                                                      "ort-genai": Genai(genai_dir)}
+    cases: list[tuple[str, Callable[[], float]]] = []
+    for concurrency in CONCURRENCY:
+        prompts = workload(4 if concurrency == 1 else 16)
+        together = concurrency > 1
+        cases.append((f"mbuild c={concurrency}",
+                      partial(_rate, partial(mbuild.run, concurrent=together), prompts)))
+        for name, arm in one_at_a_time.items():
+            cases.append((f"{name} c={concurrency}", partial(_rate, arm.run, prompts)))
+    results = interleave(cases, repeats)
+    data: dict[str, Any] = {"scenario": "L0 engines", "unit": "output tokens/s", "new_tokens": NEW_TOKENS,
+                            "threads": threads, "machine": machine(), "results": {}}
+    rows = []
+    for concurrency in CONCURRENCY:
+        ours = results[f"mbuild c={concurrency}"].median
+        for name in ("mbuild", "transformers", "ort-genai"):
+            series = results[f"{name} c={concurrency}"]
+            data["results"][f"{name} c={concurrency}"] = {"values": series.values, "median": series.median}
+            ratio = ours / series.median
+            rows.append(f"| {concurrency} | {name} | {series.median:.1f} | {series.spread()} | "
+                        f"{'-' if name == 'mbuild' else f'{ratio:.2f}x'} |")
+            if name != "mbuild":
+                data["results"][f"{name} c={concurrency}"]["mbuild_ratio"] = ratio
+    markdown = "\n".join([
+        "# Language-model engines: output tokens/s",
+        "",
+        __doc__.strip(),
+        "",
+        f"Machine: {data['machine']['cores']} cores ({data['machine']['cpu']}), {threads} intra-op threads per "
+        f"arm, {repeats} interleaved rounds, median and min-max of the rounds; {NEW_TOKENS} new tokens per request.",
+        "",
+        "| concurrency | arm | tokens/s (median) | min-max | mbuild / arm |",
+        "| ---: | --- | ---: | ---: | ---: |",
+        *rows,
+        "",
+        "Targets (issue 4/7): at concurrency 16, mbuild >= 3x transformers and >= 1.5x ort-genai.",
+        "",
+        "Reproduce: `python -m bench llm` (writes docs/benchmarks/llm.json and llm.md).",
+        "",
+    ])
+    path = write("llm", data, markdown)
+    print(markdown)
+    return path
