@@ -41,6 +41,6 @@ if docker info >/dev/null 2>&1; then
   export MBUILD_REQUIRE_CONTAINERS=1
 fi
 
-.venv/bin/ruff check builder runtimes tests
-.venv/bin/mypy builder runtimes tests
+.venv/bin/ruff check builder runtimes tests bench
+.venv/bin/mypy builder runtimes tests bench
 exec .venv/bin/python -m pytest "$@"

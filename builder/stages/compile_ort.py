@@ -26,6 +26,16 @@ LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 _NBITS = {"int8": 8, "int4": 4}
+# Protobuf caps a model file at 2 GB; past this size weights go to a .data file beside the graph.
+EXTERNAL_DATA_BYTES = 1_500_000_000
+
+
+def is_large(path: Path) -> bool:
+    """Past protobuf's comfort: a big file, or weights already kept outside it (torch.onnx does that)."""
+    if path.stat().st_size > EXTERNAL_DATA_BYTES:
+        return True
+    graph = onnx.load(str(path), load_external_data=False)
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in graph.graph.initializer)
 
 
 def optimize(source: Path, engine_file: Path, level: str = "extended") -> Path:
@@ -34,6 +44,10 @@ def optimize(source: Path, engine_file: Path, level: str = "extended") -> Path:
     options = ort.SessionOptions()
     options.graph_optimization_level = LEVELS[level]
     options.optimized_model_filepath = str(engine_file)
+    if is_large(source):
+        options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                         engine_file.name + ".data")
+        options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     engine_file.parent.mkdir(parents=True, exist_ok=True)
     ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
     return engine_file
@@ -55,6 +69,6 @@ def quantize(source: Path, target: Path, profile: Profile, task: str) -> Path:
                                          block_size=int(options.get("block_size", 32)), is_symmetric=True,
                                          accuracy_level=int(level) if level is not None else None)
         quantizer.process()
-        quantizer.model.save_model_to_file(str(target), use_external_data_format=False)
+        quantizer.model.save_model_to_file(str(target), use_external_data_format=is_large(source))
         return target
     raise InputError(f"precision {profile.precision} is not available on ONNX Runtime CPU for {task} models")
