@@ -1,4 +1,4 @@
-"""A tiny Llama made at test time goes through the whole pipeline into an image that speaks OpenAI."""
+"""A tiny random Llama made at test time goes through the whole pipeline into an image that speaks OpenAI."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tests.integration.conftest import BASE_IMAGE
 from tests.support.containers import docker
 from tests.support.procs import mbuild
 from tests.support.runners import docker_run
+from tests.support.tiny_models import make_tiny_llama
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TAG = "mbuild-test/tiny-llama:it"
@@ -21,20 +22,26 @@ MESSAGES = [{"role": "system", "content": "You are brief."}, {"role": "user", "c
 
 
 @pytest.fixture(scope="module")
-def llm_image(tiny_llama: Path, docker_available: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def random_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Random weights, untrained; with flat logits only fp32 decodes token-exactly, so fp32 it is."""
+    return make_tiny_llama(tmp_path_factory.mktemp("random-llama"), train_steps=0, seed=1)
+
+
+@pytest.fixture(scope="module")
+def llm_image(random_llama: Path, docker_available: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     docker("rmi", "-f", TAG)
     out = tmp_path_factory.mktemp("llm-image")
-    result = mbuild("package", str(tiny_llama), "--backend", "docker", "--base-image", BASE_IMAGE,
-                    "--name", TAG.split(":")[0], "--version", "it", "--output", str(out))
+    result = mbuild("package", str(random_llama), "--precision", "fp32", "--backend", "docker", "--base-image",
+                    BASE_IMAGE, "--name", TAG.split(":")[0], "--version", "it", "--output", str(out))
     assert result.returncode == 0, result.stderr
     assert "greedy decode equal to transformers on 4/4 prompts" in result.stderr
     yield TAG
     docker("rmi", "-f", TAG)
 
 
-def test_openai_sdk_chat_and_stream_against_the_image(llm_image: str, tiny_llama: Path) -> None:
-    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
-    model = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()
+def test_openai_sdk_chat_and_stream_against_the_image(llm_image: str, random_llama: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(random_llama)
+    model = AutoModelForCausalLM.from_pretrained(random_llama).eval()
     rendered = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
     prompt = tokenizer(rendered, add_special_tokens=False).input_ids  # the template writes the BOS
     with torch.no_grad():
