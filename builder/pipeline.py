@@ -24,7 +24,6 @@ from builder.push import PushResult, push, record_image
 from builder.selection import Selection, require_selection, select
 from builder.sources import parse_model_ref
 from builder.stages import context as context_stage
-from builder.stages.compile_ort import optimize, quantize
 from builder.stages.facts import model_facts
 from builder.stages.pull import ModelRef, pull, resolve, resolve_or_defer
 from builder.target import Target, resolve_target
@@ -129,8 +128,10 @@ def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: dict[str, 
     if engine_dir.exists():
         shutil.rmtree(engine_dir)
     level = str(plan.profile.engine_options.get("graph_optimization", "extended"))
-    source = quantize(work / "model.onnx", work / f"model.{plan.profile.precision}.onnx", plan.profile, plan.task)
-    optimize(source, engine_dir / "model.onnx", level)
+    compiler = load_stage("builder.stages.compile_ort", "compiling with ONNX Runtime")
+    source = compiler.quantize(work / "model.onnx", work / f"model.{plan.profile.precision}.onnx", plan.profile,
+                               plan.task)
+    compiler.optimize(source, engine_dir / "model.onnx", level)
     shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
     options = {**exported.pop("options"), "max_batch": plan.profile.limits.max_batch, "graph_optimization": level,
                "precision": plan.profile.precision}
