@@ -3,56 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from builder import reuse
-from builder.catalog import ModelFacts
-from builder.errors import InputError, ToolMissing
-from builder.hubcache import offline_requested
+from builder.errors import InputError
 from builder.image import ImageResult, choose_backend
 from builder.lock import write_lock
-from builder.oci.media import Format
 from builder.optional import load_stage
-from builder.plan import BuildPlan, make_plan
-from builder.profiles import load_profiles
+from builder.plan import BuildPlan
+from builder.planning import PackageOptions, plan_package
 from builder.progress import Reporter
 from builder.push import PushResult, push, record_image
-from builder.selection import Selection, require_selection, select
 from builder.sources import parse_model_ref
 from builder.stages import context as context_stage
-from builder.stages.facts import model_facts
-from builder.stages.pull import ModelRef, pull, resolve, resolve_or_defer
-from builder.target import Target, resolve_target
+from builder.stages.expected_io import expected_export
+from builder.stages.pull import pull
 from runtimes.bundle import EngineConfig
-
-
-@dataclass(frozen=True)
-class PackageOptions:
-    model: str
-    gpu: str | None = None
-    output: Path | None = None
-    name: str | None = None
-    version: str | None = None
-    base_image: str | None = None
-    backend: str = "auto"
-    offline: bool = False
-    profile: str | None = None
-    precision: str | None = None
-    mode: str | None = None
-    image_format: Format = "oci"
-    push: str | None = None
-
-    @property
-    def is_offline(self) -> bool:
-        return self.offline or offline_requested()
-
-    @property
-    def wanted_profile(self) -> str | None:
-        return self.profile or os.environ.get("MBUILD_PROFILE") or None
 
 
 @dataclass
@@ -69,41 +38,6 @@ class PackageResult:
 
 def default_build_dir(plan: BuildPlan) -> Path:
     return Path("mbuild-builds") / f"{plan.image_name.rsplit('/', 1)[-1]}-{plan.version}"
-
-
-@dataclass(frozen=True)
-class Planning:
-    """What planning found before choosing: the pinned model, its facts, the target, every verdict."""
-
-    ref: ModelRef
-    facts: ModelFacts
-    target: Target
-    selection: Selection
-
-
-def planning_for(opts: PackageOptions, *, for_plan_only: bool = False) -> Planning:
-    """Resolve, read facts, detect the target and judge every profile, without downloading weights."""
-    spec = parse_model_ref(opts.model)
-    target = resolve_target(opts.gpu)
-    ref = resolve_or_defer(spec, opts.is_offline) if for_plan_only else resolve(spec, opts.is_offline)
-    facts = model_facts(ref, spec, opts.is_offline)
-    selection = select(load_profiles(), target, facts, profile=opts.wanted_profile, precision=opts.precision,
-                       mode=opts.mode)
-    return Planning(ref, facts, target, selection)
-
-
-def plan_package(opts: PackageOptions, reporter: Reporter, *, for_plan_only: bool = False) -> BuildPlan:
-    spec = parse_model_ref(opts.model)
-    with reporter.stage("resolve", f"{spec.display()}{' (offline)' if opts.is_offline else ''}"):
-        found = planning_for(opts, for_plan_only=for_plan_only)
-    ref, facts = found.ref, found.facts
-    asked = ", ".join(f"--{k} {v}" for k, v in (("precision", opts.precision), ("mode", opts.mode)) if v)
-    chosen = require_selection(found.selection, found.target, ref.repo, asked)
-    plan = make_plan(ref, facts, found.target, chosen.profile, chosen.need, found.selection.why,
-                     image_name=opts.name, version=opts.version, base_image=opts.base_image)
-    pinned = f"@ {ref.sha[:12]}" if ref.sha else f"@ {ref.revision} (unpinned)"
-    reporter.note(f"model {ref.repo} {pinned} ({facts.task}); profile {chosen.profile.name}; image {plan.tag}")
-    return plan
 
 
 @dataclass(frozen=True)
@@ -127,6 +61,12 @@ TASKS = {
 def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: dict[str, Any]) -> EngineConfig:
     if engine_dir.exists():
         shutil.rmtree(engine_dir)
+    if plan.profile.engine == "tensorrt":
+        compiler = load_stage("builder.stages.compile_tensorrt", "compiling TensorRT engines")
+        config: EngineConfig = compiler.compile_engines(plan, work / "model.onnx", engine_dir, exported)
+        shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
+        (engine_dir / "engine.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+        return config
     level = str(plan.profile.engine_options.get("graph_optimization", "extended"))
     compiler = load_stage("builder.stages.compile_ort", "compiling with ONNX Runtime")
     source = compiler.quantize(work / "model.onnx", work / f"model.{plan.profile.precision}.onnx", plan.profile,
@@ -144,10 +84,14 @@ def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: dict[str, 
     return config
 
 
-def _check_buildable(plan: BuildPlan) -> None:
-    if plan.profile.engine != "onnxruntime":
-        raise ToolMissing(f"profile {plan.profile.name} needs a {plan.profile.engine} compile stage that this host "
-                          "cannot run", hint="package for the CPU (--gpu cpu), or build on a host with TensorRT")
+def _write_plan_files(build_dir: Path, plan: BuildPlan) -> None:
+    """What a build will be, before building it: the context's light files, and the TensorRT settings."""
+    context_stage.render(build_dir, plan, {})
+    if plan.engines:
+        settings = load_stage("builder.stages.compile_tensorrt", "planning TensorRT engines")
+        exported = expected_export(plan.facts)
+        (build_dir / "tensorrt.json").write_text(json.dumps(settings.settings_for(plan, exported), indent=2,
+                                                            sort_keys=True) + "\n")
 
 
 def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Reporter) -> dict[str, Any]:
@@ -155,6 +99,8 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
     reuse.forget(build_dir)
     work, engine_dir = build_dir / "work", build_dir / "model"
     work.mkdir(parents=True, exist_ok=True)
+    if plan.engines:  # what the GPU build will be, on disk even if this host cannot build it
+        _write_plan_files(build_dir, plan)
     stages = TASKS[plan.task]
     with reporter.stage("download", f"{len(plan.model.files)} files of {plan.model.repo}"):
         snapshot = pull(plan.model, parse_model_ref(opts.model), opts.is_offline)
@@ -162,7 +108,9 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
     export = getattr(load_stage(module, "exporting to ONNX"), function)
     with reporter.stage("export", stages.exporting):
         exported = export(snapshot, work)
-    with reporter.stage("compile", f"ONNX Runtime {plan.profile.precision}: quantize and optimize"):
+    doing = (f"TensorRT {plan.profile.precision} engines" if plan.profile.engine == "tensorrt"
+             else f"ONNX Runtime {plan.profile.precision}: quantize and optimize")
+    with reporter.stage("compile", doing):
         _compile(plan, work, engine_dir, exported)
     gate = load_stage(stages.gate, "validating against the PyTorch reference")
     with reporter.stage("validate", stages.validating):
@@ -178,9 +126,13 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
 
 
 def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
-    plan = plan_package(opts, reporter)
-    _check_buildable(plan)
+    plan = plan_package(opts, reporter, for_plan_only=opts.plan_only)
     build_dir = (opts.output or default_build_dir(plan)).resolve()
+    if opts.plan_only:
+        with reporter.stage("context", "plan only: Dockerfile, image spec, plan, TensorRT settings"):
+            _write_plan_files(build_dir, plan)
+        return PackageResult(plan, build_dir, {}, None, "--plan-only: no model, engine or packages",
+                             timings=dict(reporter.timings))
     reused = reuse.finished_digest(build_dir) == plan.digest()
     if reused:
         reporter.skipped("build", f"reused {build_dir}: plan digest {plan.digest()[:12]} unchanged, "

@@ -19,6 +19,16 @@ from builder.stages.pull import ModelRef
 from builder.target import Target
 from builder.versions import runtime_requirements, tool_versions
 
+
+@dataclass(frozen=True)
+class EngineTarget:
+    """One compiled engine of a GPU build: for this GPU model and compute capability, with this profile."""
+
+    gpu_model: str
+    compute_capability: str
+    profile: Profile
+
+
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMAGE_NAME = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 
@@ -38,6 +48,7 @@ class BuildPlan:
     runtime_code: str
     templates: str
     tools: tuple[tuple[str, str], ...]
+    engines: tuple[EngineTarget, ...] = ()  # GPU builds: one per target GPU model; empty on CPUs
 
     @property
     def task(self) -> str:
@@ -53,6 +64,7 @@ class BuildPlan:
                       "sha": self.model.sha, "files": list(self.model.files)},
             "task": self.task,
             "profile": {"id": self.profile.id, "name": self.profile.name},
+            "engines": [{"compute_capability": e.compute_capability, "profile": e.profile.id} for e in self.engines],
             "image": {"name": self.image_name, "version": self.explicit_version},
             "base_image": self.base_image,
             "runtime": {"requirements": list(self.runtime_requirements), "code": self.runtime_code,
@@ -74,8 +86,8 @@ class BuildPlan:
 
     def requires(self) -> dict[str, Any]:
         """What the serving host must have; the container checks it at start."""
-        gpu = {"compute_capability": self.target.gpu.compute_capability, "gpu_model": self.profile.hardware,
-               "gpus": self.profile.tp} if self.profile.device == "gpu" and self.target.gpu else {}
+        gpu = {"compute_capabilities": [e.compute_capability for e in self.engines],
+               "gpu_models": [e.gpu_model for e in self.engines], "gpus": self.profile.tp} if self.engines else {}
         return {"device": self.profile.device, "cpu_flags": list(self.profile.match.cpu_flags),
                 "memory_gb": self.need.rounded_gb, "python": self.profile.python_version, **gpu}
 
@@ -118,14 +130,15 @@ def check_version(version: str) -> str:
 
 def make_plan(ref: ModelRef, facts: ModelFacts, target: Target, profile: Profile, need: MemoryNeed,
               why: tuple[str, ...], *, image_name: str | None, version: str | None,
-              base_image: str | None) -> BuildPlan:
+              base_image: str | None, engines: tuple[EngineTarget, ...] = ()) -> BuildPlan:
     return BuildPlan(
         model=ref, facts=facts, target=target, profile=profile, need=need, why=why,
         image_name=check_image_name(image_name) if image_name else default_image_name(ref),
         explicit_version=check_version(version) if version is not None else None,
         base_image=base_image or profile.base_image,
-        runtime_requirements=tuple(runtime_requirements()),
+        runtime_requirements=tuple(runtime_requirements(profile.device)),
         runtime_code=tree_digest(runtimes_dir()),
         templates=tree_digest(resource_dir("templates")),
         tools=tuple(sorted(tool_versions().items())),
+        engines=engines,
     )

@@ -88,9 +88,21 @@ def resolve_target(spec: str | None) -> Target:
     if text == "cpu":
         return host_cpu_target(source="--gpu cpu")
     if "," in text:
-        raise InputError(f"--gpu {spec!r}: one GPU model per build for now", hint="e.g. --gpu h100 or --gpu h100x2")
+        raise InputError(f"--gpu {spec!r} names several GPUs where one is expected", hint="e.g. --gpu h100x2")
     model, count = parse_gpu_spec(text)
     cpu = host_cpu_target()
     gpu = Gpu(model=model.name, compute_capability=model.compute_capability, memory_gb=model.memory_gb)
     return Target(kind="cuda", gpus=(gpu,) * count, cpu_flags=cpu.cpu_flags, ram_gb=cpu.ram_gb,
                   cpu_count=cpu.cpu_count, source=f"--gpu {text}")
+
+
+def resolve_targets(spec: str | None) -> list[Target]:
+    """`--gpu h100,l40s`: one target per GPU model, for an image that carries an engine for each."""
+    parts = [p.strip() for p in (spec or "auto").split(",") if p.strip()] or ["auto"]
+    targets = [resolve_target(p) for p in parts]
+    if len(targets) > 1 and any(t.kind != "cuda" for t in targets):
+        raise InputError(f"--gpu {spec!r}: several targets must all be GPUs", hint="e.g. --gpu h100,l40s")
+    models = [t.gpu.model for t in targets if t.gpu]
+    if len(set(models)) != len(models):
+        raise InputError(f"--gpu {spec!r} names a GPU twice", hint="use NAMExN for several of one kind: h100x2")
+    return targets

@@ -29,10 +29,20 @@ def tool_versions() -> dict[str, str]:
     return {"mbuild": __version__, **{k: v for k, v in found.items() if v}}
 
 
-def runtime_requirements() -> list[str]:
+# GPU images swap onnxruntime for its CUDA build and add cuda-python, which the TensorRT session uses;
+# TensorRT itself comes with the NVIDIA base image. Pinned here, since the build host need not have them.
+GPU_PACKAGES = {"onnxruntime": "onnxruntime-gpu==1.31.1", "cuda-python": "cuda-python==12.9.0"}
+
+
+def runtime_requirements(device: str = "cpu") -> list[str]:
     """Pinned requirement lines for the image, e.g. 'onnxruntime==1.32.0'."""
     lines = []
     for name in RUNTIME_PACKAGES:
+        if device == "gpu" and name in GPU_PACKAGES:
+            lines.append(GPU_PACKAGES[name])
+            continue
         pinned = installed_version(name)
         lines.append(f"{name}=={pinned}" if pinned else name)
+    if device == "gpu":
+        lines.append(GPU_PACKAGES["cuda-python"])
     return lines

@@ -39,15 +39,17 @@ def misfits(requires: dict[str, Any], cpu_flags: frozenset[str], gpus: Sequence[
     needed = float(requires.get("memory_gb") or 0)
     if requires.get("device") == "gpu":
         count = int(requires.get("gpus", 1))
-        want_cc = str(requires.get("compute_capability", ""))
-        model = requires.get("gpu_model", "GPU")
+        ccs = [str(c) for c in requires.get("compute_capabilities", [])]
+        models = ", ".join(requires.get("gpu_models", [])) or "GPU"
         if len(gpus) < count:
-            problems.append(f"the engine needs {count} NVIDIA GPU(s) ({model}, compute capability {want_cc}); "
-                            f"{len(gpus)} visible (run with --gpus all and the NVIDIA container toolkit)")
+            problems.append(f"the engine needs {count} NVIDIA GPU(s) ({models}, compute capability "
+                            f"{' or '.join(ccs)}); {len(gpus)} visible (run with --gpus all and the NVIDIA container "
+                            "toolkit)")
         for gpu in gpus[:count]:
-            if want_cc and gpu.compute_capability != want_cc:
-                problems.append(f"the engine was built for compute capability {want_cc} ({model}); {gpu.name} is "
-                                f"{gpu.compute_capability}: rebuild with mbuild package MODEL --gpu <this GPU>")
+            if ccs and gpu.compute_capability not in ccs:
+                problems.append(f"the engines were built for compute capability {' and '.join(ccs)} ({models}); "
+                                f"{gpu.name} is {gpu.compute_capability}: rebuild with mbuild package MODEL --gpu "
+                                "<this GPU>, or package several: --gpu h100,l40s")
             if needed and gpu.memory_gb < needed:
                 problems.append(f"the profile needs {needed:g} GB per GPU; {gpu.name} has {gpu.memory_gb:g} GB")
     elif needed and memory_gb and memory_gb < needed:

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from runtimes.api_errors import ApiError
 from runtimes.batcher import Batcher
 from runtimes.bundle import EngineConfig, load_engine_config, load_metadata
-from runtimes.engines import EncoderEngine, encoder_for
+from runtimes.engines import Encoder, encoder_for
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.health import Health, State
 from runtimes.metrics import Metrics
@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 @dataclass
 class EmbeddingRuntime:
-    engine: EncoderEngine
+    engine: Encoder
     tokenizer: TextTokenizer
     batcher: Batcher
 

@@ -15,6 +15,9 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" --upgrade pip
 "${PIP[@]}" "$TORCH_SPEC"
 "${PIP[@]}" -e ".[export,dev]"
+# TensorRT's type stubs, so mypy checks the TensorRT module against the real API; --no-deps because the
+# stubs' own dependency is NVIDIA's runtime library, which only installs where a GPU and its index are.
+"${PIP[@]}" --no-deps "tensorrt-stubs==10.13.0.35.1"
 
 # Container tests need the real tools. Install and start them where we can (root); elsewhere those
 # tests say why they skip.

@@ -10,8 +10,9 @@ from rich.table import Table
 
 from builder.cli.options import target_options
 from builder.image import CHOICES
-from builder.pipeline import PackageOptions, PackageResult
+from builder.pipeline import PackageResult
 from builder.pipeline import package as run_package
+from builder.planning import PackageOptions
 from builder.progress import Reporter
 
 
@@ -32,13 +33,17 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
     table.add_row("build dir", str(result.build_dir))
     table.add_row("profile", f"{result.plan.profile.name} ({result.plan.profile.id[:12]})")
     report = result.report
-    table.add_row("validation", f"{'passed' if report['passed'] else 'FAILED'}: {report.get('summary', '')}")
+    if report:
+        table.add_row("validation", f"{'passed' if report['passed'] else 'FAILED'}: {report.get('summary', '')}")
+    else:
+        table.add_row("validation", "not run (--plan-only)")
     table.add_row("time", ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())
                   + f" (total {sum(result.timings.values()):.1f}s)")
     reporter.console.print(table)
     if image:
         reporter.console.print(f"run it:  docker run --rm -p 8000:8000 {result.plan.tag}")
-    reporter.console.print(f"serve it here:  mbuild serve {result.build_dir}")
+    if report:
+        reporter.console.print(f"serve it here:  mbuild serve {result.build_dir}")
 
 
 @click.command()
@@ -54,10 +59,12 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
 @click.option("--format", "image_format", type=click.Choice(["oci", "docker"]), default="oci", show_default=True,
               help="Manifest format the oci backend writes (docker = v2s2, whose HEALTHCHECK podman honours).")
 @click.option("--push", "push_to", metavar="REGISTRY/REPO[:TAG]", help="Push the image there after building.")
+@click.option("--plan-only", is_flag=True, help="Write the build context's Dockerfile, image spec, plan and TensorRT "
+              "settings; download, export and build nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output; print only the image tag.")
 def package(model: str, gpu: str | None, profile: str | None, precision: str | None, mode: str | None,
             offline: bool, output: Path | None, name: str | None, version: str | None, base_image: str | None,
-            backend: str, image_format: str, push_to: str | None, quiet: bool) -> None:
+            backend: str, image_format: str, push_to: str | None, plan_only: bool, quiet: bool) -> None:
     """Package MODEL (alias, org/name[@rev], hf://org/name@rev or ./folder) into a serving image."""
     if quiet:
         disable_progress_bars()
@@ -65,7 +72,7 @@ def package(model: str, gpu: str | None, profile: str | None, precision: str | N
     options = PackageOptions(model=model, gpu=gpu, output=output, name=name, version=version,
                              base_image=base_image, backend=backend, offline=offline, profile=profile,
                              precision=precision, mode=mode, image_format=image_format,  # type: ignore[arg-type]
-                             push=push_to)
+                             push=push_to, plan_only=plan_only)
     result = run_package(options, reporter)
     if quiet:
         click.echo(result.plan.tag if result.image else str(result.build_dir))

@@ -7,8 +7,8 @@ import json
 import click
 
 from builder.cli.options import target_options
-from builder.pipeline import PackageOptions, plan_package
 from builder.plan import BuildPlan
+from builder.planning import PackageOptions, plan_package
 from builder.progress import Reporter
 
 

@@ -8,7 +8,7 @@ import click
 
 from builder.cli.options import target_options
 from builder.cli.profiles_view import profiles_json, render_profiles
-from builder.pipeline import PackageOptions, planning_for
+from builder.planning import PackageOptions, planning_for
 
 
 @click.command()

@@ -55,7 +55,10 @@ COPIES = (
 )
 
 
-def default_env(port: int = PORT) -> tuple[tuple[str, str], ...]:
+def default_env(port: int = PORT, device: str = "cpu") -> tuple[tuple[str, str], ...]:
+    # NVIDIA's container toolkit reads these to mount the driver and expose the GPUs.
+    gpu = (("NVIDIA_VISIBLE_DEVICES", "all"), ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility")) \
+        if device == "gpu" else ()
     return (
         ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
         ("PYTHONPATH", "/opt/mbuild/app:/opt/mbuild/site"),
@@ -67,6 +70,7 @@ def default_env(port: int = PORT) -> tuple[tuple[str, str], ...]:
         ("MBUILD_MODEL_DIR", "/opt/mbuild/model"),
         ("MBUILD_SITE", "/opt/mbuild/site"),
         ("MBUILD_PORT", str(port)),
+        *gpu,
     )
 
 

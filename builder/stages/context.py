@@ -9,7 +9,7 @@ from typing import Any
 
 from builder import __version__
 from builder.dockerfile import render_dockerfile
-from builder.image.spec import SPEC_FILE, ImageSpec, source_date_epoch, timestamp
+from builder.image.spec import SPEC_FILE, ImageSpec, default_env, source_date_epoch, timestamp
 from builder.plan import BuildPlan
 from builder.resources import runtimes_dir
 from builder.stages.pull import ModelRef
@@ -71,9 +71,24 @@ def image_labels(plan: BuildPlan, report: dict[str, Any], created: str) -> dict[
     elif "greedy_equal" in report:
         labels["dev.mbuild.validation"] = (f"passed={report.get('passed')} greedy_equal={report['greedy_equal']}/"
                                            f"{len(report['prompts'])} top1={report['top1_agreement']:.4f}")
-    if plan.target.gpus:
-        labels["dev.mbuild.compute-capability"] = plan.target.gpus[0].compute_capability
+    if plan.engines:
+        labels["dev.mbuild.compute-capability"] = ",".join(e.compute_capability for e in plan.engines)
     return labels
+
+
+def render(build_dir: Path, plan: BuildPlan, report: dict[str, Any]) -> ImageSpec:
+    """The light part of the context, known from the plan alone: spec, Dockerfile, plan, requirements."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    created = timestamp(source_date_epoch())
+    spec = ImageSpec(base_image=plan.base_image, labels=image_labels(plan, report, created),
+                     model_id=plan.model.repo, mbuild_version=__version__, created=created,
+                     env=default_env(device=plan.profile.device))
+    (build_dir / SPEC_FILE).write_text(spec.to_json())
+    (build_dir / "Dockerfile").write_text(render_dockerfile(spec))
+    (build_dir / ".dockerignore").write_text(DOCKERIGNORE)
+    (build_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n")
+    (build_dir / "requirements.txt").write_text("\n".join(plan.runtime_requirements) + "\n")
+    return spec
 
 
 def assemble(build_dir: Path, plan: BuildPlan, report: dict[str, Any]) -> Path:
@@ -83,15 +98,7 @@ def assemble(build_dir: Path, plan: BuildPlan, report: dict[str, Any]) -> Path:
         shutil.rmtree(app)
     shutil.copytree(runtimes_dir(), app, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (build_dir / "model" / "metadata.json").write_text(json.dumps(bundle_metadata(plan), indent=2) + "\n")
-    requirements = list(plan.runtime_requirements)
-    (build_dir / "requirements.txt").write_text("\n".join(requirements) + "\n")
-    site = install_site(requirements, plan.profile.python_version, build_dir / "site")
+    render(build_dir, plan, report)
+    site = install_site(list(plan.runtime_requirements), plan.profile.python_version, build_dir / "site")
     (build_dir / "bom.json").write_text(json.dumps(bill_of_materials(plan, site), indent=2) + "\n")
-    created = timestamp(source_date_epoch())
-    spec = ImageSpec(base_image=plan.base_image, labels=image_labels(plan, report, created),
-                     model_id=plan.model.repo, mbuild_version=__version__, created=created)
-    (build_dir / SPEC_FILE).write_text(spec.to_json())
-    (build_dir / "Dockerfile").write_text(render_dockerfile(spec))
-    (build_dir / ".dockerignore").write_text(DOCKERIGNORE)
-    (build_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n")
     return build_dir

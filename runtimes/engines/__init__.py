@@ -1,6 +1,6 @@
-"""Inference engines, one per backend and task, listed in ENGINES.
+"""Engines, one per task, over sessions, one per backend (runtimes/engines/sessions.py).
 
-To add one: implement the engine and add it here; engine.json's "engine" and "task" pick it.
+engine.json's "task" picks the engine and its "engine" the session backend (onnxruntime, tensorrt).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Protocol
 import numpy as np
 
 from runtimes.bundle import BundleError, EngineConfig
-from runtimes.engines.ort_decoder import OrtDecoderEngine
-from runtimes.engines.ort_encoder import OrtEncoderEngine
+from runtimes.engines.decoder import DecoderEngine
+from runtimes.engines.encoder import EncoderEngine
 
 
-class EncoderEngine(Protocol):
+class Encoder(Protocol):
     config: EngineConfig
 
     def warm_up(self) -> None: ...
@@ -23,21 +23,19 @@ class EncoderEngine(Protocol):
     def run(self, batch: list[list[int]]) -> np.ndarray: ...
 
 
-ENGINES: dict[tuple[str, str], type[OrtEncoderEngine] | type[OrtDecoderEngine]] = {
-    ("onnxruntime", "embedding"): OrtEncoderEngine,
-    ("onnxruntime", "text-generation"): OrtDecoderEngine,
+ENGINES: dict[str, type[EncoderEngine] | type[DecoderEngine]] = {
+    "embedding": EncoderEngine,
+    "text-generation": DecoderEngine,
 }
 
 
-def encoder_for(model_dir: Path, config: EngineConfig, threads: int) -> OrtEncoderEngine:
-    engine = ENGINES.get((config.engine, config.task))
-    if engine is not OrtEncoderEngine:
-        raise BundleError(f"no embedding engine {config.engine!r}; known: {sorted(ENGINES)}")
-    return OrtEncoderEngine(model_dir, config, threads)
+def encoder_for(model_dir: Path, config: EngineConfig, threads: int) -> EncoderEngine:
+    if config.task != "embedding":
+        raise BundleError(f"engine.json says task {config.task!r}; an embedding engine was asked for")
+    return EncoderEngine(model_dir, config, threads)
 
 
-def decoder_for(model_dir: Path, config: EngineConfig, threads: int) -> OrtDecoderEngine:
-    engine = ENGINES.get((config.engine, config.task))
-    if engine is not OrtDecoderEngine:
-        raise BundleError(f"no text-generation engine {config.engine!r}; known: {sorted(ENGINES)}")
-    return OrtDecoderEngine(model_dir, config, threads)
+def decoder_for(model_dir: Path, config: EngineConfig, threads: int) -> DecoderEngine:
+    if config.task != "text-generation":
+        raise BundleError(f"engine.json says task {config.task!r}; a text-generation engine was asked for")
+    return DecoderEngine(model_dir, config, threads)

@@ -9,7 +9,8 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from runtimes.bundle import BundleError, EngineConfig
-from runtimes.engines.ort_decoder import OrtDecoderEngine
+from runtimes.engines import decoder_for
+from runtimes.engines.decoder import DecoderEngine
 from runtimes.generation.chat_template import ChatTemplate, ChatTemplateError
 from runtimes.generation.scheduler import Scheduler
 from runtimes.metrics import Metrics
@@ -17,7 +18,7 @@ from runtimes.metrics import Metrics
 
 @dataclass
 class GenerationRuntime:
-    engine: OrtDecoderEngine
+    engine: DecoderEngine
     tokenizer: Tokenizer
     template: ChatTemplate | None
     scheduler: Scheduler
@@ -27,7 +28,7 @@ class GenerationRuntime:
     @classmethod
     def load(cls, model_dir: Path, config: EngineConfig, threads: int, max_queue: int,
              metrics: Metrics) -> GenerationRuntime:
-        engine = OrtDecoderEngine(model_dir, config, threads)
+        engine = decoder_for(model_dir, config, threads)
         try:
             tokenizer = Tokenizer.from_file(str(model_dir / config.tokenizer_file))
         except Exception as exc:  # tokenizers raises a bare Exception on bad files

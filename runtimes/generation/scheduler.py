@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from runtimes.engines.ort_decoder import Batch, OrtDecoderEngine
+from runtimes.engines.decoder import Batch, DecoderEngine
 from runtimes.generation.sampling import SamplerState, SamplingParams, next_token
 from runtimes.metrics import BATCH_BUCKETS, Metrics
 
@@ -59,7 +59,7 @@ class SchedulerFull(Exception):
 
 
 class Scheduler:
-    def __init__(self, engine: OrtDecoderEngine, eos_ids: tuple[int, ...], max_batch: int, max_queue: int,
+    def __init__(self, engine: DecoderEngine, eos_ids: tuple[int, ...], max_batch: int, max_queue: int,
                  metrics: Metrics) -> None:
         self.engine, self.eos_ids = engine, eos_ids
         self.max_batch, self.max_queue = max_batch, max_queue

@@ -14,7 +14,7 @@ from runtimes.hardware import GpuInfo
 
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 80)
 L4 = GpuInfo("NVIDIA L4", "8.9", 23)
-GPU_REQ = {"device": "gpu", "compute_capability": "9.0", "gpu_model": "h100", "gpus": 1, "memory_gb": 20,
+GPU_REQ = {"device": "gpu", "compute_capabilities": ["9.0"], "gpu_models": ["h100"], "gpus": 1, "memory_gb": 20,
            "cpu_flags": []}
 
 
@@ -26,6 +26,8 @@ def test_a_matching_host_fits() -> None:
 def test_compute_capability_mismatch_says_rebuild() -> None:
     (problem,) = misfits(GPU_REQ, frozenset(), [L4], 64)
     assert "built for compute capability 9.0" in problem and "NVIDIA L4 is 8.9" in problem and "--gpu" in problem
+    both = {**GPU_REQ, "compute_capabilities": ["9.0", "8.9"], "gpu_models": ["h100", "l4"]}
+    assert misfits(both, frozenset(), [L4], 64) == []  # an image with an engine for each
 
 
 def test_missing_gpus_memory_and_flags() -> None:

@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 
 from builder.hubcache import repo_folder
-from builder.pipeline import PackageOptions, package, plan_package
+from builder.pipeline import package
+from builder.planning import PackageOptions, plan_package
 from builder.progress import Reporter
 from tests.support.fakehub import FakeHub, FakeRepo
 

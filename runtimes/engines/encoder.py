@@ -1,33 +1,22 @@
-"""ONNX Runtime engine for encoder models: token ids in, pooled sentence embeddings out."""
+"""Encoder engine: token ids in, pooled sentence embeddings out, over any session backend."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from runtimes.bundle import BundleError, EngineConfig
+from runtimes.engines.sessions import open_session
 
 
-class OrtEncoderEngine:
+class EncoderEngine:
     def __init__(self, model_dir: Path, config: EngineConfig, threads: int = 0) -> None:
         self.config = config
-        path = model_dir / config.model_file
-        if not path.is_file():
-            raise BundleError(f"engine file {path} is missing")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # The graph was optimized at build time; repeating it here would only slow the start.
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        try:
-            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # ORT raises its own Fail/InvalidGraph types
-            raise BundleError(f"ONNX Runtime cannot load {path}: {exc}") from exc
+        self.session = open_session(model_dir, config, threads)
         names = {i.name for i in self.session.get_inputs()}
         if names != set(config.inputs):
-            raise BundleError(f"{path} takes inputs {sorted(names)}, engine.json says {list(config.inputs)}")
+            raise BundleError(f"the engine takes inputs {sorted(names)}, engine.json says {list(config.inputs)}")
 
     def run(self, batch: list[list[int]]) -> np.ndarray:
         """Pad the sequences to the longest and return one float32 row per sequence."""

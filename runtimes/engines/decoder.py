@@ -1,4 +1,4 @@
-"""ONNX Runtime engine for decoder-only language models, with the KV cache as explicit tensors.
+"""Decoder engine for language models, with the KV cache as explicit tensors, over any session backend.
 
 The graph (exported by mbuild) takes input_ids [B,S], attention_mask [B,P+S] (0 marks a padding
 slot), position_ids [B,S] and past.{i}.key/value [B,kv_heads,P,head_dim]; it returns the last
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from runtimes.bundle import BundleError, EngineConfig
+from runtimes.engines.sessions import open_session
 
 
 @dataclass
@@ -43,7 +43,7 @@ def _pad_left(array: np.ndarray, width: int, axis: int) -> np.ndarray:
     return np.pad(array, pad)
 
 
-class OrtDecoderEngine:
+class DecoderEngine:
     def __init__(self, model_dir: Path, config: EngineConfig, threads: int = 0) -> None:
         self.config = config
         options = config.options
@@ -53,22 +53,12 @@ class OrtDecoderEngine:
             self.head_dim = int(options["head_dim"])
         except KeyError as exc:
             raise BundleError(f"engine.json lacks decoder option {exc}") from exc
-        path = model_dir / config.model_file
-        if not path.is_file():
-            raise BundleError(f"engine file {path} is missing")
-        session_options = ort.SessionOptions()
-        session_options.intra_op_num_threads = threads
-        session_options.inter_op_num_threads = 1
-        session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
-        try:
-            self.session = ort.InferenceSession(str(path), session_options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # ORT raises its own Fail/InvalidGraph types
-            raise BundleError(f"ONNX Runtime cannot load {path}: {exc}") from exc
+        self.session = open_session(model_dir, config, threads)
         self.past_names = [f"past.{i}.{kind}" for i in range(self.layers) for kind in ("key", "value")]
         expected = {"input_ids", "attention_mask", "position_ids", *self.past_names}
         found = {i.name for i in self.session.get_inputs()}
         if found != expected:
-            raise BundleError(f"{path} takes inputs {sorted(found)}; a decoder with {self.layers} layers needs "
+            raise BundleError(f"the engine takes inputs {sorted(found)}; a decoder with {self.layers} layers needs "
                               f"{sorted(expected)}")
 
     def empty(self, rows: int) -> Batch:

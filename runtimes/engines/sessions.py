@@ -1,0 +1,83 @@
+"""Sessions, one per backend, listed in SESSIONS: what runs a graph. Engines (encoder, decoder) sit on top.
+
+To add a backend: write a function that opens a session with `run(names, feeds)` and `get_inputs()`,
+and add it here; engine.json's "engine" names it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import onnxruntime as ort
+
+from runtimes.bundle import BundleError, EngineConfig
+from runtimes.engines import gpu_select, tensorrt_engine
+from runtimes.hardware import detect_gpus
+
+log = logging.getLogger("mbuild.runtime")
+
+
+class Session(Protocol):
+    def run(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray]) -> Sequence[Any]: ...
+
+    def get_inputs(self) -> Sequence[Any]: ...
+
+
+def _onnxruntime(model_dir: Path, config: EngineConfig, threads: int) -> Session:
+    path = model_dir / config.model_file
+    if not path.is_file():
+        raise BundleError(f"engine file {path} is missing")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # The graph was optimized at build time; repeating it here would only slow the start.
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ORT raises its own Fail/InvalidGraph types
+        raise BundleError(f"ONNX Runtime cannot load {path}: {exc}") from exc
+
+
+def _tensorrt(model_dir: Path, config: EngineConfig, threads: int) -> Session:
+    gpus = detect_gpus()
+    try:
+        engine = gpu_select.choose_engine(model_dir, gpus[0] if gpus else None, tensorrt_engine.trt_version())
+    except BundleError:
+        if os.environ.get("MBUILD_TRT_BUILD_AT_START") != "1":
+            raise
+        return _build_at_start(model_dir, config)
+    try:
+        return tensorrt_engine.TrtSession(engine.plan)
+    except (tensorrt_engine.TensorRTUnavailable, RuntimeError) as exc:
+        raise BundleError(str(exc)) from exc
+
+
+def _build_at_start(model_dir: Path, config: EngineConfig) -> Session:
+    """Opt-in only (MBUILD_TRT_BUILD_AT_START=1): slow starts are what users complain about."""
+    source = model_dir / "model.onnx"
+    settings = gpu_select.built_engines(model_dir)[0].meta.get("settings")
+    if not source.is_file() or settings is None:
+        raise BundleError("MBUILD_TRT_BUILD_AT_START=1, but the bundle has no model.onnx and settings to build from")
+    log.warning("BUILDING A TENSORRT ENGINE AT START (MBUILD_TRT_BUILD_AT_START=1): this takes minutes; "
+                "package for this GPU instead to start in seconds")
+    plan = Path("/tmp/mbuild-engine.plan")
+    plan.write_bytes(tensorrt_engine.build_plan(source, settings, Path("/tmp/mbuild-timing.cache")))
+    return tensorrt_engine.TrtSession(plan)
+
+
+SESSIONS: dict[str, Callable[[Path, EngineConfig, int], Session]] = {
+    "onnxruntime": _onnxruntime,
+    "tensorrt": _tensorrt,
+}
+
+
+def open_session(model_dir: Path, config: EngineConfig, threads: int) -> Session:
+    opener = SESSIONS.get(config.engine)
+    if opener is None:
+        raise BundleError(f"engine {config.engine!r} is not one of {sorted(SESSIONS)}")
+    return opener(model_dir, config, threads)
