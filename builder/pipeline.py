@@ -73,7 +73,8 @@ def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: dict[str, 
                                plan.task)
     compiler.optimize(source, engine_dir / "model.onnx", level)
     shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
-    options = {**exported.pop("options"), "max_batch": plan.profile.limits.max_batch, "graph_optimization": level,
+    options = {**exported.pop("options"), "max_batch": plan.profile.limits.max_batch,
+               "max_batch_delay_ms": plan.profile.limits.max_batch_delay_ms, "graph_optimization": level,
                "precision": plan.profile.precision}
     if plan.task == "text-generation" and plan.profile.limits.context:
         # The served context is what the profile reserved KV cache for, not the model's longest.

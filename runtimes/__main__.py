@@ -73,7 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     app_dir = Path(__file__).resolve().parent.parent
     command = [sys.executable, "-m", "bentoml", "serve", "runtimes.service:ModelService", "--working-dir",
                str(app_dir), "--host", settings.host, "--port", str(settings.port)]
-    return Supervisor(command, env, flag, settings.drain_seconds, settings.grace_seconds).run()
+    if settings.ssl_certfile or settings.ssl_keyfile:
+        tls = [Path(p) for p in (settings.ssl_certfile, settings.ssl_keyfile) if p]
+        if len(tls) != 2 or not all(p.is_file() for p in tls):
+            print("mbuild runtime: TLS needs both MBUILD_SSL_CERTFILE and MBUILD_SSL_KEYFILE, as readable files",
+                  file=sys.stderr)
+            return EXIT_BROKEN_BUNDLE
+        command += ["--ssl-certfile", str(tls[0]), "--ssl-keyfile", str(tls[1])]
+    failed = Path(env.setdefault("MBUILD_FAILED_FLAG", str(flag.parent / "failed")))
+    return Supervisor(command, env, flag, settings.drain_seconds, settings.grace_seconds, failed).run()
 
 
 if __name__ == "__main__":

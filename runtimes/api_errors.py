@@ -22,3 +22,14 @@ def error_response(status: int, message: str, code: str, type_: str = "invalid_r
                    headers: Mapping[str, str] | None = None) -> JSONResponse:
     body = {"error": {"message": message, "type": type_, "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def overloaded() -> ApiError:
+    """The bounded queue is full: the caller should back off, not count it as a server failure."""
+    return ApiError(429, "the server is at capacity; retry shortly", "overloaded", "rate_limit_error",
+                    headers={"Retry-After": "1"})
+
+
+def timed_out(seconds: float) -> ApiError:
+    return ApiError(503, f"the request waited longer than {seconds:g} s (MBUILD_REQUEST_TIMEOUT); retry shortly",
+                    "timeout", "service_unavailable", headers={"Retry-After": "1"})

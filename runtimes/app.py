@@ -14,52 +14,22 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtimes import __version__
 from runtimes.api_errors import ApiError, error_response
 from runtimes.bodies import describe_errors
 from runtimes.health import State
+from runtimes.middleware import RequestContext
 from runtimes.routes_embeddings import router as embeddings_router
 from runtimes.routes_generation import router as generation_router
 from runtimes.routes_health import router as health_router
+from runtimes.routes_kserve import V2Error
+from runtimes.routes_kserve import router as kserve_router
 from runtimes.settings import Settings
 from runtimes.state import ServiceState
 
 log = logging.getLogger("mbuild.runtime")
 DRAIN_SECONDS = 25.0
-
-
-class RequestMetrics:
-    """Counts requests and latencies per route template (never per raw path: bounded labels)."""
-
-    def __init__(self, app: ASGIApp, state: ServiceState) -> None:
-        self.app, self.state = app, state
-        state.metrics.describe("request_seconds", "Request latency by route")
-        state.metrics.describe("requests_total", "Requests by route and status")
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start, status = time.perf_counter(), 500
-        draining = self.state.health.state is State.DRAINING
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                if draining:  # no keep-alive while draining: clients reconnect, and find the next replica
-                    message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            self.state.metrics.inc("requests_total", route=path, code=str(status))
-            self.state.metrics.observe("request_seconds", time.perf_counter() - start, route=path)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -79,9 +49,16 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(health_router)
     app.include_router(embeddings_router)
     app.include_router(generation_router)
+    app.include_router(kserve_router)
 
     @app.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        if request.url.path.startswith("/v2"):  # the Open Inference Protocol's error shape
+            return V2Error(exc.status, exc.message, exc.headers).response()
+        return exc.response()
+
+    @app.exception_handler(V2Error)
+    async def v2_error(_: Request, exc: V2Error) -> JSONResponse:
         return exc.response()
 
     @app.exception_handler(RequestValidationError)
@@ -98,7 +75,7 @@ def create_app(settings: Settings) -> FastAPI:
         log.exception("unhandled error")
         return error_response(500, "internal server error", "internal_error", "server_error")
 
-    app.add_middleware(RequestMetrics, state=state)
+    app.add_middleware(RequestContext, state=state)
     return app
 
 

@@ -2,7 +2,9 @@
 
 While the engine runs one batch, new requests queue; the next batch takes everything waiting, up
 to max_batch sequences. At concurrency 1 a request runs at once (no added delay); under load
-batches fill by themselves. The queue is bounded: past max_queue requests, submit() refuses.
+batches fill by themselves, and max_delay (the profile's max_batch_delay_ms) lets a batch wait that
+long for more only while the last one had company. The queue is bounded: past max_queue requests,
+submit() refuses.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ class _Job:
 
 class Batcher:
     def __init__(self, run: Callable[[list[list[int]]], np.ndarray], max_batch: int, max_queue: int,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, max_delay: float = 0.0) -> None:
         self._run = run
         self.max_batch = max_batch
         self.max_queue = max_queue
+        self.max_delay = max_delay
+        self._last_batch = 0
         self._metrics = metrics
         self._queue: asyncio.Queue[_Job] = asyncio.Queue()
         self._held: _Job | None = None  # taken from the queue but too big for the last batch
@@ -73,15 +77,26 @@ class Batcher:
             return job
         return await self._queue.get()
 
-    def _take_batch(self, first: _Job) -> list[_Job]:
+    async def _take_batch(self, first: _Job) -> list[_Job]:
         jobs, count = [first], len(first.seqs)
-        while not self._queue.empty() and count < self.max_batch:
-            nxt = self._queue.get_nowait()
+        deadline = time.perf_counter() + (self.max_delay if self._last_batch > 1 else 0.0)
+        while count < self.max_batch:
+            if self._queue.empty():
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                try:
+                    nxt = await asyncio.wait_for(self._queue.get(), remaining)
+                except TimeoutError:
+                    break
+            else:
+                nxt = self._queue.get_nowait()
             if count + len(nxt.seqs) > self.max_batch:
                 self._held = nxt  # it opens the next batch instead of overflowing this one
                 break
             jobs.append(nxt)
             count += len(nxt.seqs)
+        self._last_batch = len(jobs)
         return jobs
 
     def _compute(self, seqs: list[list[int]]) -> np.ndarray:
@@ -101,7 +116,7 @@ class Batcher:
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            jobs = self._take_batch(await self._next_job())
+            jobs = await self._take_batch(await self._next_job())
             self._metrics.set("queue_depth", self._queue.qsize())
             live = [j for j in jobs if not j.future.done()]  # a cancelled client needs no compute
             if not live:

@@ -22,9 +22,21 @@ def describe_errors(errors: list[Any]) -> str:
     return "invalid request: " + "; ".join(parts) + more
 
 
+async def read_limited(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 once it passes limit (also for chunked bodies with no Content-Length)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"the request body is larger than {limit} bytes (MBUILD_MAX_BODY_BYTES)",
+                           "body_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def parse_body(request: Request, model: type[Model]) -> Model:
     # curl -d sends form encoding by default; the body is still JSON, so read it as JSON regardless.
-    raw = await request.body()
+    raw = await read_limited(request, request.app.state.service.settings.max_body_bytes)
     if not raw.strip():
         raise ApiError(400, "the request body is empty; send a JSON object", "empty_body")
     try:

@@ -10,12 +10,15 @@ import time
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + "Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if record.name == "mbuild.access" and isinstance(record.args, tuple) and len(record.args) == 5:
+            method, path, status, ms, rid = record.args
+            entry.update(method=method, path=path, status=status, ms=round(float(str(ms)), 1), request_id=rid)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import anyio
 import numpy as np
 from fastapi import APIRouter, Request
 
-from runtimes.api_errors import ApiError
+from runtimes.api_errors import ApiError, overloaded, timed_out
 from runtimes.auth import check_bearer
 from runtimes.batcher import QueueFull
 from runtimes.bodies import openapi_body, parse_body
@@ -63,10 +64,11 @@ async def embeddings(request: Request) -> EmbeddingResponse:
     except InputTooLong as exc:
         raise ApiError(400, f"{exc}; shorten it or send \"truncate\": \"END\"", "input_too_long") from exc
     try:
-        vectors = await loaded.batcher.submit(seqs)
+        vectors = await asyncio.wait_for(loaded.batcher.submit(seqs), state.settings.request_timeout)
     except QueueFull as exc:
-        raise ApiError(503, "the server is at capacity; retry shortly", "overloaded", "service_unavailable",
-                       headers={"Retry-After": "1"}) from exc
+        raise overloaded() from exc
+    except TimeoutError as exc:
+        raise timed_out(state.settings.request_timeout) from exc
     tokens = sum(len(s) for s in seqs)
     state.metrics.inc("tokens_total", tokens, kind="prompt")
     data = [EmbeddingData(index=i, embedding=_encode(v, body.encoding_format)) for i, v in enumerate(vectors)]

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from runtimes.api_errors import ApiError
+from runtimes.api_errors import ApiError, overloaded, timed_out
 from runtimes.auth import check_bearer
 from runtimes.bodies import openapi_body, parse_body
 from runtimes.generation.chat_template import ChatTemplateError
@@ -88,8 +88,7 @@ def _start(runtime: GenerationRuntime, prompt: list[int], params: SamplingParams
     try:
         return [generate(runtime.scheduler, runtime.tokenizer, prompt, params) for _ in range(n)]
     except SchedulerFull as exc:
-        raise ApiError(503, "the server is at capacity; retry shortly", "overloaded", "service_unavailable",
-                       headers={"Retry-After": "1"}) from exc
+        raise overloaded() from exc
 
 
 class _Run:
@@ -113,11 +112,16 @@ class _Run:
                 self.finish[index] = delta.finish
             yield index, delta
 
-    async def complete(self, request: Request) -> None:
-        """Run to the end, cancelling everything if the client goes away meanwhile."""
+    async def complete(self, request: Request, timeout: float) -> None:
+        """Run to the end, cancelling everything if the client goes away or the time runs out."""
         work = asyncio.create_task(self._drain())
+        deadline = time.monotonic() + timeout
         while not work.done():
             done, _ = await asyncio.wait({work}, timeout=0.5)
+            if not done and time.monotonic() > deadline:
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+                raise timed_out(timeout)
             if not done and await request.is_disconnected():
                 work.cancel()
                 await asyncio.gather(work, return_exceptions=True)
@@ -207,7 +211,7 @@ async def chat_completions(request: Request) -> Any:
     if body.stream:
         include = bool(body.stream_options and body.stream_options.include_usage)
         return _stream(run, _ChatChunks(ident, model, created, body.n), include)
-    await run.complete(request)
+    await run.complete(request, state.settings.request_timeout)
     state.metrics.inc("tokens_total", sum(run.tokens), kind="completion")
     return JSONResponse({
         "id": ident, "object": "chat.completion", "created": created, "model": model,
@@ -250,7 +254,7 @@ async def completions(request: Request) -> Any:
     if body.stream:
         include = bool(body.stream_options and body.stream_options.include_usage)
         return _stream(run, _CompletionChunks(ident, model, created), include)
-    await run.complete(request)
+    await run.complete(request, state.settings.request_timeout)
     state.metrics.inc("tokens_total", sum(run.tokens), kind="completion")
     return JSONResponse({
         "id": ident, "object": "text_completion", "created": created, "model": model,

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, PlainTextResponse
 
 from runtimes import __version__
+from runtimes.auth import check_bearer
 from runtimes.state import ServiceState
 
 router = APIRouter()
@@ -60,5 +61,7 @@ async def metadata(request: Request) -> dict[str, Any]:
 @router.get("/v1/metrics", tags=["health"], response_class=PlainTextResponse)
 async def metrics(request: Request) -> PlainTextResponse:
     state = _state(request)
+    if state.settings.protect_metrics:
+        check_bearer(request, state.settings.api_key)
     state.metrics.set("ready", 1.0 if state.health.ready else 0.0)
     return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

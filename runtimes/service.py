@@ -11,7 +11,10 @@ configure_logging()
 app = app_from_env()
 
 
-@bentoml.service(name="mbuild", workers=1, traffic={"timeout": 300})
+# BentoML's own access log and metrics are off: the app logs every request once (with its request
+# id, never its body) and serves richer metrics on /v1/metrics; doing both would pay twice per request.
+@bentoml.service(name="mbuild", workers=1, traffic={"timeout": 300}, logging={"access": {"enabled": False}},
+                 metrics={"enabled": False})
 @bentoml.asgi_app(app, path="/")
 class ModelService:
     """Routes come from runtimes.app; BentoML adds its own /livez, /readyz and /metrics beside them."""

@@ -37,6 +37,14 @@ class Settings:
     served_name: str | None
     drain_seconds: float = 5.0
     grace_seconds: float = 20.0
+    max_body_bytes: int = 4 * 1024 * 1024
+    request_timeout: float = 60.0
+    max_batch: int | None = None  # None: the profile's
+    max_batch_delay_ms: float | None = None
+    protect_metrics: bool = False
+    access_log: bool = True
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -55,4 +63,13 @@ class Settings:
             served_name=os.environ.get("MBUILD_SERVED_MODEL_NAME") or None,
             drain_seconds=_int("MBUILD_DRAIN_SECONDS", 5, 0, 3600),
             grace_seconds=_int("MBUILD_GRACE_SECONDS", 20, 1, 3600),
+            max_body_bytes=_int("MBUILD_MAX_BODY_BYTES", 4 * 1024 * 1024, 1024, 1 << 30),
+            request_timeout=_int("MBUILD_REQUEST_TIMEOUT", 60, 1, 86400),
+            max_batch=_int("MBUILD_MAX_BATCH", 0, 0, 4096) or None,
+            max_batch_delay_ms=float(_int("MBUILD_MAX_BATCH_DELAY_MS", -1, -1, 10000))
+            if os.environ.get("MBUILD_MAX_BATCH_DELAY_MS") else None,
+            protect_metrics=os.environ.get("MBUILD_PROTECT_METRICS", "").lower() in {"1", "true", "yes"},
+            access_log=os.environ.get("MBUILD_ACCESS_LOG", "1").lower() not in {"0", "false", "no"},
+            ssl_certfile=os.environ.get("MBUILD_SSL_CERTFILE") or None,
+            ssl_keyfile=os.environ.get("MBUILD_SSL_KEYFILE") or None,
         )

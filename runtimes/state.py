@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +35,10 @@ class EmbeddingRuntime:
         engine = encoder_for(model_dir, config, settings.threads)
         tokenizer = TextTokenizer(model_dir / config.tokenizer_file, config.max_seq_length)
         engine.warm_up()
-        max_batch = int(config.options.get("max_batch", 32))
-        return cls(engine, tokenizer, Batcher(engine.run, max_batch, settings.max_queue, metrics))
+        max_batch = settings.max_batch or int(config.options.get("max_batch", 32))
+        delay_ms = settings.max_batch_delay_ms
+        delay_ms = float(config.options.get("max_batch_delay_ms", 0)) if delay_ms is None else delay_ms
+        return cls(engine, tokenizer, Batcher(engine.run, max_batch, settings.max_queue, metrics, delay_ms / 1000))
 
 
 @dataclass
@@ -79,6 +82,10 @@ class ServiceState:
         except Exception as exc:  # every failure becomes a failed state with a readable reason
             log.error("model failed to load: %s", exc)
             self.health.move(State.FAILED, str(exc))
+            flag = os.environ.get("MBUILD_FAILED_FLAG")
+            if flag:  # tells the supervisor (PID 1) to stop the server with a non-zero exit
+                Path(flag).parent.mkdir(parents=True, exist_ok=True)
+                Path(flag).write_text(str(exc))
 
     async def _activate(self, runtime: EmbeddingRuntime | GenerationRuntime) -> None:
         # The batcher's task must live on the serving loop, so readiness flips there too.

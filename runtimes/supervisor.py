@@ -4,6 +4,8 @@
             so load balancers stop sending -> SIGTERM to the server, whose in-flight requests
             finish -> exit 0 once every server process is gone (SIGKILL after the grace period).
     SIGINT  -> the same without the wait (Ctrl+C on a terminal).
+    The worker could not load the model (it writes MBUILD_FAILED_FLAG) -> stop the server, exit 3:
+            a model that never loads must not sit there answering 503 forever.
 
 As PID 1 it also reaps orphaned processes, which nothing else in the container would.
 """
@@ -14,17 +16,21 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import FrameType
 
 POLL_SECONDS = 0.1
+EXIT_LOAD_FAILED = 3
 
 
 class Supervisor:
     def __init__(self, command: list[str], env: dict[str, str], flag: Path, drain_seconds: float,
-                 grace_seconds: float) -> None:
+                 grace_seconds: float, failed: Path | None = None) -> None:
         self.command, self.env, self.flag = command, env, flag
+        self.failed = failed
+        self.load_failed = False
         self.drain_seconds, self.grace_seconds = drain_seconds, grace_seconds
         self.stop_at: float | None = None  # when the server gets its SIGTERM
         self.kill_at: float | None = None  # when leftovers get SIGKILL
@@ -60,6 +66,8 @@ class Supervisor:
 
     def run(self) -> int:
         self.flag.unlink(missing_ok=True)
+        if self.failed is not None:
+            self.failed.unlink(missing_ok=True)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         server = subprocess.Popen(self.command, env=self.env, start_new_session=True)
@@ -67,6 +75,11 @@ class Supervisor:
         while True:
             self._reap(server.pid)
             now = time.monotonic()
+            if self.failed is not None and self.stop_at is None and self.failed.is_file():
+                reason = self.failed.read_text(errors="replace").strip()
+                print(f"mbuild runtime: the model failed to load, stopping: {reason}", file=sys.stderr, flush=True)
+                self.load_failed = True
+                self.stop_at = now
             if self.stop_at is not None and self.kill_at is None and now >= self.stop_at:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pgid, signal.SIGTERM)
@@ -80,6 +93,8 @@ class Supervisor:
                 break  # the server died by itself: pass its failure on
             time.sleep(POLL_SECONDS)
         self.flag.unlink(missing_ok=True)
+        if self.load_failed:
+            return EXIT_LOAD_FAILED
         if self.stop_at is not None:
             return 0  # a requested stop that drained is a clean exit
         return self.server_status or 1

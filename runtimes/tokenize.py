@@ -32,6 +32,7 @@ class TextTokenizer:
         self._cut_end.enable_truncation(max_length, direction="right")
         self._cut_start.enable_truncation(max_length, direction="left")
         self.max_length = max_length
+        self.vocab_size = self._plain.get_vocab_size(with_added_tokens=True)
 
     def encode(self, texts: list[str], truncate: Truncate = "NONE") -> list[list[int]]:
         """Token ids per text, special tokens included; over-long texts raise unless truncation is asked."""

@@ -1,0 +1,82 @@
+"""One ASGI middleware for every request: request id, size limit, metrics, access log, drain hints."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runtimes.health import State
+from runtimes.state import ServiceState
+
+log = logging.getLogger("mbuild.access")
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+class RequestContext:
+    def __init__(self, app: ASGIApp, state: ServiceState) -> None:
+        self.app, self.state = app, state
+        state.metrics.describe("request_seconds", "Request latency by route")
+        state.metrics.describe("requests_total", "Requests by route and status")
+
+    async def _too_large(self, send: Send, request_id: str, limit: int) -> None:
+        body = json.dumps({"error": {"message": f"the request body is larger than {limit} bytes "
+                                                "(MBUILD_MAX_BODY_BYTES)", "type": "invalid_request_error",
+                                     "code": "body_too_large"}}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"x-request-id", request_id.encode()),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+        incoming = _header(scope, b"x-request-id")
+        request_id = incoming if incoming and _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        draining = self.state.health.state is State.DRAINING
+        limit = self.state.settings.max_body_bytes
+        length = _header(scope, b"content-length")
+        if length and length.isdigit() and int(length) > limit:
+            await self._too_large(send, request_id, limit)
+            status = 413
+            self._record(scope, status, start, request_id)
+            return
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+                if draining:  # no keep-alive while draining: clients reconnect, and find the next replica
+                    headers.append((b"connection", b"close"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            self._record(scope, status, start, request_id)
+
+    def _record(self, scope: Scope, status: int, start: float, request_id: str) -> None:
+        elapsed = time.perf_counter() - start
+        route = getattr(scope.get("route"), "path", "unmatched")
+        self.state.metrics.inc("requests_total", route=route, code=str(status))
+        self.state.metrics.observe("request_seconds", elapsed, route=route)
+        if self.state.settings.access_log:
+            # Method, path, status and time only: bodies (prompts, texts) are never logged.
+            log.info("%s %s %d %.1fms request_id=%s", scope.get("method"), scope.get("path"), status,
+                     elapsed * 1000, request_id)
