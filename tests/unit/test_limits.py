@@ -1,0 +1,134 @@
+"""Limits, request ids, logs, protected metrics, the bounded queue and the batching delay."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from runtimes.app import create_app
+from runtimes.batcher import Batcher, QueueFull
+from runtimes.logs import JsonFormatter
+from runtimes.metrics import Metrics
+from runtimes.settings import Settings
+
+
+def settings(model_dir: Path, **overrides: object) -> Settings:
+    base = {"model_dir": model_dir, "host": "127.0.0.1", "port": 8000, "api_key": None, "log_level": "info",
+            "log_format": "text", "threads": 1, "max_queue": 64, "served_name": None, "max_body_bytes": 2048}
+    return Settings(**{**base, **overrides})  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def client(tiny_build: Path, request: pytest.FixtureRequest) -> Iterator[TestClient]:
+    overrides = getattr(request, "param", {})
+    with TestClient(create_app(settings(tiny_build / "model", **overrides))) as test_client:
+        deadline = time.monotonic() + 30
+        while test_client.get("/v1/health/ready").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        yield test_client
+
+
+def test_a_body_over_the_limit_is_413_both_ways(client: TestClient) -> None:
+    big = json.dumps({"input": "x" * 4000}).encode()
+    declared = client.post("/v1/embeddings", content=big, headers={"content-type": "application/json"})
+    assert declared.status_code == 413 and declared.json()["error"]["code"] == "body_too_large"
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        for start in range(0, len(big), 500):
+            yield big[start:start + 500]
+
+    streamed = client.post("/v1/embeddings", content=chunks(), headers={"content-type": "application/json"})
+    assert streamed.status_code == 413
+    assert client.get("/v1/health/ready").status_code == 200
+
+
+def test_request_ids_are_echoed_or_made(client: TestClient) -> None:
+    assert client.get("/v1/health/live", headers={"X-Request-ID": "abc-123"}).headers["x-request-id"] == "abc-123"
+    made = client.get("/v1/health/live", headers={"X-Request-ID": "bad id\nwith newline"}).headers["x-request-id"]
+    assert len(made) == 32 and "\n" not in made
+
+
+def test_access_log_is_json_and_has_no_body(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="mbuild.access"):
+        client.post("/v1/embeddings", json={"input": "secret customer text"}, headers={"X-Request-ID": "r-1"})
+    record = next(r for r in caplog.records if r.name == "mbuild.access")
+    line = json.loads(JsonFormatter().format(record))
+    assert (line["method"], line["path"], line["status"], line["request_id"]) == ("POST", "/v1/embeddings", 200, "r-1")
+    assert "secret customer text" not in caplog.text
+
+
+@pytest.mark.parametrize("client", [{"api_key": "k", "protect_metrics": True}], indirect=True)
+def test_protected_metrics_and_v2_auth(client: TestClient) -> None:
+    assert client.get("/v1/metrics").status_code == 401
+    assert client.get("/v1/metrics", headers={"Authorization": "Bearer k"}).status_code == 200
+    assert client.get("/v1/health/ready").status_code == 200  # health stays open
+    name = client.get("/v1/models").json()["data"][0]["id"]
+    body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]}
+    denied = client.post(f"/v2/models/{name}/infer", json=body)
+    assert denied.status_code == 401 and "API key" in denied.json()["error"]
+
+
+@pytest.mark.parametrize("client", [{"request_timeout": 1}], indirect=True)
+def test_a_request_that_waits_too_long_is_503(client: TestClient) -> None:
+    batcher = client.app.state.service.embedding.batcher  # type: ignore[attr-defined]
+    real = batcher._run
+
+    def slow(seqs: list[list[int]]) -> np.ndarray:
+        time.sleep(1.5)
+        return np.asarray(real(seqs))
+
+    batcher._run = slow
+    try:
+        response = client.post("/v1/embeddings", json={"input": "x"})
+    finally:
+        batcher._run = real
+    assert response.status_code == 503 and response.headers["retry-after"] == "1"
+    assert response.json()["error"]["code"] == "timeout"
+
+
+def test_the_queue_is_bounded() -> None:
+    async def scenario() -> list[str]:
+        def slow(seqs: list[list[int]]) -> np.ndarray:
+            time.sleep(0.2)
+            return np.zeros((len(seqs), 2), np.float32)
+
+        batcher = Batcher(slow, max_batch=1, max_queue=2, metrics=Metrics())
+        batcher.start()
+        results = await asyncio.gather(*(batcher.submit([[1]]) for _ in range(6)), return_exceptions=True)
+        await batcher.stop()
+        return ["full" if isinstance(r, QueueFull) else "ok" for r in results]
+
+    outcome = asyncio.run(scenario())
+    assert "full" in outcome and outcome.count("ok") >= 2
+
+
+def test_the_batch_delay_only_applies_under_load() -> None:
+    async def scenario() -> tuple[float, list[int]]:
+        sizes: list[int] = []
+
+        def run(seqs: list[list[int]]) -> np.ndarray:
+            sizes.append(len(seqs))
+            time.sleep(0.01)
+            return np.zeros((len(seqs), 2), np.float32)
+
+        batcher = Batcher(run, max_batch=16, max_queue=64, metrics=Metrics(), max_delay=0.05)
+        batcher.start()
+        started = time.perf_counter()
+        await batcher.submit([[1]])  # alone: no waiting for company
+        alone = time.perf_counter() - started
+        await asyncio.gather(*(batcher.submit([[i]]) for i in range(12)))
+        await batcher.stop()
+        return alone, sizes
+
+    alone, sizes = asyncio.run(scenario())
+    assert alone < 0.05
+    assert max(sizes) > 1
