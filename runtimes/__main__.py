@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     flag = Path(env.setdefault("MBUILD_DRAIN_FLAG", f"/tmp/mbuild-{os.getpid()}/draining"))
     app_dir = Path(__file__).resolve().parent.parent
     command = [sys.executable, "-m", "bentoml", "serve", "runtimes.service:ModelService", "--working-dir",
-               str(app_dir), "--host", settings.host, "--port", str(settings.port)]
+               str(app_dir), "--host", settings.host, "--port", str(settings.port),
+               "--timeout-keep-alive", str(settings.keepalive_seconds)]
     if settings.ssl_certfile or settings.ssl_keyfile:
         tls = [Path(p) for p in (settings.ssl_certfile, settings.ssl_keyfile) if p]
         if len(tls) != 2 or not all(p.is_file() for p in tls):

@@ -14,10 +14,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
+from starlette.routing import Match
 
 from runtimes import __version__
 from runtimes.api_errors import ApiError, error_response
-from runtimes.bodies import describe_errors
+from runtimes.bodies import add_request_components, describe_errors
 from runtimes.health import State
 from runtimes.middleware import RequestContext
 from runtimes.routes_embeddings import router as embeddings_router
@@ -46,10 +47,9 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="mbuild model service", version=__version__, lifespan=lifespan,
                   docs_url="/docs", redoc_url=None)
     app.state.service = state
-    app.include_router(health_router)
-    app.include_router(embeddings_router)
-    app.include_router(generation_router)
-    app.include_router(kserve_router)
+    routers = (health_router, embeddings_router, generation_router, kserve_router)
+    for router in routers:
+        app.include_router(router)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -75,7 +75,28 @@ def create_app(settings: Settings) -> FastAPI:
         log.exception("unhandled error")
         return error_response(500, "internal server error", "internal_error", "server_error")
 
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+                   include_in_schema=False)
+    async def not_found(path: str, request: Request) -> JSONResponse:
+        # Registered last. Under BentoML it also makes unknown paths reach this app (BentoML mounts it
+        # passively, only for paths some route matches), so they get a JSON 404 like every other error.
+        allowed = sorted({method for router in routers for route in router.routes
+                          if route.matches(request.scope)[0] is Match.PARTIAL
+                          for method in getattr(route, "methods", ()) or ()})
+        if allowed:
+            return error_response(405, "Method Not Allowed", "method_not_allowed",
+                                  headers={"Allow": ", ".join(allowed)})
+        return error_response(404, f"no route /{path}; see /docs for the API", "not_found")
+
     app.add_middleware(RequestContext, state=state)
+    generate_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = add_request_components(generate_openapi())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 

@@ -54,7 +54,22 @@ async def parse_body(request: Request, model: type[Model]) -> Model:
         raise ApiError(400, describe_errors(exc.errors()), "invalid_request") from exc
 
 
+REQUEST_MODELS: list[type[BaseModel]] = []  # their nested schemas go into the document's components
+
+
 def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
     """The requestBody entry FastAPI would write, for routes that parse their body themselves."""
+    REQUEST_MODELS.append(model)
     schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def add_request_components(document: dict[str, Any]) -> dict[str, Any]:
+    """Register the nested models the request bodies refer to, so every $ref in the document resolves."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    for model in REQUEST_MODELS:
+        for name, definition in model.model_json_schema(ref_template="#/components/schemas/{model}").get(
+                "$defs", {}).items():
+            schemas.setdefault(name, definition)
+    return document

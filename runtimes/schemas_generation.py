@@ -53,7 +53,7 @@ class _Sampling(BaseModel):
     top_k: int = Field(0, ge=-1)
     min_tokens: int = Field(0, ge=0)
     ignore_eos: bool = False
-    repetition_penalty: float = Field(1.0, gt=0, le=10)
+    repetition_penalty: float = Field(1.0, ge=0.01, le=10)
     stop_token_ids: list[int] = Field(default_factory=list)
 
     @field_validator("stop")

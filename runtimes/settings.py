@@ -45,6 +45,7 @@ class Settings:
     access_log: bool = True
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    keepalive_seconds: int = 75  # above the 60 s idle timeout of common load balancers, so they close first
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -72,4 +73,5 @@ class Settings:
             access_log=os.environ.get("MBUILD_ACCESS_LOG", "1").lower() not in {"0", "false", "no"},
             ssl_certfile=os.environ.get("MBUILD_SSL_CERTFILE") or None,
             ssl_keyfile=os.environ.get("MBUILD_SSL_KEYFILE") or None,
+            keepalive_seconds=_int("MBUILD_KEEPALIVE_SECONDS", 75, 1, 3600),
         )

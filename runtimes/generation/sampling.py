@@ -55,6 +55,11 @@ def _penalize(logits: np.ndarray, state: SamplerState) -> np.ndarray:
 
 def next_token(logits: np.ndarray, state: SamplerState, eos_ids: tuple[int, ...]) -> int:
     """One row's next token; records it in the state."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # extremes are handled below
+        return _next_token(logits, state, eos_ids)
+
+
+def _next_token(logits: np.ndarray, state: SamplerState, eos_ids: tuple[int, ...]) -> int:
     p = state.params
     logits = _penalize(np.array(logits, dtype=np.float32), state)
     if len(state.generated) < p.min_tokens:
@@ -68,7 +73,13 @@ def next_token(logits: np.ndarray, state: SamplerState, eos_ids: tuple[int, ...]
             cutoff = np.partition(scaled, -p.top_k)[-p.top_k]
             scaled[scaled < cutoff] = -np.inf
         probs = np.exp(scaled - np.max(scaled))
-        probs /= probs.sum()
+        total = probs.sum()
+        if not np.isfinite(total) or total <= 0:  # extreme settings overflowed: fall back to the best token
+            token = int(np.nanargmax(np.where(np.isfinite(logits), logits, -np.inf)))
+            state.generated.append(token)
+            state.counts[token] += 1
+            return token
+        probs /= total
         if p.top_p < 1.0:
             order = np.argsort(-probs)
             cumulative = np.cumsum(probs[order])

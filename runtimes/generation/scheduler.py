@@ -145,7 +145,12 @@ class Scheduler:
                 finished.add(index)
                 request.emit(Event(finish="cancelled"))
                 continue
-            token = next_token(logits[offset], row.state, self.eos_ids)
+            try:
+                token = next_token(logits[offset], row.state, self.eos_ids)
+            except Exception as exc:  # one request's sampling failure ends that request only
+                finished.add(index)
+                request.emit(Event(finish="error", error=f"sampling failed: {exc}"))
+                continue
             row.last = token
             params = request.params
             # Sampling never picks these before min_tokens, so meeting one here always ends the sequence.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 
 import httpx
@@ -14,13 +15,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_status(url: str, status: int = 200, timeout: float = 90.0) -> float:
+def wait_for_status(url: str, status: int = 200, timeout: float = 90.0, verify: ssl.SSLContext | bool = True) -> float:
     """Poll url until it answers `status`; return the seconds it took. Raises TimeoutError."""
     start = time.monotonic()
     last = "no answer"
     while time.monotonic() - start < timeout:
         try:
-            code = httpx.get(url, timeout=2).status_code
+            code = httpx.get(url, timeout=2, verify=verify).status_code
             if code == status:
                 return time.monotonic() - start
             last = f"HTTP {code}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -110,8 +111,17 @@ def test_truncation_on_request(client: TestClient) -> None:
 
 
 def test_unknown_route_and_method(client: TestClient) -> None:
-    assert client.get("/v1/nothing").json()["error"]["code"] == "not_found"
-    assert client.get("/v1/embeddings").status_code == 405
+    missing = client.post("/v1/nothing", json={})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    wrong = client.delete("/v1/embeddings")
+    assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
+    assert wrong.headers["allow"] == "POST"
+
+
+def test_every_schema_reference_resolves(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    refs = set(re.findall(r'"#/components/schemas/([^"]+)"', json.dumps(document)))
+    assert refs and refs <= set(document["components"]["schemas"]), refs - set(document["components"]["schemas"])
 
 
 def test_metadata_reports_model_profile_and_validation(client: TestClient) -> None:

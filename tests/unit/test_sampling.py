@@ -54,3 +54,10 @@ def test_penalties_push_away_from_seen_tokens() -> None:
     assert pick(SamplingParams(max_tokens=1, temperature=0, presence_penalty=0.5), history=[1]) == 4
     assert pick(SamplingParams(max_tokens=1, temperature=0, frequency_penalty=0.2), history=[1]) == 4
     assert pick(SamplingParams(max_tokens=1, temperature=0, frequency_penalty=0.01), history=[1]) == 1
+
+
+def test_extreme_settings_fall_back_to_the_best_token() -> None:
+    huge = np.array([1e30, 3e38, -1e30], dtype=np.float32)
+    assert pick(SamplingParams(max_tokens=1, temperature=1e-6, seed=1), logits=huge) == 1
+    assert pick(SamplingParams(max_tokens=1, temperature=1.0, repetition_penalty=0.01, seed=1), logits=huge,
+                prompt=[2]) in {0, 1}
