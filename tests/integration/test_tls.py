@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from openai import OpenAI
+from openai import DefaultHttpxClient, OpenAI
 
 from tests.support.procs import MBUILD, served
 
@@ -32,8 +32,7 @@ def test_https_serves_with_the_given_certificate(tiny_build: Path, certificate: 
     with served(tiny_build, env=env, ca=cert) as url:
         assert url.startswith("https://")
         trust = ssl.create_default_context(cafile=str(cert))
-        with httpx.Client(verify=trust) as http:
-            client = OpenAI(base_url=f"{url}/v1", api_key="k", http_client=http)
+        with OpenAI(base_url=f"{url}/v1", api_key="k", http_client=DefaultHttpxClient(verify=trust)) as client:
             model = client.models.list().data[0].id
             assert len(client.embeddings.create(model=model, input="over TLS").data[0].embedding) > 0
         with pytest.raises(httpx.RemoteProtocolError):  # plain HTTP on the TLS port is refused
