@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import tritonclient.http as tritonhttp
 from openai import OpenAI
 
 from tests.integration.conftest import DOCKER_TAG as TAG
@@ -14,6 +15,7 @@ from tests.integration.conftest import TEXTS, cosines, package_docker_image
 from tests.support.containers import docker, inspect, running, wait_healthy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def test_image_metadata(minilm_image: str) -> None:
@@ -47,8 +49,17 @@ def test_container_becomes_healthy_and_serves(minilm_image: str, reference_embed
         assert cosines(got, reference_embeddings).min() >= 0.9999
 
         with OpenAI(base_url=f"{url}/v1", api_key="unused") as client:
-            result = client.embeddings.create(model="sentence-transformers/all-MiniLM-L6-v2", input=TEXTS[0])
+            result = client.embeddings.create(model=MODEL, input=TEXTS[0])
         assert cosines(np.array([result.data[0].embedding]), reference_embeddings[:1]).min() >= 0.9999
+
+        triton = tritonhttp.InferenceServerClient(url=url.removeprefix("http://"))
+        assert triton.is_server_ready() and triton.is_model_ready(MODEL)
+        text = tritonhttp.InferInput("text", [len(TEXTS)], "BYTES")
+        text.set_data_from_numpy(np.array(TEXTS, dtype=object), binary_data=True)
+        answer = triton.infer(MODEL, [text], parameters={"truncate": "END"},
+                              outputs=[tritonhttp.InferRequestedOutput("embedding", binary_data=True)])
+        assert cosines(answer.as_numpy("embedding"), reference_embeddings).min() >= 0.9999
+        triton.close()
 
         stop = docker("stop", "--time", "20", container)
         assert stop.returncode == 0
