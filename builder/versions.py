@@ -10,7 +10,8 @@ BUILD_TOOLS = ("torch", "transformers", "sentence-transformers", "onnx", "onnxru
                "tokenizers", "huggingface-hub", "bentoml")
 
 # What the image installs: the runtime's own small set, pinned to the versions validated here.
-RUNTIME_PACKAGES = ("bentoml", "fastapi", "onnxruntime", "tokenizers", "numpy")
+# uvloop and httptools: uvicorn picks them up by itself and serves several times the requests per core.
+RUNTIME_PACKAGES = ("bentoml", "fastapi", "uvloop", "httptools", "onnxruntime", "tokenizers", "numpy")
 # The same module ships under other distribution names; the CPU image always takes the plain one.
 _ALIASES = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino")}
 

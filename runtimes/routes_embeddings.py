@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 
-import anyio
 import numpy as np
 from fastapi import APIRouter, Request
 
@@ -60,7 +59,7 @@ async def embeddings(request: Request) -> EmbeddingResponse:
     texts = body.texts()
     _check_request(state, body, texts)
     try:
-        seqs = await anyio.to_thread.run_sync(loaded.tokenizer.encode, texts, body.truncate)
+        seqs = await loaded.tokenizer.encode_async(texts, body.truncate)
     except InputTooLong as exc:
         raise ApiError(400, f"{exc}; shorten it or send \"truncate\": \"END\"", "input_too_long") from exc
     try:

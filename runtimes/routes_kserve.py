@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import anyio
 import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
@@ -136,7 +135,7 @@ async def _embed(state: ServiceState, parsed: InferRequest) -> dict[str, tuple[n
         if truncate not in TRUNCATE:
             raise V2Error(400, "parameter 'truncate' must be NONE, START or END")
         try:
-            seqs = await anyio.to_thread.run_sync(runtime.tokenizer.encode, texts, TRUNCATE[truncate])
+            seqs = await runtime.tokenizer.encode_async(texts, TRUNCATE[truncate])
         except InputTooLong as exc:
             raise V2Error(400, f"{exc}; shorten it or send the parameter \"truncate\": \"END\"") from exc
     elif "input_ids" in parsed.inputs and "attention_mask" in parsed.inputs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -19,7 +20,7 @@ from runtimes.app import create_app
 from runtimes.bundle import load_engine_config
 from runtimes.engines import encoder_for
 from runtimes.settings import Settings
-from runtimes.tokenize import TextTokenizer
+from runtimes.tokenize import INLINE_CHARS, InputTooLong, TextTokenizer
 
 
 def settings(model_dir: Path, **overrides: object) -> Settings:
@@ -177,3 +178,13 @@ def test_broken_bundle_never_becomes_ready(tiny_build: Path, tmp_path: Path) -> 
 def test_engine_json_round_trip(tiny_build: Path) -> None:
     raw = json.loads((tiny_build / "model" / "engine.json").read_text())
     assert load_engine_config(tiny_build / "model").to_dict() == raw
+
+
+def test_tokenizing_inline_and_on_a_thread_agree(tiny_build: Path) -> None:
+    model_dir = tiny_build / "model"
+    tokenizer = TextTokenizer(model_dir / "tokenizer.json", load_engine_config(model_dir).max_seq_length)
+    short, long = ["hello world"], ["the quick brown fox " * (INLINE_CHARS // 10)]
+    assert asyncio.run(tokenizer.encode_async(short)) == tokenizer.encode(short)
+    assert asyncio.run(tokenizer.encode_async(long, "END")) == tokenizer.encode(long, "END")
+    with pytest.raises(InputTooLong):
+        asyncio.run(tokenizer.encode_async(long))
