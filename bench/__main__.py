@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from bench import llm
+from bench import llm, serving
 
-SCENARIOS = {"llm": llm.main}
+SCENARIOS = {"llm": llm.main, "serving": serving.main}
 
 
 def main() -> None:

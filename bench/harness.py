@@ -25,8 +25,8 @@ class Series:
     def median(self) -> float:
         return statistics.median(self.values) if self.values else float("nan")
 
-    def spread(self) -> str:
-        return f"{min(self.values):.1f}-{max(self.values):.1f}" if self.values else "-"
+    def spread(self, digits: int = 1) -> str:
+        return f"{min(self.values):.{digits}f}-{max(self.values):.{digits}f}" if self.values else "-"
 
 
 def interleave(cases: list[tuple[str, Callable[[], float]]], repeats: int,

@@ -25,8 +25,9 @@ import onnxruntime_genai as og
 import torch
 from transformers import AutoModelForCausalLM
 
+from bench.builds import build_mbuild
 from bench.harness import interleave, machine, write
-from bench.llm_models import VOCAB, build_genai, build_mbuild, make_llama_100m
+from bench.llm_models import VOCAB, build_genai, make_llama_100m
 from runtimes.bundle import load_engine_config
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams

