@@ -28,6 +28,12 @@ class Load:
     def p50_ms(self) -> float:
         return statistics.median(self.latencies) * 1000 if self.latencies else float("nan")
 
+    @property
+    def p99_ms(self) -> float:
+        if len(self.latencies) < 2:
+            return float("nan")
+        return statistics.quantiles(self.latencies, n=100, method="inclusive")[98] * 1000
+
 
 def post(host: str, port: int, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> bytes:
     payload = json.dumps(body).encode()

@@ -12,62 +12,26 @@ Both servers run their defaults (MBUILD_THREADS=0: ONNX Runtime picks the thread
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.builds import MBUILD, MINILM, build_mbuild, minilm_home
 from bench.harness import interleave, machine, write
 from bench.loadgen import closed_loop, post
+from bench.servers import HOST, free_port, server
 from runtimes.bundle import load_engine_config
 from runtimes.engines import encoder_for
 from runtimes.tokenize import TextTokenizer
 from tests.support.tiny_models import make_tiny_encoder
 
-HOST = "127.0.0.1"
 SENTENCE = "mbuild turns a Hugging Face model into a container with a health-checked REST API"
 SECONDS = 5.0
 CONCURRENCY = 16
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def _server(command: list[str], ready_path: str, port: int, env: dict[str, str] | None = None) -> Iterator[int]:
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, **(env or {})})
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://{HOST}:{port}{ready_path}", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                raise RuntimeError(f"{command} exited with {proc.returncode}")
-            time.sleep(0.5)
-        else:
-            raise RuntimeError(f"{command} was not ready within 180s")
-        yield port
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=60)
 
 
 def bare_app(port: int) -> list[str]:
@@ -125,10 +89,10 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     minilm = build_mbuild(MINILM, work / "minilm-build", env)
     tiny_ms = Engine(tiny).call_ms()
     engine = Engine(minilm)
-    ports = [_free_port() for _ in range(3)]
-    with (_server(bare_app(ports[0]), "/v1/health/live", ports[0]) as bare,
-          _server(mbuild_serve(tiny.parent, ports[1]), "/v1/health/ready", ports[1]) as small,
-          _server(mbuild_serve(minilm.parent, ports[2]), "/v1/health/ready", ports[2], env) as served):
+    ports = [free_port() for _ in range(3)]
+    with (server(bare_app(ports[0]), "/v1/health/live", ports[0]) as bare,
+          server(mbuild_serve(tiny.parent, ports[1]), "/v1/health/ready", ports[1]) as small,
+          server(mbuild_serve(minilm.parent, ports[2]), "/v1/health/ready", ports[2], env) as served):
         for port in (bare, small, served):
             closed_loop(HOST, port, _request(port), CONCURRENCY, 1.0)  # warm connections, sessions, caches
         cases: list[tuple[str, Callable[[], float]]] = [

@@ -1,0 +1,66 @@
+"""Servers a benchmark starts on loopback: a free port, a process group, ready when a route says 200."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def server(command: list[str], ready_path: str, port: int, env: dict[str, str] | None = None,
+           cpus: set[int] | None = None) -> Iterator[int]:
+    """`command` serving on `port`, optionally pinned to `cpus` (its threads inherit the mask)."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, **(env or {})})
+    if cpus:
+        os.sched_setaffinity(proc.pid, cpus)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://{HOST}:{port}{ready_path}", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"{command} exited with {proc.returncode}")
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"{command} was not ready within 180s")
+        yield port
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=60)
+
+
+def split_cores() -> tuple[set[int], set[int]]:
+    """(client, servers): the load generator on the first core, the servers on the rest, so neither steals
+    the other's time; on a single core both share it."""
+    cores = sorted(os.sched_getaffinity(0))
+    return ({cores[0]}, set(cores[1:]) or {cores[0]})
+
+
+@contextmanager
+def pinned(cpus: set[int]) -> Iterator[None]:
+    """Run this process (the client) on `cpus` for the block."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
