@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder import reuse
+from builder import engine_cache, reuse
 from builder.errors import InputError
 from builder.image import ImageResult, choose_backend
 from builder.lock import write_lock
@@ -95,16 +95,10 @@ def _write_plan_files(build_dir: Path, plan: BuildPlan) -> None:
                                                             sort_keys=True) + "\n")
 
 
-def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Reporter) -> dict[str, Any]:
-    """Download, export, compile, validate and assemble the context; returns the gate's report."""
-    reuse.forget(build_dir)
-    work, engine_dir = build_dir / "work", build_dir / "model"
-    work.mkdir(parents=True, exist_ok=True)
-    if plan.engines:  # what the GPU build will be, on disk even if this host cannot build it
-        _write_plan_files(build_dir, plan)
+def _make_engine(plan: BuildPlan, snapshot: Path, work: Path, engine_dir: Path, build_dir: Path,
+                 reporter: Reporter) -> dict[str, Any]:
+    """Export, compile and validate; the engine folder ends with its gate report."""
     stages = TASKS[plan.task]
-    with reporter.stage("download", f"{len(plan.model.files)} files of {plan.model.repo}"):
-        snapshot = pull(plan.model, parse_model_ref(opts.model), opts.is_offline)
     module, _, function = stages.export.partition(":")
     export = getattr(load_stage(module, "exporting to ONNX"), function)
     with reporter.stage("export", stages.exporting):
@@ -118,6 +112,27 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
         report: dict[str, Any] = gate.run_gate(snapshot, engine_dir, plan.profile.tolerance,
                                                build_dir / "report.json")
     shutil.copy2(build_dir / "report.json", engine_dir / "report.json")
+    return report
+
+
+def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Reporter) -> dict[str, Any]:
+    """Download, export, compile, validate and assemble the context; returns the gate's report."""
+    reuse.forget(build_dir)
+    work, engine_dir = build_dir / "work", build_dir / "model"
+    work.mkdir(parents=True, exist_ok=True)
+    if plan.engines:  # what the GPU build will be, on disk even if this host cannot build it
+        _write_plan_files(build_dir, plan)
+    with reporter.stage("download", f"{len(plan.model.files)} files of {plan.model.repo}"):
+        snapshot = pull(plan.model, parse_model_ref(opts.model), opts.is_offline)
+    key = engine_cache.engine_key(plan)
+    if (hit := engine_cache.cached(key)) is not None:
+        report = engine_cache.restore(hit, engine_dir, plan)
+        shutil.copy2(engine_dir / "report.json", build_dir / "report.json")
+        reporter.skipped("engine", f"reused the validated engine {hit.name[:12]} from mbuild's cache: same model "
+                                   "files, engine, precision and tools; no export, compile or validation")
+    else:
+        report = _make_engine(plan, snapshot, work, engine_dir, build_dir, reporter)
+        engine_cache.store(key, engine_dir)
     reporter.note(report["summary"])
     with reporter.stage("context", "Dockerfile, runtime, packages"):
         write_lock(build_dir, plan, snapshot)

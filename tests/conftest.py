@@ -17,6 +17,23 @@ from tests.support.tiny_models import make_tiny_encoder, make_tiny_llama
 MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Engines that session-wide fixtures compile are cached for this session, never in the user's cache."""
+    folder = tmp_path_factory.mktemp("engine-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MBUILD_ENGINE_CACHE", str(folder))
+        yield folder
+
+
+@pytest.fixture(autouse=True)
+def engine_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test starts with an empty engine cache, so no test reuses an engine another one built."""
+    folder = tmp_path_factory.mktemp("engines")
+    monkeypatch.setenv("MBUILD_ENGINE_CACHE", str(folder))
+    return folder
+
+
 @pytest.fixture(autouse=True)
 def isolated_hub_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own empty Hugging Face cache and no token, endpoint or offline flag."""

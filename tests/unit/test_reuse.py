@@ -1,12 +1,15 @@
-"""Packaging the same model twice with unchanged inputs reuses the first build, and says so."""
+"""Packaging the same model twice with unchanged inputs reuses the first build, and says so; a change
+that cannot alter the engine (version, batching limits) reuses the validated engine from the cache."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from builder.cli import cli
+from builder.engine_cache import cached, store
 
 
 def package(*args: str) -> str:
@@ -29,8 +32,42 @@ def test_second_run_reuses_the_build(tiny_encoder: Path, tmp_path: Path) -> None
     assert engine.stat().st_mtime_ns == stamp  # the engine was not rebuilt
 
 
-def test_a_changed_input_rebuilds(tiny_encoder: Path, tmp_path: Path) -> None:
+def test_a_new_version_rebuilds_the_context_around_the_cached_engine(tiny_encoder: Path, tmp_path: Path) -> None:
     out = tmp_path / "build"
     package(str(tiny_encoder), "--output", str(out))
+    engine = (out / "model" / "model.onnx").read_bytes()
     again = package(str(tiny_encoder), "--output", str(out), "--version", "2.0.0")
-    assert "reused" not in again and "✓ export" in again
+    assert "plan digest" not in again and "reused the validated engine" in again
+    for stage in ("✓ export", "✓ compile", "✓ validate"):
+        assert stage not in again
+    assert "✓ context" in again and "2.0.0" in (out / "mbuild.lock").read_text()
+    assert (out / "model" / "model.onnx").read_bytes() == engine
+    assert json.loads((out / "report.json").read_text())["passed"] is True
+
+
+def test_a_limits_only_change_reuses_the_engine_with_the_new_limits(tiny_encoder: Path, tmp_path: Path) -> None:
+    package(str(tiny_encoder), "--output", str(tmp_path / "latency"), "--mode", "latency")
+    throughput = package(str(tiny_encoder), "--output", str(tmp_path / "throughput"), "--mode", "throughput")
+    assert "reused the validated engine" in throughput and "✓ export" not in throughput
+    options = {mode: json.loads((tmp_path / mode / "model" / "engine.json").read_text())["options"]
+               for mode in ("latency", "throughput")}
+    assert options["latency"]["max_batch"] < options["throughput"]["max_batch"]
+    assert {k: v for k, v in options["latency"].items() if k not in {"max_batch", "max_batch_delay_ms"}} == {
+        k: v for k, v in options["throughput"].items() if k not in {"max_batch", "max_batch_delay_ms"}}
+    # the cached copy keeps its own limits: the second build wrote a new file, not through a hard link
+    package(str(tiny_encoder), "--output", str(tmp_path / "latency-again"), "--mode", "latency", "--version", "3")
+    again = json.loads((tmp_path / "latency-again" / "model" / "engine.json").read_text())["options"]
+    assert again == options["latency"]
+
+
+def test_another_precision_builds_a_new_engine(tiny_encoder: Path, tmp_path: Path) -> None:
+    package(str(tiny_encoder), "--output", str(tmp_path / "fp32"), "--precision", "fp32")
+    int8 = package(str(tiny_encoder), "--output", str(tmp_path / "int8"), "--precision", "int8")
+    assert "reused" not in int8 and "✓ export" in int8 and "✓ validate" in int8
+
+
+def test_an_unfinished_cache_entry_is_not_used(tiny_build: Path, engine_cache: Path) -> None:
+    (engine_cache / "abc").mkdir(parents=True)  # as a build killed while storing leaves it
+    assert cached("abc") is None and cached(None) is None
+    store("abc", tiny_build / "model")
+    assert cached("abc") == engine_cache / "abc"
