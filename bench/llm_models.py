@@ -17,15 +17,18 @@ VOCAB = 32000
 def make_llama_100m(folder: Path) -> Path:
     """12 layers, hidden 640, GQA 10/5 heads, vocab 32000: 95.5M parameters, random weights.
 
-    A word-level tokenizer over 32000 made-up words keeps every id decodable with a realistic vocab.
+    A word-level tokenizer over 32000 made-up words keeps every id decodable with a realistic vocab; the
+    special tokens get names no word contains, so "w1000" is one token, not "w1" + "000".
     """
     if (folder / "model.safetensors").is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.WordLevel(vocab={f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    special = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    tok = Tokenizer(models.WordLevel(vocab={**special, **{f"w{i}": i for i in range(3, VOCAB)}}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##")
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="w1", eos_token="w2", pad_token="w0", unk_token="w0",
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<unk>",
+                            unk_token="<unk>",
                             model_max_length=2048).save_pretrained(folder)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=640, intermediate_size=1728, num_hidden_layers=12,

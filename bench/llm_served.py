@@ -1,0 +1,280 @@
+"""Language model served over HTTP: mbuild against a naive transformers server, streaming at concurrency 1-16.
+
+Arms, on the same random ~100M Llama (fp32), pinned to the same server cores with the same thread count:
+  mbuild              `mbuild serve` of the built model: the runtime's continuous batching over ONNX Runtime
+  naive transformers  bench/naive_llm_app.py: FastAPI, `model.generate` with a TextIteratorStreamer in a
+                      thread, one generation at a time under a lock (what a user writes in an hour)
+Every request streams POST /v1/completions with a text prompt of 16-128 words and decodes exactly
+NEW_TOKENS tokens, greedy (min_tokens = max_tokens). At concurrency 1, 4 requests one after another; at
+concurrency c >= 4, one wave of c requests sent at once. The client (bench/llm_served.py, httpx) runs on
+its own core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.builds import MBUILD, build_mbuild
+from bench.harness import OUT, Series, interleave, machine, write
+from bench.llm import workload
+from bench.llm_models import make_llama_100m
+from bench.servers import HOST, free_port, pinned, server, split_cores
+
+NEW_TOKENS = 32
+CONCURRENCY = (1, 4, 16)
+SEQUENTIAL = 4  # requests at concurrency 1
+RUN_SECONDS = 300.0  # bound on one run (all its requests), so a stuck server fails the benchmark
+ARMS = ("mbuild", "naive transformers")
+METRICS = ("total_tok_s", "user_tok_s", "e2e_user_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms")
+
+Counter = Callable[[str], int]
+
+
+@dataclass
+class Timing:
+    """One streamed request, timed as vLLM's benchmark_serving times it."""
+
+    ttft: float  # s from sending to the first chunk with non-empty text
+    latency: float  # s from sending to the end of the stream
+    tokens: int
+
+    @property
+    def tpot(self) -> float:
+        return (self.latency - self.ttft) / max(self.tokens - 1, 1)
+
+
+def prompts(count: int) -> list[str]:
+    """`count` prompts spread over 16-128 words; word "w<id>" is token <id> of the word-level tokenizer."""
+    texts = [" ".join(f"w{i}" for i in ids) for ids in workload(16)]
+    return texts[:: len(texts) // count][:count]
+
+
+def words(text: str) -> int:
+    """Tokens in a text of the word-level vocabulary: each decodes to one space-separated word, so counting
+    words is re-tokenizing (as vLLM's client does) without loading the tokenizer into the client."""
+    return len(text.split())
+
+
+def body(prompt: str, model: str) -> dict[str, Any]:
+    # ignore_eos as well as min_tokens so mbuild never stops early; the naive server ignores both extras
+    # but its min_new_tokens does the same
+    return {"model": model, "prompt": prompt, "max_tokens": NEW_TOKENS, "min_tokens": NEW_TOKENS,
+            "ignore_eos": True, "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+
+
+def _chunk(line: str) -> dict[str, Any] | None:
+    if not line.startswith("data: ") or line == "data: [DONE]":
+        return None
+    data: dict[str, Any] = json.loads(line[len("data: "):])
+    if "error" in data:
+        raise RuntimeError(f"error in the stream: {data['error']}")
+    return data
+
+
+async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, Any], count: Counter) -> Timing:
+    """Time one SSE completion; output tokens from the final usage chunk, else `count` of the streamed text."""
+    started = time.perf_counter()
+    ttft, text, usage = 0.0, [], 0
+    async with client.stream("POST", url, json=payload) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"{url}: HTTP {response.status_code} {(await response.aread())[:200]!r}")
+        async for line in response.aiter_lines():
+            data = _chunk(line)
+            if data is None:
+                continue
+            piece = data["choices"][0].get("text") if data.get("choices") else ""
+            if piece:
+                ttft = ttft or time.perf_counter() - started
+                text.append(piece)
+            usage = (data.get("usage") or {}).get("completion_tokens", usage)
+    timing = Timing(ttft, time.perf_counter() - started, usage or count("".join(text)))
+    if timing.tokens != NEW_TOKENS or not ttft:
+        raise RuntimeError(f"{url}: {timing.tokens} tokens streamed, expected {NEW_TOKENS}")
+    return timing
+
+
+async def _wave(url: str, payloads: list[dict[str, Any]], concurrency: int,
+                count: Counter) -> tuple[list[Timing], float]:
+    async with httpx.AsyncClient(timeout=RUN_SECONDS) as client:
+        started = time.perf_counter()
+        if concurrency == 1:
+            timings = [await stream_one(client, url, p, count) for p in payloads]
+        else:
+            timings = list(await asyncio.gather(*(stream_one(client, url, p, count) for p in payloads)))
+        return timings, time.perf_counter() - started
+
+
+def _p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[98]
+
+
+def summarize(timings: list[Timing], wall: float) -> dict[str, float]:
+    ttfts = [t.ttft * 1000 for t in timings]
+    tpot = statistics.median(t.tpot for t in timings)
+    return {"total_tok_s": sum(t.tokens for t in timings) / wall, "user_tok_s": 1 / tpot,
+            "e2e_user_tok_s": statistics.median(t.tokens / t.latency for t in timings),
+            "ttft_p50_ms": statistics.median(ttfts), "ttft_p99_ms": _p99(ttfts), "tpot_p50_ms": tpot * 1000}
+
+
+def run(url: str, payloads: list[dict[str, Any]], concurrency: int, count: Counter,
+        runs: list[dict[str, float]]) -> float:
+    """One run; its metrics go to `runs`, its total output tokens/s back to the harness."""
+    timings, wall = asyncio.run(asyncio.wait_for(_wave(url, payloads, concurrency, count), RUN_SECONDS))
+    runs.append(summarize(timings, wall))
+    return runs[-1]["total_tok_s"]
+
+
+def mbuild_serve(build: Path, port: int) -> list[str]:
+    return [*MBUILD, "serve", str(build), "--host", HOST, "--port", str(port)]
+
+
+def naive_serve(port: int) -> list[str]:
+    return [sys.executable, "-m", "uvicorn", "bench.naive_llm_app:app", "--host", HOST, "--port", str(port),
+            "--log-level", "warning", "--no-access-log"]
+
+
+def served_name(port: int) -> str:
+    return str(httpx.get(f"http://{HOST}:{port}/v1/models", timeout=10).json()["data"][0]["id"])
+
+
+def _cases(urls: dict[str, str], model: str, count: Counter,
+           runs: dict[str, list[dict[str, float]]]) -> list[tuple[str, Callable[[], float]]]:
+    cases: list[tuple[str, Callable[[], float]]] = []
+    for concurrency in CONCURRENCY:
+        payloads = [body(p, model) for p in prompts(SEQUENTIAL if concurrency == 1 else concurrency)]
+        for arm, url in urls.items():
+            name = f"{arm} c={concurrency}"
+            runs[name] = []
+            cases.append((name, partial(run, url, payloads, concurrency, count, runs[name])))
+    return cases
+
+
+def measure(build: Path, model: Path, cores: tuple[set[int], set[int]],
+            repeats: int) -> dict[str, list[dict[str, float]]]:
+    """Both servers up at once, on the server cores; the client pinned to its own core while it drives them."""
+    client_cpus, servers_cpus = cores
+    threads = str(len(servers_cpus))
+    ports = [free_port() for _ in ARMS]
+    print(f"  servers on cores {sorted(servers_cpus)} with {threads} threads, client on {sorted(client_cpus)}")
+    with (server(mbuild_serve(build, ports[0]), "/v1/health/ready", ports[0], {"MBUILD_THREADS": threads},
+                 cpus=servers_cpus),
+          server(naive_serve(ports[1]), "/health", ports[1],
+                 {"BENCH_MODEL_DIR": str(model), "BENCH_THREADS": threads}, cpus=servers_cpus),
+          pinned(client_cpus)):
+        urls = {arm: f"http://{HOST}:{port}/v1/completions" for arm, port in zip(ARMS, ports, strict=True)}
+        runs: dict[str, list[dict[str, float]]] = {}
+        cases = _cases(urls, served_name(ports[0]), words, runs)
+        # one concurrency-4 wave per arm first, so first-call costs stay out of the rounds
+        for name, warm in [case for case in cases if case[0].endswith(" c=4")]:
+            print(f"  warm-up {name}: {warm():.1f} tokens/s")
+            runs[name].clear()
+        interleave(cases, repeats)
+    return runs
+
+
+def tabulate(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, Series]]:
+    return {name: {metric: Series([r[metric] for r in rounds]) for metric in METRICS} for name, rounds in runs.items()}
+
+
+def _row(concurrency: int, arm: str, series: dict[str, Series], ratio: float | None) -> str:
+    return (f"| {concurrency} | {arm} | {series['total_tok_s'].median:.1f} ({series['total_tok_s'].spread()}) | "
+            f"{series['user_tok_s'].median:.1f} | {series['ttft_p50_ms'].median:.0f} | "
+            f"{series['ttft_p99_ms'].median:.0f} | {series['tpot_p50_ms'].median:.1f} | "
+            f"{'-' if ratio is None else f'{ratio:.2f}x'} |")
+
+
+def plot(table: dict[str, dict[str, Series]], path: Path) -> None:
+    """Throughput against interactivity: one line per arm, a point per concurrency."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: write the file only
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm in ARMS:
+        points = [(table[f"{arm} c={c}"]["total_tok_s"].median, table[f"{arm} c={c}"]["user_tok_s"].median)
+                  for c in CONCURRENCY]
+        ax.plot(*zip(*points, strict=True), marker="o", label=arm)
+        for index, (concurrency, (x, y)) in enumerate(zip(CONCURRENCY, points, strict=True)):
+            # labels stepped downwards: a lock-bound server puts several concurrencies on one point
+            ax.annotate(f"c={concurrency}", (x, y), textcoords="offset points", xytext=(6, 6 - 11 * index),
+                        fontsize=8)
+    ax.set_xlabel("total output tokens/s")
+    ax.set_ylabel("output tokens/s per user (1 / TPOT p50)")
+    ax.set_title(f"Random ~100M Llama served, {NEW_TOKENS} new tokens per request")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def report(table: dict[str, dict[str, Series]], cores: tuple[set[int], set[int]],
+           repeats: int) -> tuple[dict[str, Any], str]:
+    client, servers = sorted(cores[0]), sorted(cores[1])
+    data: dict[str, Any] = {"scenario": "L1 language model served", "new_tokens": NEW_TOKENS,
+                            "cores": {"client": client, "servers": servers},
+                            "machine": machine(), "repeats": repeats, "results": {}}
+    rows = []
+    for concurrency in CONCURRENCY:
+        ours = table[f"mbuild c={concurrency}"]["total_tok_s"].median
+        for arm in ARMS:
+            name = f"{arm} c={concurrency}"
+            series = table[name]
+            ratio = None if arm == "mbuild" else ours / series["total_tok_s"].median
+            data["results"][name] = {m: {"median": s.median, "values": s.values} for m, s in series.items()}
+            if ratio is not None:
+                data["results"][name]["mbuild_ratio"] = ratio
+            rows.append(_row(concurrency, arm, series, ratio))
+    markdown = "\n".join([
+        "# Language model served: mbuild against a naive transformers server", "", __doc__.strip(), "",
+        f"Machine: {data['machine']['cores']} cores ({data['machine']['cpu']}); servers on cores {servers} "
+        f"with {len(servers)} intra-op thread(s), client on {client}. {repeats} interleaved "
+        "rounds, arms alternating; median of the rounds (min-max for total tokens/s).", "",
+        "| concurrency | arm | total tokens/s | per-user tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | "
+        "mbuild / naive throughput |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |", *rows, "",
+        "![Total output tokens/s against tokens/s per user](llm_served.png)", "",
+        "Metrics, as vLLM's benchmark_serving defines them, per run:", "",
+        "- TTFT: time from sending a request to its first streamed chunk with non-empty text. p99 over the run's "
+        "4-16 requests is in effect their maximum.",
+        "- TPOT: (end-to-end latency - TTFT) / (output tokens - 1) per request; the table gives the median.",
+        "- Output tokens: mbuild's `usage.completion_tokens` (`stream_options.include_usage`); the naive server "
+        "sends no usage, so its streamed text is counted in words, one per token of the word-level vocabulary "
+        f"(the count vLLM's client gets by re-tokenizing). Every request is checked to produce exactly {NEW_TOKENS}.",
+        "- Total tokens/s: all output tokens of the run / wall time from the first send to the last stream's end.",
+        "- Per-user tokens/s: 1 / TPOT p50, the decode speed a user sees once the stream has started; waiting for "
+        "a turn shows in TTFT instead. The JSON also has tokens / end-to-end latency per request "
+        "(`e2e_user_tok_s`, median), which counts the wait.",
+        "",
+        "Reproduce: `python -m bench llm_served` (writes docs/benchmarks/llm_served.json, .md and .png).", ""])
+    return data, markdown
+
+
+def main(repeats: int = 3, work: Path | None = None) -> Path:
+    # the same folder as `python -m bench llm`: both build the same model the same way, so either reuses it
+    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-llm"
+    print(f"LLM served benchmark: models in {work}, {repeats} interleaved rounds, {NEW_TOKENS} new tokens a request")
+    model = make_llama_100m(work / "llama-100m")
+    build = build_mbuild(model, work / "mbuild-build").parent
+    cores = split_cores()
+    table = tabulate(measure(build, model, cores, repeats))
+    data, markdown = report(table, cores, repeats)
+    path = write("llm_served", data, markdown)
+    plot(table, OUT / "llm_served.png")
+    print(markdown)
+    return path

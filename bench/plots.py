@@ -1,0 +1,36 @@
+"""PNG plots for docs/benchmarks/, written with matplotlib's file-only backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display here: files only
+import matplotlib.pyplot as plt  # after the backend is chosen
+
+
+def save_embedding_plot(data: dict[str, Any], path: Path) -> Path:
+    """Sequences/s and p50 against concurrency, one line per arm."""
+    rows = data["rows"].values()
+    arms = list(dict.fromkeys(row["arm"] for row in rows))
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for arm in arms:
+        mine = sorted((row for row in rows if row["arm"] == arm), key=lambda row: row["concurrency"])
+        levels = [row["concurrency"] for row in mine]
+        left.plot(levels, [row["rate_median"] for row in mine], marker="o", label=arm)
+        right.plot(levels, [row["p50_ms"] for row in mine], marker="o", label=arm)
+    for axis, label in ((left, "sequences/s (higher is better)"), (right, "p50 latency, ms (lower is better)")):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks([1, 4, 16], ["1", "4", "16"])
+        axis.set_xlabel("concurrent clients")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    right.set_yscale("log")
+    left.legend()
+    figure.suptitle("all-MiniLM-L6-v2 served, one sentence a request")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
