@@ -30,6 +30,7 @@ from bench.builds import MBUILD, build_mbuild
 from bench.harness import OUT, Series, interleave, machine, write
 from bench.llm import workload
 from bench.llm_models import make_llama_100m
+from bench.plots import save_llm_plot
 from bench.servers import HOST, free_port, pinned, server, split_cores
 
 NEW_TOKENS = 32
@@ -196,31 +197,9 @@ def _row(concurrency: int, arm: str, series: dict[str, Series], ratio: float | N
 
 
 def plot(table: dict[str, dict[str, Series]], path: Path) -> None:
-    """Throughput against interactivity: one line per arm, a point per concurrency."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display: write the file only
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for arm in ARMS:
-        points = [(table[f"{arm} c={c}"]["total_tok_s"].median, table[f"{arm} c={c}"]["user_tok_s"].median)
-                  for c in CONCURRENCY]
-        ax.plot(*zip(*points, strict=True), marker="o", label=arm)
-        for index, (concurrency, (x, y)) in enumerate(zip(CONCURRENCY, points, strict=True)):
-            # labels stepped downwards: a lock-bound server puts several concurrencies on one point
-            ax.annotate(f"c={concurrency}", (x, y), textcoords="offset points", xytext=(6, 6 - 11 * index),
-                        fontsize=8)
-    ax.set_xlabel("total output tokens/s")
-    ax.set_ylabel("output tokens/s per user (1 / TPOT p50)")
-    ax.set_title(f"Random ~100M Llama served, {NEW_TOKENS} new tokens per request")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    points = {arm: [(c, table[f"{arm} c={c}"]["total_tok_s"].median, table[f"{arm} c={c}"]["user_tok_s"].median)
+                    for c in CONCURRENCY] for arm in ARMS}
+    save_llm_plot(points, f"Random ~100M Llama served, {NEW_TOKENS} new tokens per request", path)
 
 
 def report(table: dict[str, dict[str, Series]], cores: tuple[set[int], set[int]],

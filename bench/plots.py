@@ -34,3 +34,25 @@ def save_embedding_plot(data: dict[str, Any], path: Path) -> Path:
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def save_llm_plot(points: dict[str, list[tuple[int, float, float]]], title: str, path: Path) -> Path:
+    """Throughput against interactivity: one line per arm, a point per (concurrency, total, per user)."""
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for arm, rows in points.items():
+        axis.plot([row[1] for row in rows], [row[2] for row in rows], marker="o", label=arm)
+        for index, (concurrency, x, y) in enumerate(rows):
+            # labels stepped downwards: a lock-bound server puts several concurrencies on one point
+            axis.annotate(f"c={concurrency}", (x, y), textcoords="offset points", xytext=(6, 6 - 11 * index),
+                          fontsize=8)
+    axis.set_xlabel("total output tokens/s")
+    axis.set_ylabel("output tokens/s per user (1 / TPOT p50)")
+    axis.set_title(title)
+    axis.set_xlim(left=0)
+    axis.set_ylim(bottom=0)
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

@@ -61,9 +61,9 @@ def _p50(port: int) -> float:
 class Engine:
     """The runtime's encoder in-process, fed whole batches: what the service could reach with no HTTP."""
 
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, threads: int = 0) -> None:
         config = load_engine_config(model_dir)
-        self.engine = encoder_for(model_dir, config, 0)
+        self.engine = encoder_for(model_dir, config, threads)
         self.tokenizer = TextTokenizer(model_dir / "tokenizer.json", config.max_seq_length)
         self.max_batch = int(config.options.get("max_batch", 32))  # as runtimes.state reads it
 
