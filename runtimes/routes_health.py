@@ -1,4 +1,5 @@
-"""Health, model listing, metadata and metrics routes (NIM names)."""
+"""Health, model listing, metadata and metrics routes (NIM names; /health as vLLM and TGI name it, which
+benchmark clients such as guidellm probe before they start)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ async def live() -> dict[str, str]:
 
 
 @router.get("/v1/health/ready", tags=["health"], responses={503: {"description": "not ready yet, or failed"}})
+@router.get("/health", tags=["health"], responses={503: {"description": "not ready yet, or failed"}})
 async def ready(request: Request) -> JSONResponse:
     health = _state(request).health
     body = {"status": health.state.value}

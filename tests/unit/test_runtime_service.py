@@ -54,6 +54,7 @@ def direct_embeddings(model_dir: Path, texts: list[str]) -> np.ndarray:
 def test_live_and_ready(client: TestClient) -> None:
     assert client.get("/v1/health/live").json() == {"status": "live"}
     assert client.get("/v1/health/ready").json() == {"status": "ready"}
+    assert client.get("/health").json() == {"status": "ready"}  # vLLM's and TGI's name for it
 
 
 def test_embeddings_match_the_engine(client: TestClient, tiny_build: Path) -> None:
@@ -173,6 +174,7 @@ def test_broken_bundle_never_becomes_ready(tiny_build: Path, tmp_path: Path) -> 
         assert ready.status_code == 503
         assert ready.json()["status"] == "failed" and "cannot load" in ready.json()["reason"]
         assert c.post("/v1/embeddings", json={"input": "x"}).status_code == 503
+        assert c.get("/health").status_code == 503
 
 
 def test_engine_json_round_trip(tiny_build: Path) -> None:
