@@ -8,6 +8,9 @@ Every request streams POST /v1/completions with a text prompt of 16-128 words an
 NEW_TOKENS tokens, greedy (min_tokens = max_tokens). At concurrency 1, 4 requests one after another; at
 concurrency c >= 4, one wave of c requests sent at once. The client (bench/llm_served.py, httpx) runs on
 its own core.
+The client is our own, with vLLM's metric definitions (below): guidellm 0.8.1 installs here (with the CPU
+torch installed first) and validates the server, but with `request_format=/v1/completions` (this random
+model has no chat template for its default chat route) its workers sent no request, so it is not an arm.
 """
 
 from __future__ import annotations
