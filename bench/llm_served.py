@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,12 +28,12 @@ from typing import Any
 
 import httpx
 
-from bench.builds import MBUILD, build_mbuild
+from bench.builds import build_mbuild
 from bench.harness import OUT, Series, interleave, machine, write
 from bench.llm import workload
 from bench.llm_models import make_llama_100m
 from bench.plots import save_llm_plot
-from bench.servers import HOST, free_port, pinned, server, split_cores
+from bench.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores, uvicorn_app
 
 NEW_TOKENS = 32
 CONCURRENCY = (1, 4, 16)
@@ -140,15 +139,6 @@ def run(url: str, payloads: list[dict[str, Any]], concurrency: int, count: Count
     return runs[-1]["total_tok_s"]
 
 
-def mbuild_serve(build: Path, port: int) -> list[str]:
-    return [*MBUILD, "serve", str(build), "--host", HOST, "--port", str(port)]
-
-
-def naive_serve(port: int) -> list[str]:
-    return [sys.executable, "-m", "uvicorn", "bench.naive_llm_app:app", "--host", HOST, "--port", str(port),
-            "--log-level", "warning", "--no-access-log"]
-
-
 def served_name(port: int) -> str:
     return str(httpx.get(f"http://{HOST}:{port}/v1/models", timeout=10).json()["data"][0]["id"])
 
@@ -174,7 +164,7 @@ def measure(build: Path, model: Path, cores: tuple[set[int], set[int]],
     print(f"  servers on cores {sorted(servers_cpus)} with {threads} threads, client on {sorted(client_cpus)}")
     with (server(mbuild_serve(build, ports[0]), "/v1/health/ready", ports[0], {"MBUILD_THREADS": threads},
                  cpus=servers_cpus),
-          server(naive_serve(ports[1]), "/health", ports[1],
+          server(uvicorn_app("bench.naive_llm_app:app", ports[1]), "/health", ports[1],
                  {"BENCH_MODEL_DIR": str(model), "BENCH_THREADS": threads}, cpus=servers_cpus),
           pinned(client_cpus)):
         urls = {arm: f"http://{HOST}:{port}/v1/completions" for arm, port in zip(ARMS, ports, strict=True)}

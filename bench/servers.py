@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
+
+from bench.builds import MBUILD
 
 HOST = "127.0.0.1"
 
@@ -19,6 +23,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
+
+
+def mbuild_serve(build: Path, port: int) -> list[str]:
+    return [*MBUILD, "serve", str(build), "--host", HOST, "--port", str(port)]
+
+
+def uvicorn_app(app: str, port: int, python: Path | None = None) -> list[str]:
+    """A plain ASGI app (a baseline arm) on uvicorn, quiet, with no access log."""
+    return [str(python or sys.executable), "-m", "uvicorn", app, "--host", HOST, "--port", str(port),
+            "--log-level", "warning", "--no-access-log"]
 
 
 @contextmanager

@@ -12,7 +12,6 @@ Both servers run their defaults (MBUILD_THREADS=0: ONNX Runtime picks the thread
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -20,10 +19,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.builds import MBUILD, MINILM, build_mbuild, minilm_home
+from bench.builds import MINILM, build_mbuild, minilm_home
 from bench.harness import interleave, machine, write
 from bench.loadgen import closed_loop, post
-from bench.servers import HOST, free_port, server
+from bench.servers import HOST, free_port, mbuild_serve, server, uvicorn_app
 from runtimes.bundle import load_engine_config
 from runtimes.engines import encoder_for
 from runtimes.tokenize import TextTokenizer
@@ -32,15 +31,6 @@ from tests.support.tiny_models import make_tiny_encoder
 SENTENCE = "mbuild turns a Hugging Face model into a container with a health-checked REST API"
 SECONDS = 5.0
 CONCURRENCY = 16
-
-
-def bare_app(port: int) -> list[str]:
-    return [sys.executable, "-m", "uvicorn", "bench.noop_app:app", "--host", HOST, "--port", str(port),
-            "--log-level", "warning", "--no-access-log"]
-
-
-def mbuild_serve(build: Path, port: int) -> list[str]:
-    return [*MBUILD, "serve", str(build), "--host", HOST, "--port", str(port)]
 
 
 def _request(port: int) -> bytes:
@@ -90,7 +80,7 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     tiny_ms = Engine(tiny).call_ms()
     engine = Engine(minilm)
     ports = [free_port() for _ in range(3)]
-    with (server(bare_app(ports[0]), "/v1/health/live", ports[0]) as bare,
+    with (server(uvicorn_app("bench.noop_app:app", ports[0]), "/v1/health/live", ports[0]) as bare,
           server(mbuild_serve(tiny.parent, ports[1]), "/v1/health/ready", ports[1]) as small,
           server(mbuild_serve(minilm.parent, ports[2]), "/v1/health/ready", ports[2], env) as served):
         for port in (bare, small, served):
