@@ -6,8 +6,8 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, StreamingResponse
@@ -24,6 +24,7 @@ from runtimes.schemas_generation import ChatCompletionRequest, CompletionRequest
 from runtimes.state import ServiceState, serving
 
 router = APIRouter()
+Body = TypeVar("Body", bound=_Sampling)
 
 
 def _runtime(state: ServiceState, body: _Sampling) -> GenerationRuntime:
@@ -188,12 +189,27 @@ class _CompletionChunks:
         return {**self.base, "choices": [], "usage": usage}
 
 
-@router.post("/v1/chat/completions", tags=["inference"], openapi_extra=openapi_body(ChatCompletionRequest))
-async def chat_completions(request: Request) -> Any:
+async def _begin(request: Request, kind: type[Body]) -> tuple[ServiceState, Body, GenerationRuntime]:
+    """Auth, then the parsed body, then the runtime it names: every generation route starts so."""
     state: ServiceState = request.app.state.service
     check_bearer(request, state.settings.api_key)
-    body = await parse_body(request, ChatCompletionRequest)
-    runtime = _runtime(state, body)
+    body = await parse_body(request, kind)
+    return state, body, _runtime(state, body)
+
+
+async def _respond(request: Request, state: ServiceState, body: _Sampling, run: _Run, chunks: Any,
+                   whole: Callable[[], dict[str, Any]]) -> Any:
+    """Stream the run as SSE chunks when asked; else wait for all of it and answer once, usage added."""
+    if body.stream:
+        return _stream(run, chunks, bool(body.stream_options and body.stream_options.include_usage))
+    await run.complete(request, state.settings.request_timeout)
+    state.metrics.inc("tokens_total", sum(run.tokens), kind="completion")
+    return JSONResponse({**whole(), "usage": _usage(run.prompt_tokens, sum(run.tokens))})
+
+
+@router.post("/v1/chat/completions", tags=["inference"], openapi_extra=openapi_body(ChatCompletionRequest))
+async def chat_completions(request: Request) -> Any:
+    state, body, runtime = await _begin(request, ChatCompletionRequest)
     if body.logprobs:
         raise ApiError(400, "logprobs are not supported by this server", "unsupported_parameter")
     if body.tools:
@@ -208,16 +224,10 @@ async def chat_completions(request: Request) -> Any:
     params = _params(runtime, body, len(prompt), body.max_completion_tokens or body.max_tokens)
     run = _Run(runtime, [prompt], [params], body.n)
     ident, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), state.served_names()[0]
-    if body.stream:
-        include = bool(body.stream_options and body.stream_options.include_usage)
-        return _stream(run, _ChatChunks(ident, model, created, body.n), include)
-    await run.complete(request, state.settings.request_timeout)
-    state.metrics.inc("tokens_total", sum(run.tokens), kind="completion")
-    return JSONResponse({
+    return await _respond(request, state, body, run, _ChatChunks(ident, model, created, body.n), lambda: {
         "id": ident, "object": "chat.completion", "created": created, "model": model,
         "choices": [{"index": i, "message": {"role": "assistant", "content": run.text[i]}, "logprobs": None,
                      "finish_reason": run.finish[i]} for i in range(len(run.text))],
-        "usage": _usage(run.prompt_tokens, sum(run.tokens)),
     })
 
 
@@ -235,10 +245,7 @@ def _prompts(runtime: GenerationRuntime, prompt: str | list[str] | list[int] | l
 
 @router.post("/v1/completions", tags=["inference"], openapi_extra=openapi_body(CompletionRequest))
 async def completions(request: Request) -> Any:
-    state: ServiceState = request.app.state.service
-    check_bearer(request, state.settings.api_key)
-    body = await parse_body(request, CompletionRequest)
-    runtime = _runtime(state, body)
+    state, body, runtime = await _begin(request, CompletionRequest)
     if body.echo or body.suffix or body.logprobs:
         raise ApiError(400, "echo, suffix and logprobs are not supported by this server", "unsupported_parameter")
     prompts = await asyncio.to_thread(_prompts, runtime, body.prompt)
@@ -251,14 +258,8 @@ async def completions(request: Request) -> Any:
     params = [_params(runtime, body, len(p), body.max_tokens) for p in prompts]
     run = _Run(runtime, prompts, params, body.n)
     ident, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), state.served_names()[0]
-    if body.stream:
-        include = bool(body.stream_options and body.stream_options.include_usage)
-        return _stream(run, _CompletionChunks(ident, model, created), include)
-    await run.complete(request, state.settings.request_timeout)
-    state.metrics.inc("tokens_total", sum(run.tokens), kind="completion")
-    return JSONResponse({
+    return await _respond(request, state, body, run, _CompletionChunks(ident, model, created), lambda: {
         "id": ident, "object": "text_completion", "created": created, "model": model,
         "choices": [{"index": i, "text": run.text[i], "logprobs": None, "finish_reason": run.finish[i]}
                     for i in range(len(run.text))],
-        "usage": _usage(run.prompt_tokens, sum(run.tokens)),
     })

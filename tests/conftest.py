@@ -64,12 +64,15 @@ def tiny_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_encoder(tmp_path_factory.mktemp("tiny-encoder"))
 
 
+def _packaged(model: Path, out: Path) -> Path:
+    package(PackageOptions(model=str(model), output=out, backend="none"), Reporter(quiet=True))
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_build(tiny_encoder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny encoder packaged through the real pipeline (export, compile, gate, context)."""
-    out = tmp_path_factory.mktemp("tiny-build")
-    package(PackageOptions(model=str(tiny_encoder), output=out, backend="none"), Reporter(quiet=True))
-    return out
+    return _packaged(tiny_encoder, tmp_path_factory.mktemp("tiny-build"))
 
 
 @pytest.fixture(scope="session")
@@ -80,6 +83,4 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_llm_build(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Llama through the real pipeline: export, int8 (the CPU default), the gate, the context."""
-    out = tmp_path_factory.mktemp("tiny-llm-build")
-    package(PackageOptions(model=str(tiny_llama), output=out, backend="none"), Reporter(quiet=True))
-    return out
+    return _packaged(tiny_llama, tmp_path_factory.mktemp("tiny-llm-build"))
