@@ -79,16 +79,21 @@ def store(key: str | None, engine_dir: Path) -> None:
     partial.rename(folder)  # atomic: a reader sees the whole engine or none
 
 
-def restore(hit: Path, engine_dir: Path, plan: BuildPlan) -> dict[str, Any]:
-    """Copy a cached engine into engine_dir with this plan's runtime limits; returns its gate report."""
+def restore(hit: Path, engine_dir: Path, plan: BuildPlan) -> dict[str, Any] | None:
+    """Copy a cached engine into engine_dir with this plan's runtime limits and return its gate report;
+    None (and no engine_dir) when the entry cannot be read, so the caller builds the engine instead."""
     if engine_dir.exists():
         shutil.rmtree(engine_dir)
-    shutil.copytree(hit, engine_dir, copy_function=_link_or_copy, ignore=shutil.ignore_patterns(COMPLETE))
-    config_path = engine_dir / "engine.json"
-    config = json.loads(config_path.read_text())
-    limits = plan.profile.limits.model_dump()
-    config["options"].update({name: limits[name] for name in RUNTIME_LIMITS})
-    config_path.unlink()  # a hard link: write a new file, never through the link into the cache
-    config_path.write_text(json.dumps(config, indent=2) + "\n")
-    report: dict[str, Any] = json.loads((engine_dir / "report.json").read_text())
-    return report
+    try:
+        shutil.copytree(hit, engine_dir, copy_function=_link_or_copy, ignore=shutil.ignore_patterns(COMPLETE))
+        config_path = engine_dir / "engine.json"
+        config = json.loads(config_path.read_text())
+        limits = plan.profile.limits.model_dump()
+        config["options"].update({name: limits[name] for name in RUNTIME_LIMITS})
+        config_path.unlink()  # a hard link: write a new file, never through the link into the cache
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
+        report: dict[str, Any] = json.loads((engine_dir / "report.json").read_text())
+        return report
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        shutil.rmtree(engine_dir, ignore_errors=True)
+        return None

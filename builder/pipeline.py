@@ -125,14 +125,18 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
     with reporter.stage("download", f"{len(plan.model.files)} files of {plan.model.repo}"):
         snapshot = pull(plan.model, parse_model_ref(opts.model), opts.is_offline)
     key = engine_cache.engine_key(plan)
-    if (hit := engine_cache.cached(key)) is not None:
-        report = engine_cache.restore(hit, engine_dir, plan)
+    hit = engine_cache.cached(key)
+    if hit is not None and (cached_report := engine_cache.restore(hit, engine_dir, plan)) is not None:
+        report = cached_report
         shutil.copy2(engine_dir / "report.json", build_dir / "report.json")
         reporter.skipped("engine", f"reused the validated engine {hit.name[:12]} from mbuild's cache: same model "
                                    "files, engine, precision and tools; no export, compile or validation")
     else:
         report = _make_engine(plan, snapshot, work, engine_dir, build_dir, reporter)
-        engine_cache.store(key, engine_dir)
+        try:
+            engine_cache.store(key, engine_dir)
+        except OSError as exc:  # the build stands without the cache; only the next one is slower
+            reporter.note(f"engine not cached: {exc}; point MBUILD_ENGINE_CACHE at a writable folder to reuse it")
     reporter.note(report["summary"])
     with reporter.stage("context", "Dockerfile, runtime, packages"):
         write_lock(build_dir, plan, snapshot)

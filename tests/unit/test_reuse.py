@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from builder.cli import cli
@@ -71,3 +72,22 @@ def test_an_unfinished_cache_entry_is_not_used(tiny_build: Path, engine_cache: P
     assert cached("abc") is None and cached(None) is None
     store("abc", tiny_build / "model")
     assert cached("abc") == engine_cache / "abc"
+
+
+def test_a_damaged_cache_entry_is_rebuilt_not_trusted(tiny_encoder: Path, tmp_path: Path, engine_cache: Path) -> None:
+    package(str(tiny_encoder), "--output", str(tmp_path / "first"))
+    for entry in engine_cache.glob("*/engine.json"):
+        entry.write_text("{not json")
+    again = package(str(tiny_encoder), "--output", str(tmp_path / "second"), "--version", "2")
+    assert "reused the validated engine" not in again and "✓ export" in again and "✓ validate" in again
+    assert json.loads((tmp_path / "second" / "model" / "engine.json").read_text())["options"]
+
+
+def test_an_unwritable_cache_leaves_the_build_whole(tiny_encoder: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("MBUILD_ENGINE_CACHE", str(blocked))
+    out = package(str(tiny_encoder), "--output", str(tmp_path / "build"))
+    assert "engine not cached" in out and "MBUILD_ENGINE_CACHE" in out
+    assert json.loads((tmp_path / "build" / "report.json").read_text())["passed"] is True
