@@ -71,7 +71,7 @@ def _quiet_logs() -> Iterator[None]:
         root.setLevel(level)
 
 
-def _down_projections(model_path: Path) -> list[str]:
+def down_projections(model_path: Path) -> list[str]:
     """MatMuls whose constant weight maps a wider space to a narrower one (the FFN's second layer)."""
     graph = onnx.load(str(model_path), load_external_data=False).graph
     shapes = {init.name: tuple(init.dims) for init in graph.initializer}
@@ -91,7 +91,7 @@ def quantize(source: Path, target: Path, profile: Profile, task: str) -> Path:
         with _quiet_logs():
             quantize_dynamic(source, target, weight_type=QuantType.QInt8, per_channel=bool(options.get("per_channel")),
                              reduce_range=bool(options.get("reduce_range")), op_types_to_quantize=["MatMul"],
-                             nodes_to_exclude=_down_projections(source))
+                             nodes_to_exclude=down_projections(source))
         return target
     if task == "text-generation" and profile.precision in _NBITS:
         level = options.get("accuracy_level")
