@@ -65,3 +65,9 @@ class ToolMissing(MbuildError):
 
 class ImageBuildError(MbuildError):
     exit_code = 10
+
+
+class StorageMismatch(ImageBuildError):
+    """containers-storage was set up with another graph driver than the one podman is asked to use."""
+
+    exit_code = 11

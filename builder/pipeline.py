@@ -153,6 +153,8 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
             _write_plan_files(build_dir, plan)
         return PackageResult(plan, build_dir, {}, None, "--plan-only: no model, engine or packages",
                              timings=dict(reporter.timings))
+    # Before any download or export: a backend that cannot build here fails in seconds, not after the gate.
+    backend, note = choose_backend(opts.backend, opts.image_format)
     reused = reuse.finished_digest(build_dir) == plan.digest()
     if reused:
         reporter.skipped("build", f"reused {build_dir}: plan digest {plan.digest()[:12]} unchanged, "
@@ -160,7 +162,6 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
         report: dict[str, Any] = json.loads((build_dir / "report.json").read_text())
     else:
         report = _build(opts, plan, build_dir, reporter)
-    backend, note = choose_backend(opts.backend, opts.image_format)
     image = None
     if backend is None:
         reporter.skipped("image", note)

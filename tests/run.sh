@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Set up and run mbuild's tests on a fresh machine: a venv with the build extras, a Docker engine,
-# podman, buildah, skopeo, umoci, runc, a local registry on 127.0.0.1:5000 and a local Python base
-# image (no outside registry needed). Extra arguments go to pytest.
+# podman, buildah, skopeo, umoci, runc, a local registry and a local Python base image (no outside
+# registry needed). Extra arguments go to pytest.
+#
+# Every run starts from fresh state: a new HOME, new containers-storage (podman and buildah, one
+# storage.conf for every call, probes included), a new Docker data root, new registry storage and new
+# mbuild caches, all under one folder made for this run and removed after it. Only two things are
+# reused between runs, on purpose: the debootstrapped base rootfs tarball (MBUILD_CI_CACHE) and pip's
+# download cache. So a setup step that is missing fails here instead of passing on leftovers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,21 +35,80 @@ if [ "$(id -u)" = 0 ] && [ ${#MISSING[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${MISSING[@]}" >/dev/null
 fi
+
+# What may be reused, resolved against the real HOME before it is replaced.
+export MBUILD_CI_CACHE="${MBUILD_CI_CACHE:-$HOME/.cache/mbuild-ci}"
+export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$HOME/.cache/pip}"
+STATE="$(mktemp -d "${MBUILD_TEST_STATE_PARENT:-/var/tmp}/mbuild-test-state.XXXXXX")"
+chmod 755 "$STATE"
+STARTED=()  # pid files of the services this run started
+cleanup() {
+  local code=$?
+  for pidfile in "${STARTED[@]}"; do
+    if [ -s "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null; then
+      timeout 30 tail --pid="$(cat "$pidfile")" -f /dev/null || true
+    fi
+  done
+  # dockerd can leave its namespace and overlay mounts behind; they would keep the folder busy.
+  grep -o " $STATE/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  if [ "${MBUILD_KEEP_TEST_STATE:-0}" = 1 ]; then echo "test state kept in $STATE"; else rm -rf "$STATE"; fi
+  exit "$code"
+}
+trap cleanup EXIT
+
+export HOME="$STATE/home"
+export MBUILD_CACHE="$STATE/mbuild-cache"
+mkdir -p "$HOME" "$MBUILD_CACHE"
+echo "fresh state for this run in $STATE:"
+echo "  HOME=$HOME  MBUILD_CACHE=$MBUILD_CACHE  pytest --basetemp=$STATE/pytest"
+echo "  reused: base rootfs cache $MBUILD_CI_CACHE, pip cache $PIP_CACHE_DIR"
+
+# podman and buildah: one storage.conf (driver, graph root, run root) and one containers.conf for every
+# call, so the first probe cannot set up the storage database with another driver than later builds use.
+CS="$STATE/containers"
+mkdir -p "$CS/graph" "$CS/run" "$CS/tmp"
+export MBUILD_CONTAINERS_STORAGE_DRIVER="${MBUILD_CONTAINERS_STORAGE_DRIVER:-vfs}"  # works in any VM
+cat >"$CS/storage.conf" <<CONF
+[storage]
+driver = "$MBUILD_CONTAINERS_STORAGE_DRIVER"
+graphroot = "$CS/graph"
+runroot = "$CS/run"
+CONF
+cat >"$CS/containers.conf" <<CONF
+[engine]
+tmp_dir = "$CS/tmp"
+events_logger = "file"
+events_logfile_path = "$CS/events.log"
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+CONF
+export CONTAINERS_STORAGE_CONF="$CS/storage.conf" CONTAINERS_CONF="$CS/containers.conf"
+echo "  containers-storage: $CONTAINERS_STORAGE_CONF (driver $MBUILD_CONTAINERS_STORAGE_DRIVER, graph root $CS/graph)"
+
 if [ "$(id -u)" = 0 ]; then
-  if ! docker info >/dev/null 2>&1 && command -v dockerd >/dev/null; then
-    export DOCKER_HOST="unix://${MBUILD_CI_DOCKER:-/tmp/mbuild-ci-docker}/docker.sock"
+  # Our own engine and registry, on fresh roots, even where others already run.
+  export MBUILD_CI_DOCKER="$STATE/docker" MBUILD_CI_DOCKER_DATA="$STATE/docker-data"
+  export DOCKER_HOST="unix://$MBUILD_CI_DOCKER/docker.sock"
+  if command -v dockerd >/dev/null; then
     bash .ci/start-dockerd.sh
+    STARTED+=("$MBUILD_CI_DOCKER/dockerd.pid")
   fi
-  export MBUILD_TEST_REGISTRY="${MBUILD_TEST_REGISTRY:-127.0.0.1:5000}"
-  command -v docker-registry >/dev/null && bash .ci/start-registry.sh
-  export MBUILD_CONTAINERS_STORAGE_DRIVER="${MBUILD_CONTAINERS_STORAGE_DRIVER:-vfs}"  # works in any VM
+  if command -v docker-registry >/dev/null; then
+    export MBUILD_CI_REGISTRY="$STATE/registry"
+    MBUILD_TEST_REGISTRY="127.0.0.1:$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    export MBUILD_TEST_REGISTRY
+    bash .ci/start-registry.sh
+    STARTED+=("$MBUILD_CI_REGISTRY/registry.pid")
+  fi
+  echo "  docker data root $MBUILD_CI_DOCKER_DATA, registry storage ${MBUILD_CI_REGISTRY:-none} at ${MBUILD_TEST_REGISTRY:-none}"
 fi
 if docker info >/dev/null 2>&1; then
+  export MBUILD_TEST_BASE_OCI_DIR="$STATE/base-oci"
   bash .ci/local-base-image.sh "${MBUILD_TEST_BASE_IMAGE:-mbuild-local/python:3.11-bookworm}"
-  export MBUILD_TEST_BASE_OCI="oci:${MBUILD_CI_CACHE:-$HOME/.cache/mbuild-ci}/base-oci-v2:bookworm"
+  export MBUILD_TEST_BASE_OCI="oci:$MBUILD_TEST_BASE_OCI_DIR:bookworm"
   export MBUILD_REQUIRE_CONTAINERS=1
 fi
 
 .venv/bin/ruff check builder runtimes tests bench
 .venv/bin/mypy builder runtimes tests bench
-exec .venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --basetemp="$STATE/pytest" "$@"

@@ -31,7 +31,8 @@ def _free_gb(path: Path) -> float | None:
 def gather() -> dict[str, Any]:
     target = detected_target()
     cpu = host_cpu_target()
-    backends = {name: (factory("oci").why_unavailable() or "available") for name, factory in BACKENDS.items()}
+    refusals = {name: factory("oci").unavailable() for name, factory in BACKENDS.items()}
+    backends = {name: refusal.message if refusal else "available" for name, refusal in refusals.items()}
     export_tools = {name: installed_version(name) for name in ("torch", "transformers", "sentence-transformers",
                                                                "onnx")}
     cache = hub_cache_dir()

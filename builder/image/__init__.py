@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from builder.errors import ImageBuildError, InputError
+from builder.errors import InputError
 from builder.image.base import ImageBackend, ImageResult
 from builder.image.dockerfile_cli import BuildahBackend, DockerBackend, PodmanBackend
 from builder.image.oci import OciBackend
@@ -31,16 +31,16 @@ def choose_backend(name: str, image_format: Format = "oci") -> tuple[ImageBacken
         reasons = []
         for key, factory in BACKENDS.items():
             backend = factory(image_format)
-            why = backend.why_unavailable()
-            if not why:
+            refusal = backend.unavailable()
+            if refusal is None:
                 return backend, f"--backend auto chose {key}"
-            reasons.append(f"{key}: {why}")
+            reasons.append(f"{key}: {refusal.message}")
         return None, "no image backend available (" + "; ".join(reasons) + "); stopping at the build context"
     if name not in BACKENDS:
         raise InputError(f"unknown backend {name!r}", hint=f"choose one of {', '.join(CHOICES)}")
     backend = BACKENDS[name](image_format)
-    why = backend.why_unavailable()
-    if why:
-        raise ImageBuildError(f"the {name} backend cannot build here: {why}",
-                              hint="start the engine (or set DOCKER_HOST), or use --backend none for the context")
+    refusal = backend.unavailable()
+    if refusal is not None:
+        refusal.message = f"the {name} backend cannot build here: {refusal.message}"
+        raise refusal
     return backend, f"building with {name}"

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from builder.errors import ImageBuildError
+
 
 @dataclass(frozen=True)
 class ImageResult:
@@ -21,8 +23,8 @@ class ImageResult:
 class ImageBackend(Protocol):
     name: str
 
-    def why_unavailable(self) -> str:
-        """Empty when this backend can build here, else why not."""
+    def unavailable(self) -> ImageBuildError | None:
+        """None when this backend can build here, else the error that says why and what to do."""
         ...
 
     def existing(self, tag: str, context: Path) -> ImageResult | None:

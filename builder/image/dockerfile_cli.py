@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
-from builder.errors import ImageBuildError
+from builder.errors import ImageBuildError, StorageMismatch
 from builder.image.base import ImageResult
 from builder.image.spec import ImageSpec
 from builder.oci.refs import parse_ref
@@ -34,16 +35,23 @@ class DockerfileCli:
         """A quick command that succeeds only when the tool can build."""
         return ["version"]
 
-    def why_unavailable(self) -> str:
+    # What to do when the tool is installed but refuses to work; each CLI names its own fix.
+    fix = "start the engine (or set DOCKER_HOST), or use --backend none for the context"
+
+    def unavailable(self) -> ImageBuildError | None:
         if shutil.which(self.executable) is None:
-            return f"the {self.executable} CLI is not installed"
+            return ImageBuildError(f"the {self.executable} CLI is not installed",
+                                   hint=f"install {self.executable}, or use --backend oci (no daemon needed)")
         try:
             result = self._run(*self.probe(), timeout=15)
         except subprocess.TimeoutExpired:
-            return f"{self.executable} did not answer within 15 s"
+            return ImageBuildError(f"{self.executable} did not answer within 15 s", hint=self.fix)
         if result.returncode != 0:
-            return f"{self.executable} cannot build here (" + (result.stderr.strip().splitlines() or ["?"])[-1] + ")"
-        return ""
+            return self.refused((result.stderr.strip().splitlines() or ["?"])[-1])
+        return None
+
+    def refused(self, last_line: str) -> ImageBuildError:
+        return ImageBuildError(f"{self.executable} cannot build here ({last_line})", hint=self.fix)
 
     def build_command(self, context: Path, tag: str) -> list[str]:
         return ["build", "--network", "host", "--tag", tag, str(context)]
@@ -92,9 +100,28 @@ class DockerBackend(DockerfileCli):
 class _ContainersStorage(DockerfileCli):
     """podman and buildah share containers-storage; MBUILD_CONTAINERS_STORAGE_DRIVER picks its driver."""
 
+    fix = ("check `{tool} info`; point CONTAINERS_STORAGE_CONF at a storage.conf that names the graph driver, "
+           "graph root and run root, or use --backend oci (no daemon needed)")
+
     def global_args(self) -> list[str]:
         driver = os.environ.get("MBUILD_CONTAINERS_STORAGE_DRIVER")
         return ["--storage-driver", driver] if driver else []
+
+    def refused(self, last_line: str) -> ImageBuildError:
+        # podman keeps the driver its storage was first set up with in its database and refuses any other.
+        mismatch = re.search(r'database storage graph driver "([^"]*)" does not match our storage graph driver '
+                             r'"([^"]*)"', last_line)
+        if mismatch:
+            stored, asked = mismatch.groups()  # stored is "" when the host's default driver set it up
+            match = f"set MBUILD_CONTAINERS_STORAGE_DRIVER={stored}" if stored else \
+                "unset MBUILD_CONTAINERS_STORAGE_DRIVER (the storage uses the host's default driver)"
+            return StorageMismatch(
+                f"{self.executable}'s containers-storage was set up with the graph driver "
+                f"{repr(stored) if stored else 'the host defaults to'}, but this build asks for {asked!r}",
+                hint=f"{match} to match the host's storage, or point CONTAINERS_STORAGE_CONF at a storage.conf "
+                     "with its own graphroot and runroot for that driver")
+        return ImageBuildError(f"{self.executable} cannot build here ({last_line})",
+                               hint=self.fix.format(tool=self.executable))
 
     def _tls(self, context: Path) -> list[str]:
         base = ImageSpec.load(context).base_image

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from builder.errors import ImageBuildError
 from builder.hashing import sha256_file, tree_digest
 from builder.image.base import ImageResult
 from builder.image.spec import Copy, ImageSpec, source_date_epoch, timestamp
@@ -89,8 +90,8 @@ class OciBackend:
     def __init__(self, fmt: Format = "oci") -> None:
         self.format: Format = fmt
 
-    def why_unavailable(self) -> str:
-        return ""  # pure Python: it runs wherever mbuild does
+    def unavailable(self) -> ImageBuildError | None:
+        return None  # pure Python: it runs wherever mbuild does
 
     def existing(self, tag: str, context: Path) -> ImageResult | None:
         layout = Layout(context / LAYOUT_DIR)
