@@ -6,7 +6,7 @@ import os
 
 import bentoml
 
-from runtimes.app import app_from_env
+from runtimes.api.app import app_from_env
 from runtimes.logs import configure_logging
 
 configure_logging()
@@ -24,4 +24,4 @@ TRACING = {} if os.environ.get("MBUILD_TRACING", "").lower() in {"1", "true", "y
                  metrics={"enabled": False}, tracing=TRACING)
 @bentoml.asgi_app(app, path="/")
 class ModelService:
-    """Routes come from runtimes.app; BentoML adds its own /livez, /readyz and /metrics beside them."""
+    """Routes come from runtimes.api.app; BentoML adds its own /livez, /readyz and /metrics beside them."""

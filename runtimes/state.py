@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runtimes.api_errors import ApiError
+from runtimes.api.errors import ApiError
 from runtimes.batcher import Batcher
 from runtimes.bundle import EngineConfig, load_engine_config, load_metadata
 from runtimes.engines import Encoder, encoder_for

@@ -15,7 +15,7 @@ import torch
 from fastapi.testclient import TestClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from runtimes.app import create_app
+from runtimes.api.app import create_app
 from runtimes.settings import Settings
 
 CHAT = [{"role": "user", "content": "Hello, how are you"}]

@@ -19,7 +19,7 @@ from builder.cli import cli
 from builder.pipeline import package
 from builder.planning import PackageOptions
 from builder.progress import Reporter
-from runtimes.app import create_app
+from runtimes.api.app import create_app
 from runtimes.settings import Settings
 from tests.support import fake_tensorrt
 

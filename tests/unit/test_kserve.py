@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from runtimes.app import create_app
-from runtimes.kserve_codec import HEADER, InferRequest, TensorError, encode_response, parse_infer
+from runtimes.api.app import create_app
+from runtimes.api.kserve_codec import HEADER, InferRequest, TensorError, encode_response, parse_infer
 from runtimes.settings import Settings
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from runtimes.app import create_app
+from runtimes.api.app import create_app
 from runtimes.batcher import Batcher, QueueFull
 from runtimes.logs import JsonFormatter
 from runtimes.metrics import Metrics

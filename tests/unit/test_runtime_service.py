@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from runtimes.app import create_app
+from runtimes.api.app import create_app
 from runtimes.bundle import load_engine_config
 from runtimes.engines import encoder_for
 from runtimes.settings import Settings

@@ -8,11 +8,11 @@ import base64
 import numpy as np
 from fastapi import APIRouter, Request
 
-from runtimes.api_errors import ApiError, overloaded, timed_out
-from runtimes.auth import check_bearer
+from runtimes.api.auth import check_bearer
+from runtimes.api.bodies import openapi_body, parse_body
+from runtimes.api.errors import ApiError, overloaded, timed_out
+from runtimes.api.schemas import MAX_INPUTS, EmbeddingData, EmbeddingRequest, EmbeddingResponse, Usage
 from runtimes.batcher import QueueFull
-from runtimes.bodies import openapi_body, parse_body
-from runtimes.schemas import MAX_INPUTS, EmbeddingData, EmbeddingRequest, EmbeddingResponse, Usage
 from runtimes.state import EmbeddingRuntime, ServiceState, serving
 from runtimes.tokenize import InputTooLong
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, PlainTextResponse
 
 from runtimes import __version__
-from runtimes.auth import check_bearer
+from runtimes.api.auth import check_bearer
 from runtimes.state import ServiceState
 
 router = APIRouter()

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
-from runtimes.api_errors import ApiError
+from runtimes.api.errors import ApiError
 
 Model = TypeVar("Model", bound=BaseModel)
 

@@ -6,7 +6,7 @@ import hmac
 
 from starlette.requests import Request
 
-from runtimes.api_errors import ApiError
+from runtimes.api.errors import ApiError
 
 
 def check_bearer(request: Request, api_key: str | None) -> None:

@@ -16,14 +16,14 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from runtimes import __version__
-from runtimes.auth import check_bearer
+from runtimes.api.auth import check_bearer
+from runtimes.api.bodies import read_limited
+from runtimes.api.kserve_codec import HEADER, InferRequest, TensorError, encode_response, parse_infer
 from runtimes.batcher import QueueFull
-from runtimes.bodies import read_limited
 from runtimes.generation.generator import generate
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import SchedulerFull
 from runtimes.health import State
-from runtimes.kserve_codec import HEADER, InferRequest, TensorError, encode_response, parse_infer
 from runtimes.state import ServiceState
 from runtimes.tokenize import InputTooLong, Truncate
 

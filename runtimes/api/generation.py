@@ -12,15 +12,15 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from runtimes.api_errors import ApiError, overloaded, timed_out
-from runtimes.auth import check_bearer
-from runtimes.bodies import openapi_body, parse_body
+from runtimes.api.auth import check_bearer
+from runtimes.api.bodies import openapi_body, parse_body
+from runtimes.api.errors import ApiError, overloaded, timed_out
+from runtimes.api.schemas_generation import ChatCompletionRequest, CompletionRequest, _Sampling
 from runtimes.generation.chat_template import ChatTemplateError
 from runtimes.generation.generator import Delta, generate
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import SchedulerFull
-from runtimes.schemas_generation import ChatCompletionRequest, CompletionRequest, _Sampling
 from runtimes.state import ServiceState, serving
 
 router = APIRouter()

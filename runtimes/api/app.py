@@ -17,15 +17,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import Match
 
 from runtimes import __version__
-from runtimes.api_errors import ApiError, error_response
-from runtimes.bodies import add_request_components, describe_errors
+from runtimes.api.bodies import add_request_components, describe_errors
+from runtimes.api.embeddings import router as embeddings_router
+from runtimes.api.errors import ApiError, error_response
+from runtimes.api.generation import router as generation_router
+from runtimes.api.kserve import V2Error
+from runtimes.api.kserve import router as kserve_router
+from runtimes.api.middleware import RequestContext
+from runtimes.api.probes import router as health_router
 from runtimes.health import State
-from runtimes.middleware import RequestContext
-from runtimes.routes_embeddings import router as embeddings_router
-from runtimes.routes_generation import router as generation_router
-from runtimes.routes_health import router as health_router
-from runtimes.routes_kserve import V2Error
-from runtimes.routes_kserve import router as kserve_router
 from runtimes.settings import Settings
 from runtimes.state import ServiceState
 
