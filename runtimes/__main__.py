@@ -11,24 +11,22 @@ import sys
 from pathlib import Path
 
 from runtimes.bundle import BundleError, load_engine_config, load_metadata
+from runtimes.exits import Exit
 from runtimes.fit import memory_limit_gb, misfits
 from runtimes.hardware import detect_gpus, read_cpu_flags
 from runtimes.settings import Settings, SettingsError
 from runtimes.supervisor import Supervisor
 from runtimes.tokenize import TextTokenizer
 
-EXIT_BROKEN_BUNDLE = 3
-EXIT_WRONG_HARDWARE = 4
 
-
-def preflight(model_dir: Path) -> None:
+def preflight(model_dir: Path, site: str | None = None) -> None:
     """Fail before serving when the bundle is plainly broken (readiness would never come)."""
     if not model_dir.is_dir():
         raise BundleError(f"model folder {model_dir} does not exist (set MBUILD_MODEL_DIR)")
     wanted = load_metadata(model_dir).get("metadata", {}).get("requires", {}).get("python")
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     # Only the image's own packages (MBUILD_SITE) are tied to one Python; `mbuild serve` uses the host's.
-    if os.environ.get("MBUILD_SITE") and wanted and wanted != running:
+    if site and wanted and wanted != running:
         raise BundleError(f"the image's packages were installed for Python {wanted}, but the base image runs "
                           f"Python {running}; rebuild with a Python {wanted} base (--base-image)")
     config = load_engine_config(model_dir)
@@ -55,16 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         os.environ["MBUILD_MODEL_DIR"] = str(settings.model_dir.resolve())
-        preflight(settings.model_dir)
+        preflight(settings.model_dir, settings.site)
         problems = hardware_problems(settings.model_dir)
     except (SettingsError, BundleError) as exc:
         print(f"mbuild runtime: {exc}", file=sys.stderr)
-        return EXIT_BROKEN_BUNDLE
-    if problems and os.environ.get("MBUILD_SKIP_HARDWARE_CHECK") != "1":
+        return Exit.BROKEN_BUNDLE
+    if problems and not settings.skip_hardware_check:
         for problem in problems:
             print(f"mbuild runtime: refusing to start: {problem}", file=sys.stderr)
         print("mbuild runtime: set MBUILD_SKIP_HARDWARE_CHECK=1 to start anyway (unsupported)", file=sys.stderr)
-        return EXIT_WRONG_HARDWARE
+        return Exit.WRONG_HARDWARE
     for problem in problems:
         print(f"mbuild runtime: WARNING, hardware check skipped: {problem}", file=sys.stderr)
     env = {**os.environ, "BENTOML_DO_NOT_TRACK": "true"}
@@ -79,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(tls) != 2 or not all(p.is_file() for p in tls):
             print("mbuild runtime: TLS needs both MBUILD_SSL_CERTFILE and MBUILD_SSL_KEYFILE, as readable files",
                   file=sys.stderr)
-            return EXIT_BROKEN_BUNDLE
+            return Exit.BROKEN_BUNDLE
         command += ["--ssl-certfile", str(tls[0]), "--ssl-keyfile", str(tls[1])]
     failed = Path(env.setdefault("MBUILD_FAILED_FLAG", str(flag.parent / "failed")))
     return Supervisor(command, env, flag, settings.drain_seconds, settings.grace_seconds, failed).run()

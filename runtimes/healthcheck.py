@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import ssl
 import sys
 import urllib.error
 import urllib.request
 
+from runtimes.settings import Settings, SettingsError
+
 
 def main() -> int:
-    port = os.environ.get("MBUILD_PORT", "8000")
+    try:
+        settings = Settings.from_env()
+    except SettingsError:
+        return 1
+    port = settings.port
     scheme, context = "http", None
-    if os.environ.get("MBUILD_SSL_CERTFILE"):
+    if settings.ssl_certfile:
         # The probe asks its own server on loopback: the certificate names the public host, not 127.0.0.1.
         scheme, context = "https", ssl._create_unverified_context()
     try:

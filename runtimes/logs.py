@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
+
+from runtimes.settings import Settings
 
 
 class JsonFormatter(logging.Formatter):
@@ -24,10 +25,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def configure_logging() -> None:
-    level = os.environ.get("MBUILD_LOG_LEVEL", "info").upper()
+def configure_logging(settings: Settings) -> None:
+    level = settings.log_level.upper()
     handler = logging.StreamHandler()
-    if os.environ.get("MBUILD_LOG_FORMAT", "text").lower() == "json":
+    if settings.log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

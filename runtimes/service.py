@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import os
-
 import bentoml
 
-from runtimes.api.app import app_from_env
+from runtimes.api.app import create_app
 from runtimes.logs import configure_logging
+from runtimes.settings import Settings
 
-configure_logging()
-app = app_from_env()
+settings = Settings.from_env()
+configure_logging(settings)
+app = create_app(settings)
 
 
 # BentoML's own access log and metrics are off: the app logs every request once (with its request
 # id, never its body) and serves richer metrics on /v1/metrics; doing both would pay twice per request.
 # BentoML also opens an OpenTelemetry span per request, about a tenth of a small request's cost, kept
 # only when MBUILD_TRACING=1 says an exporter is configured (BENTOML_CONFIG); otherwise no URL is traced.
-TRACING = {} if os.environ.get("MBUILD_TRACING", "").lower() in {"1", "true", "yes"} else {"excluded_urls": [".*"]}
+TRACING = {} if settings.tracing else {"excluded_urls": [".*"]}
 
 
 @bentoml.service(name="mbuild", workers=1, traffic={"timeout": 300}, logging={"access": {"enabled": False}},

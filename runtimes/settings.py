@@ -1,27 +1,57 @@
-"""Service settings, read once from the environment (MBUILD_*)."""
+"""Service settings: the only reader of the environment in runtimes/ (MBUILD_*), read once.
+
+Every limit the service enforces is here with its default and its variable; docs/reliability.md lists them.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+TRUE, FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
 
 class SettingsError(ValueError):
     pass
 
 
-def _int(name: str, default: int, low: int, high: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
+class _Env:
+    """Typed reads of one environment mapping; a malformed value is a SettingsError that names it."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+
+    def text(self, name: str, default: str | None = None) -> str | None:
+        return self.env.get(name) or default
+
+    def integer(self, name: str, default: int, low: int, high: int) -> int:
+        raw = self.env.get(name, "").strip()
+        if not raw:
+            return default
+        if not (raw.isascii() and raw.lstrip("-").isdigit()):
+            raise SettingsError(f"{name}={raw!r} is not an integer")
         value = int(raw)
-    except ValueError as exc:
-        raise SettingsError(f"{name}={raw!r} is not an integer") from exc
-    if not low <= value <= high:
-        raise SettingsError(f"{name}={value} is outside {low}..{high}")
-    return value
+        if not low <= value <= high:
+            raise SettingsError(f"{name}={value} is outside {low}..{high}")
+        return value
+
+    def boolean(self, name: str, default: bool = False) -> bool:
+        raw = self.env.get(name)
+        if raw is None:
+            return default
+        if raw.strip().lower() in TRUE:
+            return True
+        if raw.strip().lower() in FALSE:
+            return False
+        raise SettingsError(f"{name}={raw!r}: use 1/true/yes/on or 0/false/no/off")
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.env.get(name, default).strip().lower() or default
+        if value not in choices:
+            raise SettingsError(f"{name}={value!r}: use one of {', '.join(choices)}")
+        return value
 
 
 @dataclass(frozen=True)
@@ -39,39 +69,68 @@ class Settings:
     grace_seconds: float = 20.0
     max_body_bytes: int = 4 * 1024 * 1024
     request_timeout: float = 60.0
+    stream_timeout: float = 600.0  # a stream's whole life; a non-stream call has request_timeout
+    body_timeout: float = 30.0  # for the body to arrive once the headers have
+    max_concurrent: int = 1024  # requests in the process at once; beyond, 503 before any work
     max_batch: int | None = None  # None: the profile's
     max_batch_delay_ms: float | None = None
     protect_metrics: bool = False
     access_log: bool = True
+    tracing: bool = False
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     keepalive_seconds: int = 75  # above the 60 s idle timeout of common load balancers, so they close first
+    drain_flag: Path | None = None  # the supervisor creates it to start a drain
+    failed_flag: Path | None = None  # the worker writes it when the model cannot load
+    site: str | None = None  # the image's own packages folder (tied to one Python version)
+    skip_hardware_check: bool = False
+    trt_build_at_start: bool = False
+
+    @property
+    def in_flight_seconds(self) -> float:
+        """How long the server lets in-flight requests finish once told to stop: the supervisor's grace
+        period (it sends SIGKILL after it) less a margin, so the kill never cuts a finishing request short."""
+        return max(1.0, self.grace_seconds - 2.0)
 
     @classmethod
-    def from_env(cls) -> Settings:
-        fmt = os.environ.get("MBUILD_LOG_FORMAT", "text").lower()
-        if fmt not in {"text", "json"}:
-            raise SettingsError(f"MBUILD_LOG_FORMAT={fmt!r}: use text or json")
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = _Env(os.environ if environ is None else environ)
+        delay = env.integer("MBUILD_MAX_BATCH_DELAY_MS", -1, -1, 10000)
+        flags = {name: env.text(variable) for name, variable in (("drain", "MBUILD_DRAIN_FLAG"),
+                                                                 ("failed", "MBUILD_FAILED_FLAG"))}
         return cls(
-            model_dir=Path(os.environ.get("MBUILD_MODEL_DIR", "/opt/mbuild/model")),
-            host=os.environ.get("MBUILD_HOST", "0.0.0.0"),
-            port=_int("MBUILD_PORT", 8000, 1, 65535),
-            api_key=os.environ.get("MBUILD_API_KEY") or None,
-            log_level=os.environ.get("MBUILD_LOG_LEVEL", "info").lower(),
-            log_format=fmt,
-            threads=_int("MBUILD_THREADS", 0, 0, 1024),
-            max_queue=_int("MBUILD_MAX_QUEUE", 256, 1, 1_000_000),
-            served_name=os.environ.get("MBUILD_SERVED_MODEL_NAME") or None,
-            drain_seconds=_int("MBUILD_DRAIN_SECONDS", 5, 0, 3600),
-            grace_seconds=_int("MBUILD_GRACE_SECONDS", 20, 1, 3600),
-            max_body_bytes=_int("MBUILD_MAX_BODY_BYTES", 4 * 1024 * 1024, 1024, 1 << 30),
-            request_timeout=_int("MBUILD_REQUEST_TIMEOUT", 60, 1, 86400),
-            max_batch=_int("MBUILD_MAX_BATCH", 0, 0, 4096) or None,
-            max_batch_delay_ms=float(_int("MBUILD_MAX_BATCH_DELAY_MS", -1, -1, 10000))
-            if os.environ.get("MBUILD_MAX_BATCH_DELAY_MS") else None,
-            protect_metrics=os.environ.get("MBUILD_PROTECT_METRICS", "").lower() in {"1", "true", "yes"},
-            access_log=os.environ.get("MBUILD_ACCESS_LOG", "1").lower() not in {"0", "false", "no"},
-            ssl_certfile=os.environ.get("MBUILD_SSL_CERTFILE") or None,
-            ssl_keyfile=os.environ.get("MBUILD_SSL_KEYFILE") or None,
-            keepalive_seconds=_int("MBUILD_KEEPALIVE_SECONDS", 75, 1, 3600),
+            model_dir=Path(env.text("MBUILD_MODEL_DIR", "/opt/mbuild/model") or "/opt/mbuild/model"),
+            host=env.text("MBUILD_HOST", "0.0.0.0") or "0.0.0.0",
+            port=env.integer("MBUILD_PORT", 8000, 1, 65535),
+            api_key=env.text("MBUILD_API_KEY"),
+            log_level=env.choice("MBUILD_LOG_LEVEL", "info", ("debug", "info", "warning", "warn", "error", "critical")),
+            log_format=env.choice("MBUILD_LOG_FORMAT", "text", ("text", "json")),
+            threads=env.integer("MBUILD_THREADS", 0, 0, 1024),
+            max_queue=env.integer("MBUILD_MAX_QUEUE", 256, 1, 1_000_000),
+            served_name=env.text("MBUILD_SERVED_MODEL_NAME"),
+            drain_seconds=env.integer("MBUILD_DRAIN_SECONDS", 5, 0, 3600),
+            grace_seconds=env.integer("MBUILD_GRACE_SECONDS", 20, 3, 3600),
+            max_body_bytes=env.integer("MBUILD_MAX_BODY_BYTES", 4 * 1024 * 1024, 1024, 1 << 30),
+            request_timeout=env.integer("MBUILD_REQUEST_TIMEOUT", 60, 1, 86400),
+            stream_timeout=env.integer("MBUILD_STREAM_TIMEOUT", 600, 1, 86400),
+            body_timeout=env.integer("MBUILD_BODY_TIMEOUT", 30, 1, 3600),
+            max_concurrent=env.integer("MBUILD_MAX_CONCURRENT", 1024, 1, 1_000_000),
+            max_batch=env.integer("MBUILD_MAX_BATCH", 0, 0, 4096) or None,
+            max_batch_delay_ms=float(delay) if delay >= 0 else None,
+            protect_metrics=env.boolean("MBUILD_PROTECT_METRICS"),
+            access_log=env.boolean("MBUILD_ACCESS_LOG", True),
+            tracing=env.boolean("MBUILD_TRACING"),
+            ssl_certfile=env.text("MBUILD_SSL_CERTFILE"),
+            ssl_keyfile=env.text("MBUILD_SSL_KEYFILE"),
+            keepalive_seconds=env.integer("MBUILD_KEEPALIVE_SECONDS", 75, 1, 3600),
+            drain_flag=Path(flags["drain"]) if flags["drain"] else None,
+            failed_flag=Path(flags["failed"]) if flags["failed"] else None,
+            site=env.text("MBUILD_SITE"),
+            skip_hardware_check=env.boolean("MBUILD_SKIP_HARDWARE_CHECK"),
+            trt_build_at_start=env.boolean("MBUILD_TRT_BUILD_AT_START"),
         )
+
+
+def flag(name: str) -> bool:
+    """One boolean variable, for code that runs before (or without) a Settings, such as engine sessions."""
+    return _Env(os.environ).boolean(name)

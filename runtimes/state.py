@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,10 +81,10 @@ class ServiceState:
         except Exception as exc:  # every failure becomes a failed state with a readable reason
             log.error("model failed to load: %s", exc)
             self.health.move(State.FAILED, str(exc))
-            flag = os.environ.get("MBUILD_FAILED_FLAG")
-            if flag:  # tells the supervisor (PID 1) to stop the server with a non-zero exit
-                Path(flag).parent.mkdir(parents=True, exist_ok=True)
-                Path(flag).write_text(str(exc))
+            flag = self.settings.failed_flag
+            if flag is not None:  # tells the supervisor (PID 1) to stop the server with a non-zero exit
+                flag.parent.mkdir(parents=True, exist_ok=True)
+                flag.write_text(str(exc))
 
     async def _activate(self, runtime: EmbeddingRuntime | GenerationRuntime) -> None:
         # The batcher's task must live on the serving loop, so readiness flips there too.

@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from runtimes.exits import Exit
+
 POLL_SECONDS = 0.1
-EXIT_LOAD_FAILED = 3
 
 
 class Supervisor:
@@ -94,7 +95,7 @@ class Supervisor:
             time.sleep(POLL_SECONDS)
         self.flag.unlink(missing_ok=True)
         if self.load_failed:
-            return EXIT_LOAD_FAILED
+            return Exit.BROKEN_BUNDLE
         if self.stop_at is not None:
             return 0  # a requested stop that drained is a clean exit
         return self.server_status or 1

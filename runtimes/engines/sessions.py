@@ -7,7 +7,6 @@ and add it here; engine.json's "engine" names it.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,6 +17,7 @@ import onnxruntime as ort
 from runtimes.bundle import BundleError, EngineConfig
 from runtimes.engines import gpu_select, tensorrt_engine
 from runtimes.hardware import detect_gpus
+from runtimes.settings import flag
 
 log = logging.getLogger("mbuild.runtime")
 
@@ -53,7 +53,7 @@ def _tensorrt(model_dir: Path, config: EngineConfig, threads: int) -> Session:
     try:
         engine = gpu_select.choose_engine(model_dir, gpus[0] if gpus else None, tensorrt_engine.trt_version())
     except BundleError:
-        if os.environ.get("MBUILD_TRT_BUILD_AT_START") != "1":
+        if not flag("MBUILD_TRT_BUILD_AT_START"):
             raise
         return _build_at_start(model_dir, config)
     try:
