@@ -88,7 +88,7 @@ class Mbuild:
     async def _one(self, prompt: list[int]) -> int:
         params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, min_tokens=NEW_TOKENS)
         request = Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue())
-        self.runtime.scheduler.submit(request)
+        self.runtime.scheduler.submit([request])
         made = 0
         while True:
             event = await request.events.get()

@@ -24,11 +24,16 @@ class QueueFull(Exception):
     pass
 
 
-@dataclass
-class _Job:
+@dataclass(eq=False)  # hashed by identity: jobs sit in a set while they wait
+class Job:
     seqs: list[list[int]]
     future: asyncio.Future[np.ndarray]
     enqueued: float = field(default_factory=time.perf_counter)
+    started: bool = False  # its batch reached the engine
+
+    @property
+    def abandoned(self) -> bool:
+        return self.future.done()  # cancelled by its caller (client gone, deadline) or already answered
 
 
 class Batcher:
@@ -40,8 +45,9 @@ class Batcher:
         self.max_delay = max_delay
         self._last_batch = 0
         self._metrics = metrics
-        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
-        self._held: _Job | None = None  # taken from the queue but too big for the last batch
+        self._queue: asyncio.Queue[Job] = asyncio.Queue()
+        self._held: Job | None = None  # taken from the queue but too big for the last batch
+        self._waiting: set[Job] = set()  # live jobs not yet in a batch: the queue depth
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._task: asyncio.Task[None] | None = None
         self.in_flight = 0
@@ -59,25 +65,34 @@ class Batcher:
             await asyncio.gather(self._task, return_exceptions=True)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def submit(self, seqs: list[list[int]]) -> np.ndarray:
-        if self._queue.qsize() >= self.max_queue:
+    def enqueue(self, seqs: list[list[int]]) -> Job:
+        """Queue one request's sequences (QueueFull when there is no room); cancel its future to abandon it."""
+        if len(self._waiting) >= self.max_queue:
             raise QueueFull
-        job = _Job(seqs, asyncio.get_running_loop().create_future())
+        job = Job(seqs, asyncio.get_running_loop().create_future())
         self.in_flight += 1
-        try:
-            self._queue.put_nowait(job)
-            self._metrics.set("queue_depth", self._queue.qsize())
-            return await job.future
-        finally:
-            self.in_flight -= 1
+        self._waiting.add(job)
+        job.future.add_done_callback(lambda _: self._finished(job))
+        self._queue.put_nowait(job)
+        self._metrics.set("queue_depth", len(self._waiting))
+        return job
 
-    async def _next_job(self) -> _Job:
+    def _finished(self, job: Job) -> None:
+        # An abandoned job leaves the count at once, even while it still sits in the queue.
+        self.in_flight -= 1
+        self._waiting.discard(job)
+        self._metrics.set("queue_depth", len(self._waiting))
+
+    async def submit(self, seqs: list[list[int]]) -> np.ndarray:
+        return await self.enqueue(seqs).future
+
+    async def _next_job(self) -> Job:
         if self._held is not None:
             job, self._held = self._held, None
             return job
         return await self._queue.get()
 
-    async def _take_batch(self, first: _Job) -> list[_Job]:
+    async def _take_batch(self, first: Job) -> list[Job]:
         jobs, count = [first], len(first.seqs)
         deadline = time.perf_counter() + (self.max_delay if self._last_batch > 1 else 0.0)
         while count < self.max_batch:
@@ -99,11 +114,14 @@ class Batcher:
         self._last_batch = len(jobs)
         return jobs
 
-    def _compute(self, seqs: list[list[int]]) -> np.ndarray:
+    def _compute(self, seqs: list[list[int]], jobs: list[Job]) -> np.ndarray | None:
+        """Rows for seqs, chunk by chunk; None once every job in the batch was abandoned (no more compute)."""
         # Sorting by length keeps padding small inside each engine call.
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
         out: np.ndarray | None = None
         for start in range(0, len(order), self.max_batch):
+            if all(job.abandoned for job in jobs):
+                return None
             chunk = order[start : start + self.max_batch]
             rows = self._run([seqs[i] for i in chunk])
             if out is None:
@@ -117,22 +135,26 @@ class Batcher:
         loop = asyncio.get_running_loop()
         while True:
             jobs = await self._take_batch(await self._next_job())
-            self._metrics.set("queue_depth", self._queue.qsize())
+            self._waiting.difference_update(jobs)
+            self._metrics.set("queue_depth", len(self._waiting))
             live = [j for j in jobs if not j.future.done()]  # a cancelled client needs no compute
             if not live:
                 continue
             now = time.perf_counter()
             for job in live:
+                job.started = True
                 self._metrics.observe("queue_seconds", now - job.enqueued)
             seqs = [s for job in live for s in job.seqs]
             try:
-                result = await loop.run_in_executor(self._executor, self._compute, seqs)
+                result = await loop.run_in_executor(self._executor, self._compute, seqs, live)
             except Exception as exc:  # hand the engine's failure to every waiting request
                 for job in live:
                     if not job.future.done():
                         job.future.set_exception(exc)
                 continue
             self._metrics.observe("compute_seconds", time.perf_counter() - now)
+            if result is None:
+                continue
             offset = 0
             for job in live:
                 if not job.future.done():

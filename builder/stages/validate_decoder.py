@@ -58,7 +58,7 @@ async def _served(runtime: GenerationRuntime, prompts: list[list[int]]) -> tuple
     params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, min_tokens=NEW_TOKENS)
     requests = [Request(p, params, loop, asyncio.Queue()) for p in prompts]
     for request in requests:
-        runtime.scheduler.submit(request)
+        runtime.scheduler.submit([request])
     runtime.scheduler.start()
     outputs: list[list[int]] = []
     for request in requests:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,20 +16,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import Match
 
 from runtimes import __version__
+from runtimes.api import embeddings, generation, kserve, probes
 from runtimes.api.bodies import add_request_components, describe_errors
-from runtimes.api.embeddings import router as embeddings_router
 from runtimes.api.errors import ApiError, error_response
-from runtimes.api.generation import router as generation_router
-from runtimes.api.kserve import V2Error
-from runtimes.api.kserve import router as kserve_router
 from runtimes.api.middleware import RequestContext
-from runtimes.api.probes import router as health_router
 from runtimes.health import State
 from runtimes.settings import Settings
 from runtimes.state import ServiceState
 
 log = logging.getLogger("mbuild.runtime")
-DRAIN_SECONDS = 25.0
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -44,21 +38,17 @@ def create_app(settings: Settings) -> FastAPI:
         watcher.cancel()
         await drain(state)
 
+    # /docs and /openapi.json are routes of our own (probes.py), behind the API key like the rest.
     app = FastAPI(title="mbuild model service", version=__version__, lifespan=lifespan,
-                  docs_url="/docs", redoc_url=None)
+                  docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = state
-    routers = (health_router, embeddings_router, generation_router, kserve_router)
+    routers = (probes.health, probes.metrics_router, probes.router, embeddings.router, generation.router,
+               kserve.probes, kserve.router)
     for router in routers:
         app.include_router(router)
 
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        if request.url.path.startswith("/v2"):  # the Open Inference Protocol's error shape
-            return V2Error(exc.status, exc.message, exc.headers).response()
-        return exc.response()
-
-    @app.exception_handler(V2Error)
-    async def v2_error(_: Request, exc: V2Error) -> JSONResponse:
+    @app.exception_handler(ApiError)  # routes render their own API's shape; this is for the rest
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
         return exc.response()
 
     @app.exception_handler(RequestValidationError)
@@ -102,21 +92,22 @@ def create_app(settings: Settings) -> FastAPI:
 
 async def watch_drain_flag(state: ServiceState, interval: float = 0.1) -> None:
     """The supervisor (PID 1) asks for a drain by creating MBUILD_DRAIN_FLAG; readiness turns 503."""
-    flag = os.environ.get("MBUILD_DRAIN_FLAG")
-    if not flag:
+    flag = state.settings.drain_flag
+    if flag is None:
         return
-    while not os.path.exists(flag):
+    while not flag.exists():
         await asyncio.sleep(interval)
     if state.health.state is not State.DRAINING:
         state.health.move(State.DRAINING, "shutting down")
         log.info("draining: readiness now answers 503; in-flight and new requests are still served")
 
 
-async def drain(state: ServiceState, timeout: float = DRAIN_SECONDS) -> None:
-    """Readiness goes 503 first, in-flight requests finish, then the engine stops."""
+async def drain(state: ServiceState) -> None:
+    """Readiness goes 503 first, in-flight requests finish (within the supervisor's grace), then the engine
+    stops, ending whatever is left with an event rather than silently."""
     if state.health.state is not State.DRAINING:
         state.health.move(State.DRAINING)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + state.settings.in_flight_seconds
     while state.in_flight and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     if state.embedding is not None:
@@ -124,6 +115,3 @@ async def drain(state: ServiceState, timeout: float = DRAIN_SECONDS) -> None:
     if state.generation is not None:
         state.generation.scheduler.stop()
 
-
-def app_from_env() -> Any:
-    return create_app(Settings.from_env())

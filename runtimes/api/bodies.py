@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -17,35 +19,100 @@ def describe_errors(errors: list[Any]) -> str:
     parts = []
     for err in errors[:5]:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+        # Unknown fields are refused, never ignored: say so in words, naming the field.
+        msg = "this server does not implement this field; remove it" if err.get("type") == "extra_forbidden" \
+            else err.get("msg", "invalid")
+        parts.append(f"{where}: {msg}")
     more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
     return "invalid request: " + "; ".join(parts) + more
 
 
-async def read_limited(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 once it passes limit (also for chunked bodies with no Content-Length)."""
+MAX_DEPTH = 32  # no request body of any route nests deeper; json and pydantic recurse, so refuse early
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class BodyError(ValueError):
+    """A body that is not acceptable JSON: the caller's mistake, whichever API's shape reports it."""
+
+    def __init__(self, message: str, code: str = "invalid_json") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _check_tree(data: Any, strings: bool) -> None:
+    """Depth within MAX_DEPTH, and (strings) no lone surrogate in any string: tokenizers and encoders choke."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise BodyError(f"the JSON nests deeper than {MAX_DEPTH} levels")
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        keys = node.keys() if isinstance(node, dict) and strings else ()
+        for text in (*keys, *(c for c in children if strings and isinstance(c, str))):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise BodyError("the JSON holds a lone UTF-16 surrogate (\\ud800-\\udfff) that is not text; "
+                                "send valid Unicode") from exc
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+
+
+def load_json(raw: bytes) -> Any:
+    """JSON from bytes, with every way it can fail as a BodyError that says what to fix."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BodyError("the request body is not valid UTF-8", "invalid_encoding") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BodyError(f"the request body is not valid JSON: {exc.msg} at position {exc.pos}") from exc
+    except RecursionError as exc:
+        raise BodyError(f"the JSON nests deeper than {MAX_DEPTH} levels") from exc
+    except ValueError as exc:  # Python refuses integers of more than 4300 digits
+        raise BodyError("the request body holds a number of more than 4300 digits") from exc
+    surrogates = _SURROGATE_ESCAPE.search(raw) is not None
+    if surrogates or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        _check_tree([data], surrogates)  # wrapped, so a bare string is checked like any other
+    return data
+
+
+async def read_limited(request: Request, limit: int, timeout: float) -> bytes:
+    """The body, refused with 413 once it passes limit (also for chunked bodies with no Content-Length),
+    and with 408 when it takes longer than timeout to arrive (a slow client holds no worker forever)."""
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"the request body is larger than {limit} bytes (MBUILD_MAX_BODY_BYTES)",
-                           "body_too_large")
-        chunks.append(chunk)
+
+    async def receive() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"the request body is larger than {limit} bytes (MBUILD_MAX_BODY_BYTES)",
+                               "body_too_large")
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(receive(), timeout)
+    except TimeoutError as exc:
+        raise ApiError(408, f"the request body did not arrive within {timeout:g} s (MBUILD_BODY_TIMEOUT)",
+                       "body_timeout") from exc
     return b"".join(chunks)
+
+
+async def read_body(request: Request) -> bytes:
+    settings = request.app.state.service.settings
+    return await read_limited(request, settings.max_body_bytes, settings.body_timeout)
 
 
 async def parse_body(request: Request, model: type[Model]) -> Model:
     # curl -d sends form encoding by default; the body is still JSON, so read it as JSON regardless.
-    raw = await read_limited(request, request.app.state.service.settings.max_body_bytes)
+    raw = await read_body(request)
     if not raw.strip():
         raise ApiError(400, "the request body is empty; send a JSON object", "empty_body")
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ApiError(400, "the request body is not valid UTF-8", "invalid_encoding") from exc
-    except json.JSONDecodeError as exc:
-        raise ApiError(400, f"the request body is not valid JSON: {exc.msg} at position {exc.pos}",
-                       "invalid_json") from exc
+        data = load_json(raw)
+    except BodyError as exc:
+        raise ApiError(400, str(exc), exc.code) from exc
     if not isinstance(data, dict):
         raise ApiError(400, f"the request body must be a JSON object, not {type(data).__name__}", "invalid_json")
     try:

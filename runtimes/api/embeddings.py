@@ -2,45 +2,47 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 
 import numpy as np
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 
-from runtimes.api.auth import check_bearer
+from runtimes.api.admission import embedding_runtime, enter, run_to_end, served
+from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
-from runtimes.api.errors import ApiError, overloaded, timed_out
+from runtimes.api.errors import ApiError, OpenAIRoute
 from runtimes.api.schemas import MAX_INPUTS, EmbeddingData, EmbeddingRequest, EmbeddingResponse, Usage
-from runtimes.batcher import QueueFull
-from runtimes.state import EmbeddingRuntime, ServiceState, serving
-from runtimes.tokenize import InputTooLong
+from runtimes.state import EmbeddingRuntime, ServiceState
+from runtimes.tokenize import InputTooLong, Truncate
 
-router = APIRouter()
-
-
-def _ready(state: ServiceState) -> EmbeddingRuntime:
-    if state.config is not None and state.config.task != "embedding":
-        raise ApiError(404, "this model generates text; it serves /v1/chat/completions and /v1/completions, "
-                            "not /v1/embeddings", "wrong_task")
-    return serving(state, state.embedding)
+router = APIRouter(route_class=OpenAIRoute, dependencies=[Depends(require_key)])
 
 
-def _check_request(state: ServiceState, body: EmbeddingRequest, texts: list[str]) -> None:
-    names = state.served_names()
-    if body.model is not None and body.model not in names:
-        raise ApiError(404, f"model {body.model!r} is not served here; use {names[0]!r}", "model_not_found")
+def check_texts(texts: list[str], where: str = "input") -> None:
+    """The bounds every embedding request keeps, whichever API it came through."""
     if not texts:
-        raise ApiError(400, "'input' must hold at least one text", "empty_input")
+        raise ApiError(400, f"'{where}' must hold at least one text", "empty_input")
     if len(texts) > MAX_INPUTS:
-        raise ApiError(400, f"'input' holds {len(texts)} texts; at most {MAX_INPUTS} per request", "too_many_inputs")
+        raise ApiError(400, f"'{where}' holds {len(texts)} texts; at most {MAX_INPUTS} per request",
+                       "too_many_inputs")
     for index, text in enumerate(texts):
         if not text:
-            raise ApiError(400, f"input {index} is an empty string", "empty_input")
-    dims = state.config.dimensions if state.config else None
-    if body.dimensions is not None and body.dimensions != dims:
-        raise ApiError(400, f"this model returns {dims} dimensions; 'dimensions' must be {dims} or left out",
-                       "unsupported_dimensions")
+            raise ApiError(400, f"{where} {index} is an empty string", "empty_input")
+
+
+async def embed(request: Request, runtime: EmbeddingRuntime, texts: list[str], truncate: Truncate,
+                hint: str) -> tuple[np.ndarray, int]:
+    """Tokenize, queue, and wait (under the deadline, cancelled if the client leaves): vectors and tokens."""
+    state = served(request)
+    try:
+        seqs = await runtime.tokenizer.encode_async(texts, truncate)
+    except InputTooLong as exc:
+        raise ApiError(400, f"{exc}; shorten it or {hint}", "input_too_long") from exc
+    job = enter(lambda: runtime.batcher.enqueue(seqs))
+    vectors = await run_to_end(request, job.future, state.settings.request_timeout, lambda: job.started)
+    tokens = sum(len(s) for s in seqs)
+    state.metrics.inc("tokens_total", tokens, kind="prompt")
+    return vectors, tokens
 
 
 def _encode(vector: np.ndarray, fmt: str) -> list[float] | str:
@@ -52,24 +54,16 @@ def _encode(vector: np.ndarray, fmt: str) -> list[float] | str:
 @router.post("/v1/embeddings", tags=["inference"], response_model=EmbeddingResponse,
              openapi_extra=openapi_body(EmbeddingRequest))
 async def embeddings(request: Request) -> EmbeddingResponse:
-    state: ServiceState = request.app.state.service
-    check_bearer(request, state.settings.api_key)
+    state: ServiceState = served(request)
     body = await parse_body(request, EmbeddingRequest)
-    loaded = _ready(state)
+    runtime = embedding_runtime(state, body.model)
     texts = body.texts()
-    _check_request(state, body, texts)
-    try:
-        seqs = await loaded.tokenizer.encode_async(texts, body.truncate)
-    except InputTooLong as exc:
-        raise ApiError(400, f"{exc}; shorten it or send \"truncate\": \"END\"", "input_too_long") from exc
-    try:
-        vectors = await asyncio.wait_for(loaded.batcher.submit(seqs), state.settings.request_timeout)
-    except QueueFull as exc:
-        raise overloaded() from exc
-    except TimeoutError as exc:
-        raise timed_out(state.settings.request_timeout) from exc
-    tokens = sum(len(s) for s in seqs)
-    state.metrics.inc("tokens_total", tokens, kind="prompt")
+    check_texts(texts)
+    dims = runtime.engine.config.dimensions
+    if body.dimensions is not None and body.dimensions != dims:
+        raise ApiError(400, f"this model returns {dims} dimensions; 'dimensions' must be {dims} or left out",
+                       "unsupported_dimensions")
+    vectors, tokens = await embed(request, runtime, texts, body.truncate, 'send "truncate": "END"')
     data = [EmbeddingData(index=i, embedding=_encode(v, body.encoding_format)) for i, v in enumerate(vectors)]
     return EmbeddingResponse(data=data, model=state.served_names()[0],
                              usage=Usage(prompt_tokens=tokens, total_tokens=tokens))

@@ -9,63 +9,67 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from runtimes.api.auth import check_bearer
+from runtimes.api.admission import enter, fit_context, generation_runtime, off_loop, run_to_end, served
+from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
-from runtimes.api.errors import ApiError, overloaded, timed_out
-from runtimes.api.schemas_generation import ChatCompletionRequest, CompletionRequest, _Sampling
+from runtimes.api.errors import ApiError, OpenAIRoute
+from runtimes.api.schemas_generation import MAX_PROMPTS, ChatCompletionRequest, CompletionRequest, _Sampling
 from runtimes.generation.chat_template import ChatTemplateError
-from runtimes.generation.generator import Delta, generate
+from runtimes.generation.generator import Delta, GenerationFailed, Stream, start
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
-from runtimes.generation.scheduler import SchedulerFull
-from runtimes.state import ServiceState, serving
 
-router = APIRouter()
+router = APIRouter(route_class=OpenAIRoute, dependencies=[Depends(require_key)])
 Body = TypeVar("Body", bound=_Sampling)
 
 
-def _runtime(state: ServiceState, body: _Sampling) -> GenerationRuntime:
-    if state.config is not None and state.config.task != "text-generation":
-        raise ApiError(404, "this model serves /v1/embeddings, not text generation", "wrong_task")
-    names = state.served_names()
-    if body.model is not None and body.model not in names:
-        raise ApiError(404, f"model {body.model!r} is not served here; use {names[0]!r}", "model_not_found")
-    return serving(state, state.generation)
+def refuse_unsupported(fields: dict[str, bool]) -> None:
+    """Fields OpenAI clients know but this server does not implement: a 400 naming the field, never ignored."""
+    for name, sent in fields.items():
+        if sent:
+            raise ApiError(400, f"'{name}' is not supported by this server; remove it", "unsupported_parameter")
 
 
-def _params(runtime: GenerationRuntime, body: _Sampling, prompt_tokens: int, asked: int | None) -> SamplingParams:
-    room = runtime.context - prompt_tokens
-    if (asked is not None and prompt_tokens + asked > runtime.context) or room < 1:
-        wanted = prompt_tokens + (asked or 1)
-        raise ApiError(400, f"This model's maximum context length is {runtime.context} tokens. However, you "
-                            f"requested {wanted} tokens ({prompt_tokens} in the prompt, {asked or 1} in the "
-                            "completion). Shorten the prompt or lower max_tokens.", "context_length_exceeded")
-    if body.min_tokens > (asked or room):
-        raise ApiError(400, f"min_tokens ({body.min_tokens}) exceeds max_tokens ({asked or room})", "invalid_request")
+def check_token_ids(runtime: GenerationRuntime, prompts: list[list[int]]) -> None:
+    vocab = runtime.engine.config.dimensions
+    for index, prompt in enumerate(prompts):
+        if not prompt:
+            raise ApiError(400, f"prompt {index} is empty", "empty_input")
+        if vocab and (min(prompt) < 0 or max(prompt) >= vocab):
+            raise ApiError(400, f"prompt {index} holds token ids outside 0..{vocab - 1}", "invalid_token_id")
+
+
+def sampling(body: _Sampling, runtime: GenerationRuntime, prompt_tokens: int, asked: int | None, choice: int,
+             index: int | None = None) -> SamplingParams:
+    max_tokens = fit_context(prompt_tokens, asked, runtime.context, index)
+    if body.min_tokens > max_tokens:
+        raise ApiError(400, f"min_tokens ({body.min_tokens}) exceeds max_tokens ({max_tokens})", "invalid_request")
     return SamplingParams(
-        max_tokens=asked or room, temperature=body.temperature, top_p=body.top_p, top_k=max(body.top_k, 0),
-        seed=body.seed, repetition_penalty=body.repetition_penalty, presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty, stop=body.stops(), stop_token_ids=tuple(body.stop_token_ids),
-        ignore_eos=body.ignore_eos, min_tokens=body.min_tokens)
+        max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=max(body.top_k, 0),
+        # n choices of one seeded request differ from each other and repeat run to run, as in vLLM
+        seed=None if body.seed is None else body.seed + choice, repetition_penalty=body.repetition_penalty,
+        presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty, stop=body.stops(),
+        stop_token_ids=frozenset(body.stop_token_ids), ignore_eos=body.ignore_eos, min_tokens=body.min_tokens,
+        logit_bias=body.bias())
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-async def _merged(streams: list[AsyncIterator[Delta]]) -> AsyncIterator[tuple[int, Delta]]:
-    """Interleave several choices' deltas as they come (n > 1)."""
+async def _merged(streams: list[Stream]) -> AsyncIterator[tuple[int, Delta]]:
+    """Interleave several choices' deltas as they come (n > 1, several prompts)."""
     queue: asyncio.Queue[tuple[int, Delta | BaseException | None]] = asyncio.Queue()
 
-    async def pump(index: int, stream: AsyncIterator[Delta]) -> None:
+    async def pump(index: int, stream: Stream) -> None:
         try:
-            async for delta in stream:
+            async for delta in stream.deltas():
                 await queue.put((index, delta))
             await queue.put((index, None))
-        except BaseException as exc:  # surfaced to the consumer below
+        except Exception as exc:  # surfaced to the consumer below
             await queue.put((index, exc))
 
     tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
@@ -85,74 +89,73 @@ async def _merged(streams: list[AsyncIterator[Delta]]) -> AsyncIterator[tuple[in
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _start(runtime: GenerationRuntime, prompt: list[int], params: SamplingParams, n: int) -> list[AsyncIterator[Delta]]:
-    try:
-        return [generate(runtime.scheduler, runtime.tokenizer, prompt, params) for _ in range(n)]
-    except SchedulerFull as exc:
-        raise overloaded() from exc
+class Run:
+    """One API call's sequences (prompts x n), admitted together and ended together: when one fails or
+    the client leaves, every sibling is cancelled and stops using the engine at its next step."""
 
-
-class _Run:
-    """One API call's generations: a single prompt with n choices, or several prompts (completions)."""
-
-    def __init__(self, runtime: GenerationRuntime, prompts: list[list[int]], params: list[SamplingParams],
-                 n: int) -> None:
-        self.prompt_tokens = sum(len(p) for p in prompts)  # OpenAI counts a prompt once, whatever n is
-        self.streams: list[AsyncIterator[Delta]] = []
-        for prompt, p in zip(prompts, params, strict=True):
-            self.streams += _start(runtime, prompt, p, n)
+    def __init__(self, runtime: GenerationRuntime, jobs: list[tuple[list[int], SamplingParams]],
+                 prompt_tokens: int) -> None:
+        self.prompt_tokens = prompt_tokens  # OpenAI counts a prompt once, whatever n is
+        self.streams = enter(lambda: start(runtime.scheduler, runtime.tokenizer, jobs))
         self.text = [""] * len(self.streams)
         self.finish: list[str | None] = [None] * len(self.streams)
         self.tokens = [0] * len(self.streams)
 
+    def started(self) -> bool:
+        return any(stream.started for stream in self.streams)
+
     async def deltas(self) -> AsyncIterator[tuple[int, Delta]]:
-        async for index, delta in _merged(self.streams):
-            self.text[index] += delta.text
-            self.tokens[index] = delta.completion_tokens
-            if delta.finish:
-                self.finish[index] = delta.finish
-            yield index, delta
+        try:
+            async for index, delta in _merged(self.streams):
+                self.text[index] += delta.text
+                self.tokens[index] = delta.completion_tokens
+                if delta.finish:
+                    self.finish[index] = delta.finish
+                yield index, delta
+        finally:
+            for stream in self.streams:  # also those whose pump never began
+                stream.cancel()
 
-    async def complete(self, request: Request, timeout: float) -> None:
-        """Run to the end, cancelling everything if the client goes away or the time runs out."""
-        work = asyncio.create_task(self._drain())
-        deadline = time.monotonic() + timeout
-        while not work.done():
-            done, _ = await asyncio.wait({work}, timeout=0.5)
-            if not done and time.monotonic() > deadline:
-                work.cancel()
-                await asyncio.gather(work, return_exceptions=True)
-                raise timed_out(timeout)
-            if not done and await request.is_disconnected():
-                work.cancel()
-                await asyncio.gather(work, return_exceptions=True)
-                raise ApiError(499, "the client closed the request", "client_closed")
-        await work
-
-    async def _drain(self) -> None:
+    async def drain(self) -> None:
         async for _ in self.deltas():
             pass
+
+
+def admit_run(body: _Sampling, runtime: GenerationRuntime, prompts: list[list[int]], asked: int | None) -> Run:
+    """Context fit for every prompt x n, the request's size against the queue, then all of it or none."""
+    sequences = len(prompts) * body.n
+    if sequences > runtime.scheduler.max_queue:
+        raise ApiError(400, f"this request asks for {sequences} sequences (prompts x n); this server queues at "
+                            f"most {runtime.scheduler.max_queue} (MBUILD_MAX_QUEUE)", "too_many_sequences")
+    indexed = len(prompts) > 1
+    jobs = [(p, sampling(body, runtime, len(p), asked, c, i if indexed else None))
+            for i, p in enumerate(prompts) for c in range(body.n)]
+    return Run(runtime, jobs, sum(len(p) for p in prompts))
 
 
 def _sse(data: dict[str, Any] | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-def _stream(run: _Run, chunk: Any, include_usage: bool) -> StreamingResponse:
+def _stream(run: Run, chunk: Any, include_usage: bool, timeout: float) -> StreamingResponse:
     async def events() -> AsyncIterator[bytes]:
         try:
-            for head in chunk.first():
-                yield _sse(head)
-            async for index, delta in run.deltas():
-                if delta.text:
-                    yield _sse(chunk.piece(index, delta.text, None))
-                if delta.finish:
-                    yield _sse(chunk.piece(index, "", delta.finish))
+            async with asyncio.timeout(timeout):  # a stream's whole life, queue wait included
+                for head in chunk.first():
+                    yield _sse(head)
+                async for index, delta in run.deltas():
+                    if delta.text:
+                        yield _sse(chunk.piece(index, delta.text, None))
+                    if delta.finish:
+                        yield _sse(chunk.piece(index, "", delta.finish))
             if include_usage:
                 yield _sse(chunk.usage(_usage(run.prompt_tokens, sum(run.tokens))))
             yield _sse("[DONE]")
-        except RuntimeError as exc:  # the engine failed mid-stream: say so in the stream, then end it
+        except GenerationFailed as exc:  # the engine failed this stream: say so in the stream, then end it
             yield _sse({"error": {"message": str(exc), "type": "server_error", "code": "generation_failed"}})
+        except TimeoutError:
+            yield _sse({"error": {"message": f"the stream ran longer than {timeout:g} s (MBUILD_STREAM_TIMEOUT) "
+                                             "and was stopped", "type": "timeout_error", "code": "deadline_exceeded"}})
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -189,42 +192,36 @@ class _CompletionChunks:
         return {**self.base, "choices": [], "usage": usage}
 
 
-async def _begin(request: Request, kind: type[Body]) -> tuple[ServiceState, Body, GenerationRuntime]:
-    """Auth, then the parsed body, then the runtime it names: every generation route starts so."""
-    state: ServiceState = request.app.state.service
-    check_bearer(request, state.settings.api_key)
-    body = await parse_body(request, kind)
-    return state, body, _runtime(state, body)
-
-
-async def _respond(request: Request, state: ServiceState, body: _Sampling, run: _Run, chunks: Any,
+async def _respond(request: Request, body: _Sampling, run: Run, chunks: Any,
                    whole: Callable[[], dict[str, Any]]) -> Any:
     """Stream the run as SSE chunks when asked; else wait for all of it and answer once, usage added."""
+    settings = served(request).settings
     if body.stream:
-        return _stream(run, chunks, bool(body.stream_options and body.stream_options.include_usage))
-    await run.complete(request, state.settings.request_timeout)
-    state.metrics.inc("tokens_total", sum(run.tokens), kind="completion")
+        return _stream(run, chunks, bool(body.stream_options and body.stream_options.include_usage),
+                       settings.stream_timeout)
+    try:
+        await run_to_end(request, run.drain(), settings.request_timeout, run.started)
+    except GenerationFailed as exc:
+        raise ApiError(500, str(exc), "generation_failed") from exc
     return JSONResponse({**whole(), "usage": _usage(run.prompt_tokens, sum(run.tokens))})
 
 
 @router.post("/v1/chat/completions", tags=["inference"], openapi_extra=openapi_body(ChatCompletionRequest))
 async def chat_completions(request: Request) -> Any:
-    state, body, runtime = await _begin(request, ChatCompletionRequest)
-    if body.logprobs:
-        raise ApiError(400, "logprobs are not supported by this server", "unsupported_parameter")
-    if body.tools:
-        raise ApiError(400, "tool calls are not supported by this server", "unsupported_parameter")
-    if body.response_format and body.response_format.get("type", "text") != "text":
-        raise ApiError(400, "only response_format {'type': 'text'} is supported", "unsupported_parameter")
+    state = served(request)
+    body = await parse_body(request, ChatCompletionRequest)
+    runtime = generation_runtime(state, body.model)
+    refuse_unsupported({"logprobs": body.logprobs, "top_logprobs": body.top_logprobs is not None,
+                        "tools": bool(body.tools), "tool_choice": body.tool_choice not in (None, "none"),
+                        "response_format": (body.response_format or {}).get("type", "text") != "text"})
     messages = [{"role": m.role, "content": m.text()} for m in body.messages]
     try:
-        prompt = await asyncio.to_thread(runtime.encode_chat, messages)
+        prompt = await off_loop(runtime.encode_chat, messages, size=sum(len(m["content"]) for m in messages))
     except ChatTemplateError as exc:
         raise ApiError(400, str(exc), "invalid_messages") from exc
-    params = _params(runtime, body, len(prompt), body.max_completion_tokens or body.max_tokens)
-    run = _Run(runtime, [prompt], [params], body.n)
+    run = admit_run(body, runtime, [prompt], body.max_completion_tokens or body.max_tokens)
     ident, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), state.served_names()[0]
-    return await _respond(request, state, body, run, _ChatChunks(ident, model, created, body.n), lambda: {
+    return await _respond(request, body, run, _ChatChunks(ident, model, created, body.n), lambda: {
         "id": ident, "object": "chat.completion", "created": created, "model": model,
         "choices": [{"index": i, "message": {"role": "assistant", "content": run.text[i]}, "logprobs": None,
                      "finish_reason": run.finish[i]} for i in range(len(run.text))],
@@ -238,6 +235,9 @@ def _prompts(runtime: GenerationRuntime, prompt: str | list[str] | list[int] | l
         raise ApiError(400, "'prompt' is empty", "empty_input")
     if all(isinstance(p, int) for p in prompt):
         return [list(prompt)]  # type: ignore[arg-type]
+    if len(prompt) > MAX_PROMPTS:
+        raise ApiError(400, f"'prompt' holds {len(prompt)} prompts; at most {MAX_PROMPTS} per request",
+                       "too_many_inputs")
     if all(isinstance(p, str) for p in prompt):
         return [runtime.encode(p) for p in prompt]  # type: ignore[arg-type]
     return [list(p) for p in prompt]  # type: ignore[arg-type]
@@ -245,20 +245,17 @@ def _prompts(runtime: GenerationRuntime, prompt: str | list[str] | list[int] | l
 
 @router.post("/v1/completions", tags=["inference"], openapi_extra=openapi_body(CompletionRequest))
 async def completions(request: Request) -> Any:
-    state, body, runtime = await _begin(request, CompletionRequest)
-    if body.echo or body.suffix or body.logprobs:
-        raise ApiError(400, "echo, suffix and logprobs are not supported by this server", "unsupported_parameter")
-    prompts = await asyncio.to_thread(_prompts, runtime, body.prompt)
-    vocab = runtime.engine.config.dimensions
-    for index, prompt in enumerate(prompts):
-        if not prompt:
-            raise ApiError(400, f"prompt {index} is empty", "empty_input")
-        if vocab and any(not 0 <= t < vocab for t in prompt):
-            raise ApiError(400, f"prompt {index} holds token ids outside 0..{vocab - 1}", "invalid_token_id")
-    params = [_params(runtime, body, len(p), body.max_tokens) for p in prompts]
-    run = _Run(runtime, prompts, params, body.n)
+    state = served(request)
+    body = await parse_body(request, CompletionRequest)
+    runtime = generation_runtime(state, body.model)
+    refuse_unsupported({"echo": body.echo, "suffix": bool(body.suffix), "logprobs": body.logprobs is not None})
+    size = len(body.prompt) if isinstance(body.prompt, str) else sum(len(p) for p in body.prompt
+                                                                      if isinstance(p, str))
+    prompts = await off_loop(_prompts, runtime, body.prompt, size=size)
+    check_token_ids(runtime, prompts)
+    run = admit_run(body, runtime, prompts, body.max_tokens)
     ident, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), state.served_names()[0]
-    return await _respond(request, state, body, run, _CompletionChunks(ident, model, created), lambda: {
+    return await _respond(request, body, run, _CompletionChunks(ident, model, created), lambda: {
         "id": ident, "object": "text_completion", "created": created, "model": model,
         "choices": [{"index": i, "text": run.text[i], "logprobs": None, "finish_reason": run.finish[i]}
                     for i in range(len(run.text))],

@@ -8,46 +8,43 @@ return "embedding" (FP32 [N, dims]); language models take "text_input" (BYTES [N
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse, Response
+from fastapi import APIRouter, Depends, Request
+from pydantic import ValidationError
+from starlette.responses import Response
 
 from runtimes import __version__
-from runtimes.api.auth import check_bearer
-from runtimes.api.bodies import read_limited
+from runtimes.api.admission import (
+    check_model,
+    embedding_runtime,
+    enter,
+    generation_runtime,
+    off_loop,
+    run_to_end,
+    served,
+)
+from runtimes.api.auth import require_key
+from runtimes.api.bodies import describe_errors, read_body
+from runtimes.api.embeddings import check_texts, embed
+from runtimes.api.errors import ApiError, V2Route
+from runtimes.api.generation import Run, sampling
 from runtimes.api.kserve_codec import HEADER, InferRequest, TensorError, encode_response, parse_infer
-from runtimes.batcher import QueueFull
-from runtimes.generation.generator import generate
-from runtimes.generation.sampling import SamplingParams
-from runtimes.generation.scheduler import SchedulerFull
+from runtimes.api.schemas_generation import CompletionRequest
+from runtimes.generation.generator import GenerationFailed
 from runtimes.health import State
 from runtimes.state import ServiceState
-from runtimes.tokenize import InputTooLong, Truncate
+from runtimes.tokenize import Truncate
 
-router = APIRouter(prefix="/v2", tags=["kserve-v2"])
 TRUNCATE: dict[str, Truncate] = {"NONE": "NONE", "START": "START", "END": "END"}
+# Probes stay open for load balancers and kubelets; everything else needs the key when one is set.
+probes = APIRouter(prefix="/v2", tags=["kserve-v2"], route_class=V2Route)
+router = APIRouter(prefix="/v2", tags=["kserve-v2"], route_class=V2Route, dependencies=[Depends(require_key)])
 
 
-class V2Error(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers
-
-    def response(self) -> JSONResponse:
-        return JSONResponse({"error": self.message}, status_code=self.status, headers=self.headers)
-
-
-def _state(request: Request) -> ServiceState:
-    state: ServiceState = request.app.state.service
-    return state
-
-
-def _model(state: ServiceState, name: str) -> None:
-    if name not in state.served_names():
-        raise V2Error(404, f"unknown model {name!r}; this server serves {state.served_names()[0]!r}")
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> ApiError:
+    return ApiError(status, message, "kserve_error", headers=headers)
 
 
 def _ready(state: ServiceState) -> bool:
@@ -59,14 +56,14 @@ async def server_metadata() -> dict[str, Any]:
     return {"name": "mbuild", "version": __version__, "extensions": ["binary_tensor_data"]}
 
 
-@router.get("/health/live")
+@probes.get("/health/live")
 async def live() -> Response:
     return Response(status_code=200)
 
 
-@router.get("/health/ready")
+@probes.get("/health/ready")
 async def ready(request: Request) -> Response:
-    return Response(status_code=200 if _state(request).health.ready else 503)
+    return Response(status_code=200 if served(request).health.ready else 503)
 
 
 def _io(state: ServiceState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -85,65 +82,57 @@ def _io(state: ServiceState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
 
 @router.post("/models/{model:path}/infer")
 async def infer(model: str, request: Request) -> Response:
-    state = _state(request)
-    check_bearer(request, state.settings.api_key)
-    _model(state, model)
-    body = await read_limited(request, state.settings.max_body_bytes)
+    state = served(request)
+    body = await read_body(request)
     try:
         parsed = parse_infer(body, request.headers.get(HEADER))
     except TensorError as exc:
-        raise V2Error(400, str(exc)) from exc
-    if not _ready(state):
-        raise V2Error(503, f"model {model!r} is not ready ({state.health.state.value})", {"Retry-After": "5"})
+        raise _error(400, str(exc)) from exc
+    if state.generation is not None:
+        outputs = await _generate(request, state, parsed, model)
+    else:
+        outputs = await _embed(request, state, parsed, model)
+    content, headers = encode_response(state.served_names()[0], parsed, outputs)
+    return Response(content, headers=headers)
+
+
+def _check_outputs(state: ServiceState, parsed: InferRequest) -> None:
     expected = {o["name"] for o in _io(state)[1]}
     unknown = set(parsed.binary_outputs) - expected
     if unknown:
-        raise V2Error(400, f"unknown output(s) {sorted(unknown)}; this model returns {sorted(expected)}")
-    try:
-        if state.generation is not None:
-            outputs = await _generate(state, parsed)
-        else:
-            outputs = await _embed(state, parsed)
-    except (QueueFull, SchedulerFull) as exc:
-        raise V2Error(429, "the server is at capacity; retry shortly", {"Retry-After": "1"}) from exc
-    except TimeoutError as exc:
-        raise V2Error(503, "the request timed out waiting for the engine; retry shortly", {"Retry-After": "1"}) from exc
-    content, headers = encode_response(state.served_names()[0], parsed, outputs)
-    return Response(content, headers=headers)
+        raise _error(400, f"unknown output(s) {sorted(unknown)[:8]}; this model returns {sorted(expected)}")
 
 
 def _texts(parsed: InferRequest, name: str) -> list[str]:
     array = parsed.inputs[name]
     if array.dtype != object or array.ndim not in (1, 2) or (array.ndim == 2 and array.shape[1] != 1):
-        raise V2Error(400, f"input {name!r} must be BYTES with shape [N] or [N, 1]")
+        raise _error(400, f"input {name!r} must be BYTES with shape [N] or [N, 1]")
     try:
         texts = [v.decode("utf-8") for v in array.reshape(-1)]
     except UnicodeDecodeError as exc:
-        raise V2Error(400, f"input {name!r} holds bytes that are not UTF-8 text") from exc
-    if not texts or any(not t for t in texts):
-        raise V2Error(400, f"input {name!r} must hold non-empty texts")
+        raise _error(400, f"input {name!r} holds bytes that are not UTF-8 text") from exc
+    check_texts(texts, name)
     return texts
 
 
-async def _embed(state: ServiceState, parsed: InferRequest) -> dict[str, tuple[np.ndarray, str]]:
-    runtime = state.embedding
-    assert runtime is not None
-    limit = runtime.tokenizer.max_length
+async def _embed(request: Request, state: ServiceState, parsed: InferRequest,
+                 model: str) -> dict[str, tuple[np.ndarray, str]]:
+    runtime = embedding_runtime(state, model)
+    _check_outputs(state, parsed)
     if "text" in parsed.inputs:
         texts = _texts(parsed, "text")
-        truncate = str(parsed.parameters.get("truncate", "NONE")).upper()
-        if truncate not in TRUNCATE:
-            raise V2Error(400, "parameter 'truncate' must be NONE, START or END")
-        try:
-            seqs = await runtime.tokenizer.encode_async(texts, TRUNCATE[truncate])
-        except InputTooLong as exc:
-            raise V2Error(400, f"{exc}; shorten it or send the parameter \"truncate\": \"END\"") from exc
+        truncate = parsed.parameters.get("truncate", "NONE")
+        if not isinstance(truncate, str) or truncate.upper() not in TRUNCATE:
+            raise _error(400, "parameter 'truncate' must be NONE, START or END")
+        vectors, _ = await embed(request, runtime, texts, TRUNCATE[truncate.upper()],
+                                 'send the parameter "truncate": "END"')
     elif "input_ids" in parsed.inputs and "attention_mask" in parsed.inputs:
-        seqs = _raw_sequences(parsed, limit, runtime.tokenizer.vocab_size)
+        seqs = _raw_sequences(parsed, runtime.tokenizer.max_length, runtime.tokenizer.vocab_size)
+        job = enter(lambda: runtime.batcher.enqueue(seqs))
+        vectors = await run_to_end(request, job.future, state.settings.request_timeout, lambda: job.started)
     else:
-        raise V2Error(400, "this model takes input 'text' (BYTES [N]) or 'input_ids' and 'attention_mask' "
-                           "(INT64 [N, S])")
-    vectors = await asyncio.wait_for(runtime.batcher.submit(seqs), state.settings.request_timeout)
+        raise _error(400, "this model takes input 'text' (BYTES [N]) or 'input_ids' and 'attention_mask' "
+                          "(INT64 [N, S])")
     return {"embedding": (np.asarray(vectors, dtype=np.float32), "FP32")}
 
 
@@ -151,68 +140,61 @@ def _raw_sequences(parsed: InferRequest, limit: int, vocab: int) -> list[list[in
     ids, mask = parsed.inputs["input_ids"], parsed.inputs["attention_mask"]
     for name, array in (("input_ids", ids), ("attention_mask", mask)):
         if array.ndim != 2 or array.dtype.kind not in "iu":
-            raise V2Error(400, f"input {name!r} must be INT64 (or INT32) with shape [N, S]")
+            raise _error(400, f"input {name!r} must be INT64 (or INT32) with shape [N, S]")
     if ids.shape != mask.shape or 0 in ids.shape:
-        raise V2Error(400, f"input_ids {list(ids.shape)} and attention_mask {list(mask.shape)} must share a "
+        raise _error(400, f"input_ids {list(ids.shape)} and attention_mask {list(mask.shape)} must share a "
                            "non-empty shape")
     if ids.shape[1] > limit:
-        raise V2Error(400, f"sequences of {ids.shape[1]} tokens exceed this model's {limit}")
+        raise _error(400, f"sequences of {ids.shape[1]} tokens exceed this model's {limit}")
     if ids.min() < 0 or ids.max() >= vocab or not np.isin(mask, (0, 1)).all():
-        raise V2Error(400, f"input_ids must lie in 0..{vocab - 1} and attention_mask hold only 0 and 1")
+        raise _error(400, f"input_ids must lie in 0..{vocab - 1} and attention_mask hold only 0 and 1")
+    check_texts(["x"] * ids.shape[0], "input_ids")  # the same cap on rows as on texts
     seqs = [row[m == 1].astype(np.int64).tolist() for row, m in zip(ids, mask, strict=True)]
     if any(not s for s in seqs):
-        raise V2Error(400, "every row needs at least one token with attention_mask 1")
+        raise _error(400, "every row needs at least one token with attention_mask 1")
     return seqs
 
 
-async def _generate(state: ServiceState, parsed: InferRequest) -> dict[str, tuple[np.ndarray, str]]:
-    runtime = state.generation
-    assert runtime is not None
+async def _generate(request: Request, state: ServiceState, parsed: InferRequest,
+                    model: str) -> dict[str, tuple[np.ndarray, str]]:
+    runtime = generation_runtime(state, model)
+    _check_outputs(state, parsed)
     if "text_input" not in parsed.inputs:
-        raise V2Error(400, "this model takes input 'text_input' (BYTES [N]) and an optional 'max_tokens'")
+        raise _error(400, "this model takes input 'text_input' (BYTES [N]) and an optional 'max_tokens'")
     texts = _texts(parsed, "text_input")
     asked = parsed.inputs.get("max_tokens")
+    if asked is not None and asked.dtype.kind not in "iu":
+        raise _error(400, "max_tokens must be INT32 or INT64")
     limits = [int(v) for v in asked.reshape(-1)] if asked is not None else [16]
-    if len(limits) not in (1, len(texts)) or any(v < 1 for v in limits):
-        raise V2Error(400, "max_tokens must be positive, one value or one per text_input")
-    params = parsed.parameters
+    if len(limits) not in (1, len(texts)) or any(not 1 <= v <= runtime.context for v in limits):
+        raise _error(400, f"max_tokens must lie in 1..{runtime.context}, one value or one per text_input")
+    try:  # the same bounds as the OpenAI routes' fields
+        body = CompletionRequest.model_validate(
+            {"prompt": "", **{k: v for k, v in parsed.parameters.items() if k in ("temperature", "top_p")}})
+    except ValidationError as exc:
+        raise _error(400, describe_errors(exc.errors())) from exc
+    prompts = await off_loop(lambda: [runtime.encode(text) for text in texts], size=sum(map(len, texts)))
+    jobs = [(prompt, sampling(body, runtime, len(prompt), limits[i % len(limits)], 0, i))
+            for i, prompt in enumerate(prompts)]
+    run = Run(runtime, jobs, sum(map(len, prompts)))  # every prompt enters, or none does
     try:
-        temperature, top_p = float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0))
-    except (TypeError, ValueError) as exc:
-        raise V2Error(400, "parameters temperature and top_p must be numbers") from exc
-    if not 0 <= temperature <= 2 or not 0 < top_p <= 1:
-        raise V2Error(400, "temperature must lie in 0..2 and top_p in (0, 1]")
-    streams = []
-    for index, text in enumerate(texts):
-        prompt = runtime.encode(text)
-        wanted = limits[index % len(limits)]
-        if len(prompt) + wanted > runtime.context:
-            raise V2Error(400, f"prompt {index} ({len(prompt)} tokens) plus max_tokens {wanted} exceeds this "
-                               f"model's context of {runtime.context} tokens")
-        streams.append(generate(runtime.scheduler, runtime.tokenizer, prompt,
-                                SamplingParams(max_tokens=wanted, temperature=temperature, top_p=top_p)))
-
-    async def collect(stream: Any) -> bytes:
-        return "".join([delta.text async for delta in stream]).encode()
-
-    outputs = await asyncio.wait_for(asyncio.gather(*(collect(s) for s in streams)), state.settings.request_timeout)
-    return {"text_output": (np.array(outputs, dtype=object), "BYTES")}
+        await run_to_end(request, run.drain(), state.settings.request_timeout, run.started)
+    except GenerationFailed as exc:
+        raise _error(500, str(exc)) from exc
+    return {"text_output": (np.array([t.encode() for t in run.text], dtype=object), "BYTES")}
 
 
-@router.get("/models/{model:path}/ready")
+@probes.get("/models/{model:path}/ready")
 async def model_ready(model: str, request: Request) -> Response:
-    state = _state(request)
-    _model(state, model)
+    state = served(request)
+    check_model(state, model)
     return Response(status_code=200 if _ready(state) and state.health.ready else 503)
 
 
 @router.get("/models/{model:path}")
 async def model_metadata(model: str, request: Request) -> dict[str, Any]:
-    state = _state(request)
-    _model(state, model)
+    state = served(request)
+    check_model(state, model)
     inputs, outputs = _io(state)
     platform = "tensorrt_plan" if state.config and state.config.engine == "tensorrt" else "onnxruntime_onnx"
     return {"name": model, "versions": ["1"], "platform": platform, "inputs": inputs, "outputs": outputs}
-
-
-

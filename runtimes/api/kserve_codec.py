@@ -9,11 +9,14 @@ asked for.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from runtimes.api.bodies import BodyError, load_json
 
 DTYPES: dict[str, Any] = {
     "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
@@ -21,6 +24,7 @@ DTYPES: dict[str, Any] = {
     "FP32": np.float32, "FP64": np.float64, "BYTES": np.object_,
 }
 HEADER = "inference-header-content-length"
+MAX_ELEMENTS = 1 << 24  # per input; the body limit bounds real data far below this
 
 
 class TensorError(ValueError):
@@ -53,9 +57,12 @@ def _tensor(entry: dict[str, Any], binary: bytes | None) -> np.ndarray:
     name, datatype, shape = entry.get("name"), entry.get("datatype"), entry.get("shape")
     if not isinstance(name, str) or datatype not in DTYPES:
         raise TensorError(f"input {name!r}: datatype {datatype!r} is not one of {sorted(DTYPES)}")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape) or len(shape) > 8:
-        raise TensorError(f"input {name!r}: shape must be a list of non-negative integers")
-    count = int(np.prod(shape)) if shape else 1
+    if not isinstance(shape, list) or len(shape) > 8 or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise TensorError(f"input {name!r}: shape must be a list of at most 8 non-negative integers")
+    count = math.prod(shape)  # Python integers: a product past int64 cannot wrap around
+    if count > MAX_ELEMENTS:
+        raise TensorError(f"input {name!r}: shape {shape[:8]} holds {count} values; at most {MAX_ELEMENTS}")
     if binary is not None:
         if datatype == "BYTES":
             values: Any = np.array(_bytes_elements(binary) or [], dtype=object)
@@ -68,7 +75,12 @@ def _tensor(entry: dict[str, Any], binary: bytes | None) -> np.ndarray:
         data = entry.get("data")
         if not isinstance(data, list):
             raise TensorError(f"input {name!r} has no 'data' list (nor binary data)")
-        flat = np.array(data, dtype=object).reshape(-1) if data else np.array([], dtype=object)
+        try:  # ragged or nested-object data is the caller's mistake, not ours
+            flat = np.array(data, dtype=object).reshape(-1) if data else np.array([], dtype=object)
+        except ValueError as exc:
+            raise TensorError(f"input {name!r}: 'data' must be a flat or regularly nested list") from exc
+        if any(isinstance(v, list | dict) for v in flat):
+            raise TensorError(f"input {name!r}: 'data' must be a flat or regularly nested list of values")
         if datatype == "BYTES":
             values = np.array([v.encode() if isinstance(v, str) else v for v in flat], dtype=object)
             if not all(isinstance(v, bytes) for v in values):
@@ -85,17 +97,25 @@ def _tensor(entry: dict[str, Any], binary: bytes | None) -> np.ndarray:
     return values.reshape(shape)
 
 
+def _parameters(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TensorError(f"{where} 'parameters' must be an object, not {type(value).__name__}")
+    return value
+
+
 def parse_infer(body: bytes, header_length: str | None) -> InferRequest:
     if header_length is not None:
-        if not header_length.isdigit() or int(header_length) > len(body):
+        if not (header_length.isascii() and header_length.isdigit()) or int(header_length) > len(body):
             raise TensorError(f"{HEADER} {header_length!r} does not fit a body of {len(body)} bytes")
         head, rest = body[:int(header_length)], body[int(header_length):]
     else:
         head, rest = body, b""
     try:
-        document = json.loads(head.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TensorError(f"the request is not valid JSON: {exc}") from exc
+        document = load_json(head)
+    except BodyError as exc:
+        raise TensorError(str(exc)) from exc
     if not isinstance(document, dict) or not isinstance(document.get("inputs"), list) or not document["inputs"]:
         raise TensorError("the request must be a JSON object with a non-empty 'inputs' list")
     inputs: dict[str, np.ndarray] = {}
@@ -103,10 +123,11 @@ def parse_infer(body: bytes, header_length: str | None) -> InferRequest:
     for entry in document["inputs"]:
         if not isinstance(entry, dict):
             raise TensorError("each input must be an object with name, datatype, shape and data")
-        size = (entry.get("parameters") or {}).get("binary_data_size")
+        size = _parameters(entry.get("parameters"), f"input {str(entry.get('name'))[:64]!r}").get(
+            "binary_data_size")
         binary = None
         if size is not None:
-            if not isinstance(size, int) or size < 0 or offset + size > len(rest):
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(rest):
                 raise TensorError(f"input {entry.get('name')!r}: binary_data_size {size!r} runs past the body")
             binary, offset = rest[offset:offset + size], offset + size
         tensor = _tensor(entry, binary)
@@ -117,10 +138,11 @@ def parse_infer(body: bytes, header_length: str | None) -> InferRequest:
     if not isinstance(outputs, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str)
                                                 for o in outputs):
         raise TensorError("'outputs' must be a list of objects with a name")
-    wanted = {o["name"]: bool((o.get("parameters") or {}).get("binary_data")) for o in outputs}
+    wanted = {o["name"]: bool(_parameters(o.get("parameters"), "an output's").get("binary_data")) for o in outputs}
     request_id = document.get("id")
-    return InferRequest(str(request_id) if request_id is not None else None, inputs, wanted,
-                        dict(document.get("parameters") or {}))
+    if request_id is not None and (not isinstance(request_id, str) or len(request_id) > 256):
+        raise TensorError("'id' must be a string of at most 256 characters")
+    return InferRequest(request_id, inputs, wanted, _parameters(document.get("parameters"), "the request's"))
 
 
 def _encode_binary(array: np.ndarray, datatype: str) -> bytes:

@@ -1,4 +1,5 @@
-"""One ASGI middleware for every request: request id, size limit, metrics, access log, drain hints."""
+"""One ASGI middleware for every request: request id, size limit, concurrency cap, metrics, access log,
+drain hints."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from runtimes.api.errors import ApiError
 from runtimes.health import State
 from runtimes.state import ServiceState
 
 log = logging.getLogger("mbuild.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_PROBES = ("/v1/health/", "/health", "/v2/health/")  # answered even at the concurrency cap
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -27,16 +30,17 @@ def _header(scope: Scope, name: bytes) -> str | None:
 class RequestContext:
     def __init__(self, app: ASGIApp, state: ServiceState) -> None:
         self.app, self.state = app, state
+        self.active = 0  # requests inside the app now
         state.metrics.describe("request_seconds", "Request latency by route")
         state.metrics.describe("requests_total", "Requests by route and status")
 
-    async def _too_large(self, send: Send, request_id: str, limit: int) -> None:
-        body = json.dumps({"error": {"message": f"the request body is larger than {limit} bytes "
-                                                "(MBUILD_MAX_BODY_BYTES)", "type": "invalid_request_error",
-                                     "code": "body_too_large"}}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"x-request-id", request_id.encode()),
-                                (b"content-length", str(len(body)).encode())]})
+    @staticmethod
+    async def _refuse(send: Send, request_id: str, error: ApiError) -> None:
+        body = json.dumps({"error": {"message": error.message, "type": error.type, "code": error.code}}).encode()
+        headers = [(b"content-type", b"application/json"), (b"x-request-id", request_id.encode()),
+                   (b"content-length", str(len(body)).encode())]
+        headers += [(k.lower().encode(), v.encode()) for k, v in (error.headers or {}).items()]
+        await send({"type": "http.response.start", "status": error.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -51,10 +55,16 @@ class RequestContext:
         draining = self.state.health.state is State.DRAINING
         limit = self.state.settings.max_body_bytes
         length = _header(scope, b"content-length")
-        if length and length.isdigit() and int(length) > limit:
-            await self._too_large(send, request_id, limit)
-            status = 413
-            self._record(scope, status, start, request_id)
+        refusal = None
+        if length and length.isascii() and length.isdigit() and int(length) > limit:
+            refusal = ApiError(413, f"the request body is larger than {limit} bytes (MBUILD_MAX_BODY_BYTES)",
+                               "body_too_large")
+        elif self.active >= self.state.settings.max_concurrent and not scope["path"].startswith(_PROBES):
+            refusal = ApiError(503, f"the server holds {self.active} requests, its limit (MBUILD_MAX_CONCURRENT); "
+                                    "retry shortly", "too_many_requests", headers={"Retry-After": "1"})
+        if refusal is not None:
+            await self._refuse(send, request_id, refusal)
+            self._record(scope, refusal.status, start, request_id)
             return
 
         async def send_wrapper(message: Message) -> None:
@@ -67,9 +77,11 @@ class RequestContext:
                 message = {**message, "headers": headers}
             await send(message)
 
+        self.active += 1
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
+            self.active -= 1
             self._record(scope, status, start, request_id)
 
     def _record(self, scope: Scope, status: int, start: float, request_id: str) -> None:

@@ -1,19 +1,25 @@
-"""Health, model listing, metadata and metrics routes (NIM names; /health as vLLM and TGI name it, which
-benchmark clients such as guidellm probe before they start)."""
+"""Health, model listing, metadata, metrics and the API document (NIM names; /health as vLLM and TGI name
+it, which benchmark clients such as guidellm probe before they start).
+
+Health stays open for probes; metrics need the key only with MBUILD_PROTECT_METRICS; the rest needs it."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse, PlainTextResponse
+from fastapi import APIRouter, Depends, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
 from runtimes import __version__
-from runtimes.api.auth import check_bearer
+from runtimes.api.auth import require_key, require_key_for_metrics
+from runtimes.api.errors import OpenAIRoute
 from runtimes.state import ServiceState
 
-router = APIRouter()
+health = APIRouter(route_class=OpenAIRoute)
+router = APIRouter(route_class=OpenAIRoute, dependencies=[Depends(require_key)])
+metrics_router = APIRouter(route_class=OpenAIRoute, dependencies=[Depends(require_key_for_metrics)])
 _STARTED = int(time.time())
 
 
@@ -22,13 +28,13 @@ def _state(request: Request) -> ServiceState:
     return state
 
 
-@router.get("/v1/health/live", tags=["health"])
+@health.get("/v1/health/live", tags=["health"])
 async def live() -> dict[str, str]:
     return {"status": "live"}
 
 
-@router.get("/v1/health/ready", tags=["health"], responses={503: {"description": "not ready yet, or failed"}})
-@router.get("/health", tags=["health"], responses={503: {"description": "not ready yet, or failed"}})
+@health.get("/v1/health/ready", tags=["health"], responses={503: {"description": "not ready yet, or failed"}})
+@health.get("/health", tags=["health"], responses={503: {"description": "not ready yet, or failed"}})
 async def ready(request: Request) -> JSONResponse:
     health = _state(request).health
     body = {"status": health.state.value}
@@ -60,10 +66,20 @@ async def metadata(request: Request) -> dict[str, Any]:
     }
 
 
-@router.get("/v1/metrics", tags=["health"], response_class=PlainTextResponse)
+@metrics_router.get("/v1/metrics", tags=["health"], response_class=PlainTextResponse)
 async def metrics(request: Request) -> PlainTextResponse:
     state = _state(request)
-    if state.settings.protect_metrics:
-        check_bearer(request, state.settings.api_key)
     state.metrics.set("ready", 1.0 if state.health.ready else 0.0)
+    if state.generation is not None:  # gauges read from the scheduler's state now, never stale
+        state.generation.scheduler.refresh_metrics()
     return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.get("/openapi.json", include_in_schema=False)
+async def openapi(request: Request) -> JSONResponse:
+    return JSONResponse(request.app.openapi())
+
+
+@router.get("/docs", include_in_schema=False)
+async def docs(request: Request) -> HTMLResponse:
+    return get_swagger_ui_html(openapi_url="/openapi.json", title="mbuild model service")

@@ -10,14 +10,14 @@ MAX_INPUTS = 2048  # OpenAI's own limit on inputs per embeddings request
 
 
 class EmbeddingRequest(BaseModel):
-    # Unknown fields are accepted and ignored, as OpenAI-compatible servers do (clients send extras).
-    model_config = ConfigDict(extra="ignore")
+    # A field the server does not implement is a 400 that names it, never silently ignored.
+    model_config = ConfigDict(extra="forbid")
 
     input: str | list[str] = Field(description="A text or a list of texts to embed.")
-    model: str | None = Field(None, description="The served model name (see GET /v1/models).")
+    model: str | None = Field(None, max_length=256, description="The served model name (see GET /v1/models).")
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(None, ge=1, description="Must equal the model's dimension if given.")
-    user: str | None = None
+    dimensions: int | None = Field(None, ge=1, le=1 << 20, description="Must equal the model's dimension.")
+    user: str | None = Field(None, max_length=256)
     truncate: Literal["NONE", "START", "END"] = Field(
         "NONE", description="What to do with an input over the model's token limit: NONE rejects it (400).")
 

@@ -1,16 +1,30 @@
-"""Request bodies of the OpenAI-compatible text-generation routes (plus vLLM's common extras)."""
+"""Request bodies of the OpenAI-compatible text-generation routes (plus vLLM's common extras).
+
+Every field is bounded, and a field the server does not implement is refused with a 400 that names it
+(extra="forbid"), never ignored. Messages keep extra="ignore": clients send back assistant messages with
+metadata (refusal, annotations) that does not change what is generated.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
+
 MAX_STOP = 8
+MAX_STOP_CHARS = 256
+MAX_PROMPTS = 64
+MAX_MESSAGES = 4096
+MAX_NAME = 256
+MAX_TOKENS = 1 << 20
+INT64 = 1 << 63
+STRICT = ConfigDict(extra="forbid")
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = STRICT
     include_usage: bool = False
 
 
@@ -23,8 +37,8 @@ class TextPart(BaseModel):
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
-    name: str | None = None
+    content: str | Annotated[list[TextPart], Field(max_length=256)] | None = None
+    name: str | None = Field(None, max_length=MAX_NAME)
 
     def text(self) -> str:
         if self.content is None:
@@ -35,32 +49,55 @@ class ChatMessage(BaseModel):
 class _Sampling(BaseModel):
     """Fields both routes share."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = STRICT
 
-    model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    model: str | None = Field(None, max_length=MAX_NAME)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     temperature: float = Field(1.0, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
     n: int = Field(1, ge=1, le=8)
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-INT64, lt=2 * INT64)  # any 64-bit seed, signed or not
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
-    user: str | None = None
+    logit_bias: dict[str, float] | None = Field(None, max_length=MAX_LOGIT_BIAS)
+    user: str | None = Field(None, max_length=MAX_NAME)
     # vLLM's extras, which benchmark clients send
-    top_k: int = Field(0, ge=-1)
-    min_tokens: int = Field(0, ge=0)
+    top_k: int = Field(0, ge=-1, le=MAX_TOKENS)
+    min_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
     ignore_eos: bool = False
     repetition_penalty: float = Field(1.0, ge=0.01, le=10)
-    stop_token_ids: list[int] = Field(default_factory=list)
+    stop_token_ids: list[int] = Field(default_factory=list, max_length=MAX_STOP_TOKEN_IDS)
+
+    @field_validator("stop_token_ids")
+    @classmethod
+    def _token_ids(cls, value: list[int]) -> list[int]:
+        if any(not 0 <= t < INT64 for t in value):
+            raise ValueError("token ids are non-negative 64-bit integers")
+        return value
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key, bias in (value or {}).items():
+            if not (key.isascii() and key.isdigit() and len(key) < 19):
+                raise ValueError(f"keys are token ids as strings, not {key[:20]!r}")
+            if not -100 <= bias <= 100:
+                raise ValueError("values lie in -100..100")
+        return value
+
+    def bias(self) -> tuple[tuple[int, float], ...]:
+        return tuple((int(k), float(v)) for k, v in (self.logit_bias or {}).items())
 
     @field_validator("stop")
     @classmethod
     def _stops(cls, value: str | list[str] | None) -> str | list[str] | None:
         if isinstance(value, list) and len(value) > MAX_STOP:
             raise ValueError(f"at most {MAX_STOP} stop sequences")
+        if any(len(s) > MAX_STOP_CHARS for s in ([value] if isinstance(value, str) else value or [])):
+            raise ValueError(f"a stop sequence has at most {MAX_STOP_CHARS} characters")
         return value
 
     def stops(self) -> tuple[str, ...]:
@@ -70,16 +107,20 @@ class _Sampling(BaseModel):
 
 
 class ChatCompletionRequest(_Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    # Known to OpenAI clients but not implemented here: accepted only at their inert values (validated in
+    # the route, which names the field), so a client that sends the default still works.
     logprobs: bool = False
-    tools: list[dict[str, Any]] | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = Field(None, max_length=128)
+    tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(16, ge=1)  # OpenAI's default for this route
+    prompt: str | list[str] | list[int] | list[list[int]] = Field(max_length=1 << 20)
+    max_tokens: int | None = Field(16, ge=1, le=MAX_TOKENS)  # OpenAI's default for this route
     echo: bool = False
-    logprobs: int | None = None
-    suffix: str | None = None
+    logprobs: int | None = Field(None, ge=0, le=5)
+    suffix: str | None = Field(None, max_length=1)  # only the empty suffix: insertion is not implemented

@@ -13,6 +13,10 @@ from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import Request, Scheduler
 
 
+class GenerationFailed(RuntimeError):
+    """The engine or the sampler failed this sequence; the server goes on."""
+
+
 @dataclass
 class Delta:
     text: str = ""
@@ -25,42 +29,53 @@ def _earliest_stop(text: str, stops: tuple[str, ...]) -> int:
     return min(found) if found else -1
 
 
-def generate(scheduler: Scheduler, tokenizer: Tokenizer, prompt: list[int],
-             params: SamplingParams) -> AsyncIterator[Delta]:
-    """Queue the request now (SchedulerFull if there is no room) and return its stream of text.
+class Stream:
+    """One sequence's text as it is made. Leaving `deltas` early (a client gone) cancels the sequence."""
 
-    Closing the stream early (a client gone) cancels the sequence."""
-    request = Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue())
-    scheduler.submit(request)
-    return _deltas(request, tokenizer, params)
+    def __init__(self, request: Request, tokenizer: Tokenizer) -> None:
+        self.request, self.tokenizer = request, tokenizer
+
+    @property
+    def started(self) -> bool:
+        return self.request.admitted
+
+    def cancel(self) -> None:
+        self.request.cancelled = True  # the scheduler frees the slot (or drops it from the queue) next step
+
+    async def deltas(self) -> AsyncIterator[Delta]:
+        params = self.request.params
+        detok = Detokenizer(self.tokenizer)
+        held = ""  # text that might be the start of a stop string, not sent yet
+        hold = max((len(s) for s in params.stop), default=1) - 1
+        tokens = 0
+        try:
+            while True:
+                event = await self.request.events.get()
+                if event.error:
+                    raise GenerationFailed(f"generation failed: {event.error}")
+                if event.token is not None:
+                    tokens += 1
+                    held += detok.push(event.token)
+                if event.finish is not None:
+                    held += detok.flush()
+                cut = _earliest_stop(held, params.stop) if params.stop else -1
+                if cut >= 0:
+                    yield Delta(held[:cut], "stop", tokens)
+                    return
+                if event.finish is not None:
+                    yield Delta(held, "length" if event.finish == "length" else "stop", tokens)
+                    return
+                ready = len(held) - hold if params.stop else len(held)
+                if ready > 0:
+                    yield Delta(held[:ready], None, tokens)
+                    held = held[ready:]
+        finally:
+            self.cancel()
 
 
-async def _deltas(request: Request, tokenizer: Tokenizer, params: SamplingParams) -> AsyncIterator[Delta]:
-    detok = Detokenizer(tokenizer)
-    held = ""  # text that might be the start of a stop string, not sent yet
-    hold = max((len(s) for s in params.stop), default=1) - 1
-    tokens = 0
-    try:
-        while True:
-            event = await request.events.get()
-            if event.error:
-                raise RuntimeError(f"generation failed: {event.error}")
-            if event.token is not None:
-                tokens += 1
-                held += detok.push(event.token)
-            if event.finish is not None:
-                held += detok.flush()
-            cut = _earliest_stop(held, params.stop) if params.stop else -1
-            if cut >= 0:
-                request.cancelled = True  # the scheduler frees the slot at its next step
-                yield Delta(held[:cut], "stop", tokens)
-                return
-            if event.finish is not None:
-                yield Delta(held, "length" if event.finish == "length" else "stop", tokens)
-                return
-            ready = len(held) - hold if params.stop else len(held)
-            if ready > 0:
-                yield Delta(held[:ready], None, tokens)
-                held = held[ready:]
-    finally:
-        request.cancelled = True
+def start(scheduler: Scheduler, tokenizer: Tokenizer, jobs: list[tuple[list[int], SamplingParams]]) -> list[Stream]:
+    """Queue every sequence of one API call together (SchedulerFull or Inadmissible: none of them)."""
+    loop = asyncio.get_running_loop()
+    requests = [Request(prompt, params, loop, asyncio.Queue()) for prompt, params in jobs]
+    scheduler.submit(requests)
+    return [Stream(request, tokenizer) for request in requests]

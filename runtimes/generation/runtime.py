@@ -43,7 +43,8 @@ class GenerationRuntime:
             except ChatTemplateError as exc:
                 raise BundleError(str(exc)) from exc
         eos = tuple(int(t) for t in options.get("eos_token_ids", []))
-        scheduler = Scheduler(engine, eos, int(options.get("max_batch", 8)), max_queue, metrics)
+        scheduler = Scheduler(engine, eos, int(options.get("max_batch", 8)), max_queue, metrics,
+                              context=config.max_seq_length, vocab=config.dimensions)
         return cls(engine, tokenizer, template, scheduler, config.max_seq_length, eos)
 
     def encode(self, text: str, special: bool = True) -> list[int]:

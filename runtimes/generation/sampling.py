@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+MAX_STOP_TOKEN_IDS = 64
+MAX_LOGIT_BIAS = 300  # OpenAI's own limit on logit_bias entries
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -19,9 +22,10 @@ class SamplingParams:
     presence_penalty: float = 0.0  # OpenAI style, over output
     frequency_penalty: float = 0.0
     stop: tuple[str, ...] = ()
-    stop_token_ids: tuple[int, ...] = ()
+    stop_token_ids: frozenset[int] = frozenset()  # a set: looked up once per token
     ignore_eos: bool = False
     min_tokens: int = 0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, -100..100) added to the logits, as OpenAI does
 
 
 @dataclass
@@ -36,7 +40,9 @@ class SamplerState:
 
     @classmethod
     def start(cls, params: SamplingParams, prompt: list[int]) -> SamplerState:
-        return cls(params, prompt, np.random.default_rng(params.seed))
+        # Any integer seeds: negative and 64-bit ones map onto the generator's non-negative seeds.
+        seed = None if params.seed is None else params.seed % (1 << 64)
+        return cls(params, prompt, np.random.default_rng(seed))
 
 
 def _penalize(logits: np.ndarray, state: SamplerState) -> np.ndarray:
@@ -62,6 +68,9 @@ def next_token(logits: np.ndarray, state: SamplerState, eos_ids: tuple[int, ...]
 def _next_token(logits: np.ndarray, state: SamplerState, eos_ids: tuple[int, ...]) -> int:
     p = state.params
     logits = _penalize(np.array(logits, dtype=np.float32), state)
+    if p.logit_bias:
+        ids, bias = zip(*p.logit_bias, strict=True)
+        logits[list(ids)] += np.asarray(bias, dtype=np.float32)
     if len(state.generated) < p.min_tokens:
         banned = [t for t in (*eos_ids, *p.stop_token_ids) if 0 <= t < logits.shape[0]]
         logits[banned] = -np.inf

@@ -1,16 +1,23 @@
 """Continuous (iteration-level) batching on one engine thread.
 
 Between decode steps, waiting requests are prefilled together and join the running batch, and
-finished or cancelled ones leave it. The batch never exceeds max_batch sequences, and a request
-is refused up front if its prompt plus max_tokens exceeds the context, so the KV cache is bounded
-by max_batch x context. Results go back to each request's asyncio queue as they are made.
+finished or cancelled ones leave it. The batch never exceeds max_batch sequences, and `submit` refuses
+a request whose prompt plus max_tokens exceeds the context (or that breaks any other invariant), so the
+KV cache is bounded by max_batch x context. Results go back to each request's asyncio queue.
+
+Deciding (admit, step, prune, fail) is separate from running (the thread loop), so the decisions can be
+driven directly. Every request that enters ends with exactly one finishing event, whatever fails: one
+request's sampler or sampling failure ends that request alone; a failed prefill ends the requests that
+were joining; a failed decode step ends the running batch; a shutdown ends everything left.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import itertools
-import queue
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,9 +26,10 @@ from typing import Literal
 import numpy as np
 
 from runtimes.engines.decoder import Batch, DecoderEngine
-from runtimes.generation.sampling import SamplerState, SamplingParams, next_token
+from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS, SamplerState, SamplingParams, next_token
 from runtimes.metrics import BATCH_BUCKETS, Metrics
 
+log = logging.getLogger("mbuild.runtime")
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 _ids = itertools.count()
 
@@ -40,11 +48,13 @@ class Request:
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue[Event]
     cancelled: bool = False
+    admitted: bool = False  # it joined the batch: a timeout now is a running request's, not a queue wait
     id: int = field(default_factory=lambda: next(_ids))
     enqueued: float = field(default_factory=time.perf_counter)
 
     def emit(self, event: Event) -> None:
-        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
 
 
 @dataclass
@@ -52,118 +62,212 @@ class _Row:
     request: Request
     state: SamplerState
     last: int = 0
+    last_time: float = field(default_factory=time.perf_counter)
 
 
 class SchedulerFull(Exception):
     pass
 
 
+class Inadmissible(ValueError):
+    """A request that could never run here; admission upstream should have refused it with a 400."""
+
+
 class Scheduler:
     def __init__(self, engine: DecoderEngine, eos_ids: tuple[int, ...], max_batch: int, max_queue: int,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, context: int, vocab: int) -> None:
         self.engine, self.eos_ids = engine, eos_ids
-        self.max_batch, self.max_queue = max_batch, max_queue
+        self.max_batch, self.max_queue, self.context, self.vocab = max_batch, max_queue, context, vocab
         self.metrics = metrics
-        self.waiting: queue.Queue[Request] = queue.Queue()
+        self.waiting: collections.deque[Request] = collections.deque()
+        self._ready = threading.Condition()
         self.rows: list[_Row] = []
         self.batch: Batch | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="generation", daemon=True)
         metrics.describe("batch_size", "Sequences per engine step", BATCH_BUCKETS)
         metrics.describe("time_to_first_token_seconds", "Queue plus prefill time until the first token")
+        metrics.describe("time_per_output_token_seconds", "Time between a sequence's tokens")
 
+    # --- the asyncio side -----------------------------------------------------------------
+    def check(self, request: Request) -> None:
+        """The invariants every running request keeps; a breach is refused before it can enter."""
+        prompt, params = request.prompt, request.params
+        if not prompt:
+            raise Inadmissible("the prompt is empty")
+        if params.max_tokens < 1 or len(prompt) + params.max_tokens > self.context:
+            raise Inadmissible(f"{len(prompt)} prompt tokens plus max_tokens {params.max_tokens} exceed the "
+                               f"context of {self.context}")
+        if min(prompt) < 0 or max(prompt) >= self.vocab:
+            raise Inadmissible(f"prompt token ids must lie in 0..{self.vocab - 1}")
+        if len(params.stop_token_ids) > MAX_STOP_TOKEN_IDS or len(params.logit_bias) > MAX_LOGIT_BIAS:
+            raise Inadmissible(f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids and {MAX_LOGIT_BIAS} logit_bias entries")
+        if any(not 0 <= token < self.vocab for token, _ in params.logit_bias):
+            raise Inadmissible(f"logit_bias token ids must lie in 0..{self.vocab - 1}")
+
+    def submit(self, requests: list[Request]) -> None:
+        """All of them enter, or none does (Inadmissible, SchedulerFull): a request's prompts x n together."""
+        for request in requests:
+            self.check(request)
+        with self._ready:
+            if self._live_waiting() + len(requests) > self.max_queue:
+                raise SchedulerFull
+            self.waiting.extend(requests)
+            self._ready.notify()
+        self.refresh_metrics()
+
+    @property
+    def busy(self) -> int:
+        return len(self.rows) + self._live_waiting()
+
+    def _live_waiting(self) -> int:
+        return sum(1 for r in self.waiting if not r.cancelled)
+
+    def refresh_metrics(self) -> None:
+        """Gauges from the state itself, so cancellations can never leave them stale."""
+        held = sum(len(row.request.prompt) + len(row.state.generated) for row in self.rows)
+        self.metrics.set("queue_depth", self._live_waiting())
+        self.metrics.set("running_sequences", len(self.rows))
+        self.metrics.set("kv_cache_sequences", len(self.rows))
+        self.metrics.set("kv_cache_capacity_sequences", self.max_batch)
+        self.metrics.set("kv_cache_tokens", held)
+        self.metrics.set("kv_cache_capacity_tokens", self.max_batch * self.context)
+        self.metrics.set("kv_cache_usage_ratio", held / (self.max_batch * self.context))
+
+    # --- decisions (the engine thread calls them; tests may drive them directly) -----------
+    def take_joining(self, block: bool) -> list[Request]:
+        """Waiting requests for the free slots; cancelled ones leave with their event."""
+        joining: list[Request] = []
+        with self._ready:
+            if block:
+                self._ready.wait_for(lambda: self.waiting or self._stop.is_set(), timeout=0.5)
+            while self.waiting and len(self.rows) + len(joining) < self.max_batch:
+                request = self.waiting.popleft()
+                if request.cancelled:
+                    request.emit(Event(finish="cancelled"))
+                else:
+                    joining.append(request)
+        return joining
+
+    def admit(self, block: bool = False) -> None:
+        joining = self.take_joining(block)
+        started: list[_Row] = []
+        for request in joining:  # one request's bad sampler settings end that request alone
+            try:
+                started.append(_Row(request, SamplerState.start(request.params, request.prompt)))
+            except Exception as exc:
+                log.error("request %d: sampler setup failed: %s", request.id, exc)
+                request.emit(Event(finish="error", error=f"sampler setup failed: {exc}"))
+        if not started:
+            self.refresh_metrics()
+            return
+        try:
+            logits, cache = self.engine.prefill([row.request.prompt for row in started])
+            merged = self.engine.merge(self.batch, cache)
+        except Exception as exc:  # the running batch is untouched: only the joining requests fail
+            log.exception("prefill of %d requests failed", len(started))
+            for row in started:
+                row.request.emit(Event(finish="error", error=f"prefill failed: {exc}"))
+            return
+        now = time.perf_counter()
+        for row in started:
+            row.request.admitted = True
+            self.metrics.observe("time_to_first_token_seconds", now - row.request.enqueued)
+            self.metrics.inc("tokens_total", len(row.request.prompt), kind="prompt")
+        self.batch = merged
+        self.rows += started
+        self._emit_and_prune(logits, range(len(self.rows) - len(started), len(self.rows)))
+
+    def step(self) -> None:
+        if not self.rows or self.batch is None:
+            return
+        tokens = np.array([row.last for row in self.rows], np.int64)
+        self.metrics.observe("batch_size", len(self.rows))
+        try:
+            logits, self.batch = self.engine.decode(self.batch, tokens)
+        except Exception as exc:  # the batch's cache is lost with the step: every running row ends
+            log.exception("decode step failed for %d sequences", len(self.rows))
+            self.fail_running(f"decode failed: {exc}")
+            return
+        self._emit_and_prune(logits, range(len(self.rows)))
+
+    def fail_running(self, reason: str) -> None:
+        for row in self.rows:
+            row.request.emit(Event(finish="error", error=reason))
+        self.rows, self.batch = [], None
+        self.refresh_metrics()
+
+    def fail_all(self, reason: str) -> None:
+        """Shutdown: every running and waiting request gets its final event."""
+        self.fail_running(reason)
+        with self._ready:
+            left, self.waiting = list(self.waiting), collections.deque()
+        for request in left:
+            request.emit(Event(finish="error", error=reason))
+        self.refresh_metrics()
+
+    def _emit_and_prune(self, logits: np.ndarray, indices: range) -> None:
+        finished: set[int] = set()
+        now = time.perf_counter()
+        for offset, index in enumerate(indices):
+            row = self.rows[index]
+            finish = self._advance(row, logits[offset], now)
+            if finish is not None:
+                finished.add(index)
+        if finished:
+            keep = [i for i in range(len(self.rows)) if i not in finished]
+            self.rows = [self.rows[i] for i in keep]
+            try:
+                self.batch = self.engine.keep(self.batch, keep) if keep and self.batch is not None else None
+            except Exception as exc:
+                log.exception("trimming the batch failed")
+                self.fail_running(f"batch update failed: {exc}")
+        self.refresh_metrics()
+
+    def _advance(self, row: _Row, logits: np.ndarray, now: float) -> FinishReason | None:
+        """One row's next token and event; the reason it finished, if it did."""
+        request, params = row.request, row.request.params
+        if request.cancelled:
+            request.emit(Event(finish="cancelled"))
+            return "cancelled"
+        try:
+            token = next_token(logits, row.state, self.eos_ids)
+        except Exception as exc:  # one request's sampling failure ends that request only
+            log.error("request %d: sampling failed: %s", request.id, exc)
+            request.emit(Event(finish="error", error=f"sampling failed: {exc}"))
+            return "error"
+        row.last = token
+        self.metrics.inc("tokens_total", 1, kind="completion")
+        if row.state.generated[1:]:
+            self.metrics.observe("time_per_output_token_seconds", now - row.last_time)
+        row.last_time = now
+        # Sampling never picks these before min_tokens, so meeting one here always ends the sequence.
+        if token in params.stop_token_ids or (token in self.eos_ids and not params.ignore_eos):
+            request.emit(Event(finish="stop"))
+            return "stop"
+        request.emit(Event(token=token))  # stop strings are matched on text by the consumer, which cancels
+        if len(row.state.generated) >= params.max_tokens:
+            request.emit(Event(finish="length"))
+            return "length"
+        return None
+
+    # --- running --------------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self.waiting.put_nowait(None)  # type: ignore[arg-type]  # wakes the thread
-        self._thread.join(timeout=10)
+        with self._ready:
+            self._ready.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self.fail_all("the server is shutting down")
 
-    @property
-    def busy(self) -> int:
-        return len(self.rows) + self.waiting.qsize()
-
-    def submit(self, request: Request) -> None:
-        if self.waiting.qsize() >= self.max_queue:
-            raise SchedulerFull
-        self.waiting.put_nowait(request)
-        self.metrics.set("queue_depth", self.waiting.qsize())
-
-    # --- the engine thread ----------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self._admit()
-                if self.rows:
-                    self._step()
-            except Exception as exc:  # an engine failure ends the affected requests, not the server
-                for row in self.rows:
-                    row.request.emit(Event(finish="error", error=str(exc)))
-                self.rows, self.batch = [], None
-
-    def _admit(self) -> None:
-        joining: list[Request] = []
-        block = not self.rows
-        while len(self.rows) + len(joining) < self.max_batch:
-            try:
-                request = self.waiting.get(block=block and not joining, timeout=None)
-            except queue.Empty:
-                break
-            if request is None:
-                return
-            if request.cancelled:
-                request.emit(Event(finish="cancelled"))
-                continue
-            joining.append(request)
-            block = False
-        self.metrics.set("queue_depth", self.waiting.qsize())
-        if not joining:
-            return
-        logits, cache = self.engine.prefill([r.prompt for r in joining])
-        new_rows = [_Row(r, SamplerState.start(r.params, r.prompt)) for r in joining]
-        now = time.perf_counter()
-        for r in joining:
-            self.metrics.observe("time_to_first_token_seconds", now - r.enqueued)
-        self.batch = self.engine.merge(self.batch, cache)
-        self.rows += new_rows
-        self._emit_and_prune(logits, range(len(self.rows) - len(new_rows), len(self.rows)))
-
-    def _step(self) -> None:
-        assert self.batch is not None
-        tokens = np.array([row.last for row in self.rows], np.int64)
-        self.metrics.observe("batch_size", len(self.rows))
-        logits, self.batch = self.engine.decode(self.batch, tokens)
-        self._emit_and_prune(logits, range(len(self.rows)))
-
-    def _emit_and_prune(self, logits: np.ndarray, indices: range) -> None:
-        finished: set[int] = set()
-        for offset, index in enumerate(indices):
-            row = self.rows[index]
-            request = row.request
-            if request.cancelled:
-                finished.add(index)
-                request.emit(Event(finish="cancelled"))
-                continue
-            try:
-                token = next_token(logits[offset], row.state, self.eos_ids)
-            except Exception as exc:  # one request's sampling failure ends that request only
-                finished.add(index)
-                request.emit(Event(finish="error", error=f"sampling failed: {exc}"))
-                continue
-            row.last = token
-            params = request.params
-            # Sampling never picks these before min_tokens, so meeting one here always ends the sequence.
-            if token in params.stop_token_ids or (token in self.eos_ids and not params.ignore_eos):
-                finished.add(index)
-                request.emit(Event(finish="stop"))
-                continue
-            request.emit(Event(token=token))  # stop strings are matched on text by the consumer, which cancels
-            if len(row.state.generated) >= params.max_tokens:
-                finished.add(index)
-                request.emit(Event(finish="length"))
-        if finished:
-            keep = [i for i in range(len(self.rows)) if i not in finished]
-            self.rows = [self.rows[i] for i in keep]
-            self.batch = self.engine.keep(self.batch, keep) if keep and self.batch is not None else None
-        self.metrics.set("running_sequences", len(self.rows))
+                self.admit(block=not self.rows)
+                self.step()
+            except Exception as exc:  # a bug in the decisions above: end what is running, keep serving
+                log.exception("generation loop failed")
+                self.fail_running(f"internal error: {exc}")

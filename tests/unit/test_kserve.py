@@ -107,7 +107,7 @@ def test_v2_text_and_raw_tensors_agree_with_openai_route(encoder: TestClient) ->
 
 @pytest.mark.parametrize(("inputs", "status", "message"), [
     ([{"name": "pixels", "datatype": "FP32", "shape": [1], "data": [0.5]}], 400, "takes input 'text'"),
-    ([{"name": "text", "datatype": "BYTES", "shape": [1], "data": [""]}], 400, "non-empty texts"),
+    ([{"name": "text", "datatype": "BYTES", "shape": [1], "data": [""]}], 400, "is an empty string"),
     ([{"name": "text", "datatype": "BYTES", "shape": [1, 2], "data": ["a", "b"]}], 400, "shape [N] or [N, 1]"),
     ([{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["hello " * 60]}], 400, "truncate"),
     ([{"name": "input_ids", "datatype": "INT64", "shape": [1, 2], "data": [1, 99999]},

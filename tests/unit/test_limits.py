@@ -7,6 +7,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -71,14 +72,18 @@ def test_protected_metrics_and_v2_auth(client: TestClient) -> None:
     assert client.get("/v1/metrics").status_code == 401
     assert client.get("/v1/metrics", headers={"Authorization": "Bearer k"}).status_code == 200
     assert client.get("/v1/health/ready").status_code == 200  # health stays open
-    name = client.get("/v1/models").json()["data"][0]["id"]
+    for path in ("/v1/models", "/v1/metadata", "/docs", "/openapi.json", "/v2"):
+        assert client.get(path).status_code == 401, path
+    name = client.get("/v1/models", headers={"Authorization": "Bearer k"}).json()["data"][0]["id"]
+    assert client.get(f"/v2/models/{name}").status_code == 401
+    assert client.get(f"/v2/models/{name}/ready").status_code == 200  # a readiness probe, like health
     body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]}
     denied = client.post(f"/v2/models/{name}/infer", json=body)
     assert denied.status_code == 401 and "API key" in denied.json()["error"]
 
 
 @pytest.mark.parametrize("client", [{"request_timeout": 1}], indirect=True)
-def test_a_request_that_waits_too_long_is_503(client: TestClient) -> None:
+def test_a_request_that_runs_too_long_is_504_and_one_that_waited_is_503(client: TestClient) -> None:
     batcher = client.app.state.service.embedding.batcher  # type: ignore[attr-defined]
     real = batcher._run
 
@@ -88,11 +93,18 @@ def test_a_request_that_waits_too_long_is_503(client: TestClient) -> None:
 
     batcher._run = slow
     try:
-        response = client.post("/v1/embeddings", json={"input": "x"})
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(client.post, "/v1/embeddings", json={"input": "runs"})
+            time.sleep(0.3)  # the first is in the engine; the second waits behind it
+            second = pool.submit(client.post, "/v1/embeddings", json={"input": "waits"})
+            ran, waited = first.result(), second.result()
     finally:
         batcher._run = real
-    assert response.status_code == 503 and response.headers["retry-after"] == "1"
-    assert response.json()["error"]["code"] == "timeout"
+    # It was running: a retry would repeat the work, so no Retry-After.
+    assert ran.status_code == 504 and "retry-after" not in ran.headers
+    assert ran.json()["error"]["code"] == "deadline_exceeded"
+    assert waited.status_code == 503 and waited.headers["retry-after"] == "1"
+    assert waited.json()["error"]["code"] == "timeout"
 
 
 def test_the_queue_is_bounded() -> None:

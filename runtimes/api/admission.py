@@ -1,0 +1,111 @@
+"""The one admission path every inference route takes, whatever its API (OpenAI, KServe V2).
+
+In order: auth (the routers' dependency), the body (bodies.py: size, time, JSON, depth, numbers, text),
+the served model (readiness 503, then an unknown name 404, then the wrong task 404), the fields' bounds
+(the request schemas), tokenization off the event loop, context fit for every prompt x n, then capacity
+for the whole request at once (the scheduler or batcher takes all of it or none: 429). Once in, a request
+runs under one deadline and stops using the engine as soon as its client leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from starlette.requests import Request
+
+from runtimes.api.errors import ApiError, bad_request, client_closed, deadline_exceeded, overloaded, queue_timeout
+from runtimes.batcher import QueueFull
+from runtimes.generation.runtime import GenerationRuntime
+from runtimes.generation.scheduler import Inadmissible, SchedulerFull
+from runtimes.health import State
+from runtimes.state import EmbeddingRuntime, ServiceState
+
+T = TypeVar("T")
+POLL_SECONDS = 0.25  # how soon a non-stream request notices its client left
+INLINE_CHARS = 4096  # shorter text is tokenized on the event loop: a thread hop would cost more
+
+
+def served(request: Request) -> ServiceState:
+    state: ServiceState = request.app.state.service
+    return state
+
+
+def check_model(state: ServiceState, name: str | None) -> None:
+    names = state.served_names()
+    if name is not None and name not in names:
+        raise ApiError(404, f"model {name[:200]!r} is not served here; use {names[0]!r}", "model_not_found")
+
+
+def _ready(state: ServiceState, name: str | None) -> None:
+    if state.health.state not in (State.READY, State.DRAINING):
+        raise ApiError(503, f"the model is not ready ({state.health.state.value})", "model_not_ready",
+                       headers={"Retry-After": "5"})
+    check_model(state, name)
+
+
+def embedding_runtime(state: ServiceState, name: str | None) -> EmbeddingRuntime:
+    _ready(state, name)
+    if state.embedding is None:
+        raise ApiError(404, "this model generates text; it serves /v1/chat/completions and /v1/completions, "
+                            "not embeddings", "wrong_task")
+    return state.embedding
+
+
+def generation_runtime(state: ServiceState, name: str | None) -> GenerationRuntime:
+    _ready(state, name)
+    if state.generation is None:
+        raise ApiError(404, "this model serves /v1/embeddings, not text generation", "wrong_task")
+    return state.generation
+
+
+async def off_loop(function: Callable[..., T], *args: object, size: int = INLINE_CHARS + 1) -> T:
+    """Run CPU work (tokenizing, templates) in a thread unless it is small enough to do inline."""
+    if size <= INLINE_CHARS:
+        return function(*args)
+    return await asyncio.to_thread(function, *args)
+
+
+def fit_context(prompt_tokens: int, asked: int | None, context: int, index: int | None = None) -> int:
+    """max_tokens for one prompt: what was asked if it fits, else a 400 that names the numbers."""
+    which = "" if index is None else f" (prompt {index})"
+    wanted = prompt_tokens + (asked or 1)
+    if wanted > context:
+        raise ApiError(400, f"This model's maximum context length is {context} tokens. However, you requested "
+                            f"{wanted} tokens{which} ({prompt_tokens} in the prompt, {asked or 1} in the "
+                            "completion). Shorten the prompt or lower max_tokens.", "context_length_exceeded")
+    return asked or context - prompt_tokens
+
+
+def enter(submit: Callable[[], T]) -> T:
+    """Reserve capacity for the whole request or refuse it whole, with the one status table."""
+    try:
+        return submit()
+    except (QueueFull, SchedulerFull) as exc:
+        raise overloaded() from exc
+    except Inadmissible as exc:  # admission above should have caught it; the engine's own guard did
+        raise bad_request(str(exc)) from exc
+
+
+async def run_to_end(request: Request, work: Awaitable[T], timeout: float, started: Callable[[], bool]) -> T:
+    """Await work under the deadline, cancelling it when the client leaves or the time runs out.
+
+    A request that never reached the engine gets 503 with Retry-After (retrying repeats nothing); one
+    that was already running gets 504 without it (a retry would repeat the same work)."""
+    task = asyncio.ensure_future(work)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+            if done:
+                return task.result()
+            if time.monotonic() >= deadline:
+                raise deadline_exceeded(timeout) if started() else queue_timeout(timeout)
+            if await request.is_disconnected():
+                raise client_closed()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
