@@ -189,8 +189,7 @@ def test_shutdown_with_requests_in_flight_ends_each_one_once() -> None:
         scheduler.step()
         scheduler.stop()  # the thread never started: stop still ends everything
         for r in requests:
-            tokens, finish = tokens_and_finish(await events(r))
-            assert finish == "error"
+            assert tokens_and_finish(await events(r))[1] == "error"
         assert scheduler.busy == 0
     run(go())
 
@@ -232,8 +231,9 @@ def test_a_failing_request_leaves_every_other_output_identical() -> None:
 
     async def outputs(with_failing: bool) -> dict[int, tuple[list[int], str | None]]:
         scheduler = make(max_batch=8)
-        innocents = [Request(p, SamplingParams(max_tokens=12, temperature=0.9, top_k=5, seed=i), asyncio.get_running_loop(),
-                             asyncio.Queue()) for i, p in enumerate(prompts)]
+        loop = asyncio.get_running_loop()
+        innocents = [Request(p, SamplingParams(max_tokens=12, temperature=0.9, top_k=5, seed=i), loop, asyncio.Queue())
+                     for i, p in enumerate(prompts)]
         extra = [request([42, 1], max_tokens=12)] if with_failing else []
         scheduler.submit(innocents[:2] + extra + innocents[2:])
         with failing_sampler(42, at_token=3):
