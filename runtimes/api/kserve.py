@@ -31,6 +31,7 @@ from runtimes.api.embeddings import check_texts, embed
 from runtimes.api.errors import ApiError, V2Route
 from runtimes.api.generation import Run, sampling
 from runtimes.api.kserve_codec import HEADER, InferRequest, TensorError, encode_response, parse_infer
+from runtimes.api.schemas import MAX_INPUTS
 from runtimes.api.schemas_generation import CompletionRequest
 from runtimes.generation.generator import GenerationFailed
 from runtimes.health import State
@@ -148,7 +149,8 @@ def _raw_sequences(parsed: InferRequest, limit: int, vocab: int) -> list[list[in
         raise _error(400, f"sequences of {ids.shape[1]} tokens exceed this model's {limit}")
     if ids.min() < 0 or ids.max() >= vocab or not np.isin(mask, (0, 1)).all():
         raise _error(400, f"input_ids must lie in 0..{vocab - 1} and attention_mask hold only 0 and 1")
-    check_texts(["x"] * ids.shape[0], "input_ids")  # the same cap on rows as on texts
+    if ids.shape[0] > MAX_INPUTS:  # the same cap on rows as on texts
+        raise _error(400, f"input_ids holds {ids.shape[0]} rows; at most {MAX_INPUTS} per request")
     seqs = [row[m == 1].astype(np.int64).tolist() for row, m in zip(ids, mask, strict=True)]
     if any(not s for s in seqs):
         raise _error(400, "every row needs at least one token with attention_mask 1")
