@@ -50,8 +50,8 @@ class Server:
         with self.log.open("rb") as handle:
             handle.seek(offset)
             new = handle.read().decode("utf-8", "replace")
-        lines = [line for line in new.splitlines() if line.strip()]
-        return " | ".join(lines[-2:])[-400:] if "Traceback" in new else ""
+        raised = re.findall(r"^(?![\d\s]|Traceback|The above|During)(\S+: .*)$", new, re.M)
+        return " | ".join(dict.fromkeys(raised))[-400:] if "Traceback" in new else ""
 
 
 def _serve(build: Path) -> Iterator[Server]:
@@ -72,8 +72,9 @@ def llm(tiny_llm_build: Path) -> Iterator[Server]:
 class Innocents:
     """Other clients: streaming chats and embeddings in a loop (bounded), each checked for a correct answer."""
 
-    def __init__(self, encoder_url: str, llm_url: str, each: int = 2, rounds: int = 3000) -> None:
-        self.encoder_url, self.llm_url, self.each, self.rounds = encoder_url, llm_url, each, rounds
+    def __init__(self, encoder_url: str, llm_url: str, each: int = 2, seconds: float = 1200) -> None:
+        self.encoder_url, self.llm_url, self.each = encoder_url, llm_url, each
+        self.deadline = time.monotonic() + seconds
         self.stop, self.done, self.streaming = threading.Event(), 0, 0
         self.lost: list[str] = []
         self.current = "(before the corpus)"
@@ -92,9 +93,8 @@ class Innocents:
             await asyncio.gather(*[self._loop(client, one) for one in (self._chat, self._embed) * self.each])
 
     async def _loop(self, client: httpx.AsyncClient, one: Any) -> None:
-        for _ in range(self.rounds):
-            if self.stop.is_set():
-                return
+        while not self.stop.is_set() and time.monotonic() < self.deadline:
+            await asyncio.sleep(0.02)  # a steady trickle, not a flood
             during = self.current
             try:
                 problem = await asyncio.wait_for(one(client), CASE_TIMEOUT + 10)
@@ -164,37 +164,43 @@ def check(case: Case, got: httpx.Response) -> str | None:
 
 
 def run_cases(server: Server, cases: list[Case], normal: tuple[str, dict[str, Any]], innocents: Innocents,
-              counts: Counter[str], failures: list[str]) -> None:
+              counts: Counter[str], failures: list[str], grown: dict[str, int]) -> None:
     with httpx.Client() as client:
         model = served_model(client, server.url)
-        for case in cases:
-            innocents.current = case.name
-            if server.url == innocents.llm_url:
-                innocents.wait_streaming()  # so the case meets running streams
-            offset, counts["cases"] = server.log_size(), counts["cases"] + 1
+    last_rss = server_rss(server.url)
+    for case in cases:
+        innocents.current = case.name
+        if server.url == innocents.llm_url:
+            innocents.wait_streaming()  # so the case meets running streams
+        offset, counts["cases"] = server.log_size(), counts["cases"] + 1
+        with httpx.Client() as client:  # a connection of its own: a case may end it
             try:
                 got = send(client, server.url, case, model, timeout=CASE_TIMEOUT)
                 problem = check(case, got)
                 counts["5xx"] += got.status_code >= 500
             except httpx.HTTPError as exc:
                 problem, counts["no answer"] = f"no answer: {type(exc).__name__} {exc}", counts["no answer"] + 1
-            ready = client.get(f"{server.url}/v1/health/ready", timeout=CASE_TIMEOUT).status_code
-            after = client.post(server.url + normal[0], json=normal[1], headers=AUTH, timeout=CASE_TIMEOUT)
-            if ready != 200 or after.status_code != 200:
-                problem = f"{problem or ''}; then ready {ready}, a normal request {after.status_code}"
-            if problem:
-                trace = server.traceback_since(offset)
-                failures.append(f"{case.name}: {problem}" + (f"\n      server log: {trace}" if trace else ""))
+        with httpx.Client(timeout=CASE_TIMEOUT) as client:
+            ready = client.get(f"{server.url}/v1/health/ready").status_code
+            after = client.post(server.url + normal[0], json=normal[1], headers=AUTH).status_code
+        if ready != 200 or after != 200:
+            problem = f"{problem or ''}; then ready {ready}, a normal request {after}"
+        rss = server_rss(server.url)
+        grown[case.name], last_rss = rss - last_rss, rss
+        if problem:
+            trace = server.traceback_since(offset)
+            failures.append(f"{case.name}: {problem}" + (f"\n      server log: {trace}" if trace else ""))
 
 
 def test_hostile_corpus(encoder: Server, llm: Server) -> None:
     counts: Counter[str] = Counter()
     failures: list[str] = []
+    grown: dict[str, int] = {}  # case -> how much its server's memory grew over it
     with Innocents(encoder.url, llm.url) as innocents:
         time.sleep(3)  # warm: every code path the innocents use has run
         rss_before = server_rss(encoder.url) + server_rss(llm.url)
-        run_cases(encoder, ENCODER_CASES, EMBED, innocents, counts, failures)
-        run_cases(llm, LLM_CASES, CHAT, innocents, counts, failures)
+        run_cases(encoder, ENCODER_CASES, EMBED, innocents, counts, failures, grown)
+        run_cases(llm, LLM_CASES, CHAT, innocents, counts, failures, grown)
         innocents.current = "(after the corpus)"
     time.sleep(5)  # settle
     rss_after = server_rss(encoder.url) + server_rss(llm.url)
@@ -202,6 +208,8 @@ def test_hostile_corpus(encoder: Server, llm: Server) -> None:
           f"other clients' requests lost: {len(innocents.lost)} (of {innocents.done}), "
           f"rss before/after: {rss_before / 1e6:.0f} -> {rss_after / 1e6:.0f} MB")
     print(f"no answer within {CASE_TIMEOUT:g} s: {counts['no answer']}; failing cases: {len(failures)}")
+    top = sorted(grown.items(), key=lambda item: -item[1])[:5]
+    print("rss grew most over: " + ", ".join(f"{name} (+{size / 1e6:.0f} MB)" for name, size in top))
     print("".join(f"  FAIL {f}\n" for f in failures) + "".join(f"  LOST {lost}\n" for lost in innocents.lost))
     assert counts["cases"] >= 100 and innocents.done > 0
     assert counts["5xx"] == 0 and not innocents.lost and not failures
