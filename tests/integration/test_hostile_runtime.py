@@ -1,0 +1,303 @@
+"""Issue 13, "Done when" 2 and 3: hostile input, slow and abandoned clients, and abandoned work.
+
+Both tiny models are served on loopback with `mbuild serve` (MBUILD_API_KEY set, an 8 MiB body limit so
+oversized lists reach the parser). While the corpus of tests/support/hostile_cases.py runs, "innocent"
+clients stream chat completions and ask for embeddings; each one that does not complete correctly is a
+request lost. Run with `pytest -s` to see the report lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.corpus import AUTH, KEY, Case, send, served_model, server_rss
+from tests.support.hostile_cases import ENCODER_CASES, LLM_CASES, MSG
+from tests.support.procs import served
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+ENV = {"MBUILD_API_KEY": KEY, "MBUILD_MAX_QUEUE": "8", "MBUILD_MAX_BODY_BYTES": str(8 << 20),
+       "MBUILD_REQUEST_TIMEOUT": "20"}
+CASE_TIMEOUT = 30.0  # a case with no answer by then counts as a hang
+EMBED: tuple[str, dict[str, Any]] = ("/v1/embeddings", {"input": "a normal request"})
+CHAT: tuple[str, dict[str, Any]] = ("/v1/chat/completions", {"messages": MSG, "max_tokens": 4})
+LONG = "a long sentence about containers, health checks and batching " * 40
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    log: Path
+
+    def log_size(self) -> int:
+        return self.log.stat().st_size
+
+    def traceback_since(self, offset: int) -> str:
+        with self.log.open("rb") as handle:
+            handle.seek(offset)
+            new = handle.read().decode("utf-8", "replace")
+        raised = re.findall(r"^(?![\d\s]|Traceback|The above|During)(\S+: .*)$", new, re.M)
+        return " | ".join(dict.fromkeys(raised))[-400:] if "Traceback" in new else ""
+
+
+def _serve(build: Path) -> Iterator[Server]:
+    with served(build, env=ENV) as url:
+        yield Server(url, build / f"serve-{url.rsplit(':', 1)[1]}.log")
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_build: Path) -> Iterator[Server]:
+    yield from _serve(tiny_build)
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_llm_build: Path) -> Iterator[Server]:
+    yield from _serve(tiny_llm_build)
+
+
+class Innocents:
+    """Other clients: streaming chats and embeddings in a loop (bounded), each checked for a correct answer."""
+
+    def __init__(self, encoder_url: str, llm_url: str, each: int = 2, seconds: float = 1200) -> None:
+        self.encoder_url, self.llm_url, self.each = encoder_url, llm_url, each
+        self.deadline = time.monotonic() + seconds
+        self.stop, self.done, self.streaming = threading.Event(), 0, 0
+        self.lost: list[str] = []
+        self.current = "(before the corpus)"
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    def __enter__(self) -> Innocents:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self._thread.join(timeout=120)
+
+    async def _main(self) -> None:
+        async with httpx.AsyncClient(timeout=CASE_TIMEOUT) as client:
+            await asyncio.gather(*[self._loop(client, one) for one in (self._chat, self._embed) * self.each])
+
+    async def _loop(self, client: httpx.AsyncClient, one: Any) -> None:
+        while not self.stop.is_set() and time.monotonic() < self.deadline:
+            await asyncio.sleep(0.02)  # a steady trickle, not a flood
+            during = self.current
+            try:
+                problem = await asyncio.wait_for(one(client), CASE_TIMEOUT + 10)
+            except (TimeoutError, httpx.HTTPError, ValueError, KeyError) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            self.done += 1
+            if problem:
+                self.lost.append(f"{one.__name__[1:]} during [{during}] .. [{self.current}]: {problem}"[:400])
+
+    async def _chat(self, client: httpx.AsyncClient) -> str | None:
+        body = {"messages": MSG, "max_tokens": 24, "ignore_eos": True, "stream": True}
+        events: list[str] = []
+        async with client.stream("POST", f"{self.llm_url}/v1/chat/completions", json=body, headers=AUTH) as got:
+            if got.status_code != 200:
+                return f"status {got.status_code}: {(await got.aread())[:200]!r}"
+            self.streaming += 1
+            try:
+                events = [line[6:] async for line in got.aiter_lines() if line.startswith("data: ")]
+            finally:
+                self.streaming -= 1
+        if not events or events[-1] != "[DONE]":
+            return f"the stream ended without [DONE] after {len(events)} events: {events[-1:]}"
+        chunks = [json.loads(e) for e in events[:-1]]
+        finish = [c["finish_reason"] for chunk in chunks for c in chunk.get("choices", []) if c.get("finish_reason")]
+        return None if finish == ["length"] else f"finish reasons {finish}, last event {events[-2][:200]}"
+
+    async def _embed(self, client: httpx.AsyncClient) -> str | None:
+        got = await client.post(f"{self.encoder_url}/v1/embeddings", json={"input": ["one", "two"]}, headers=AUTH)
+        data = got.json().get("data") if got.status_code == 200 else None
+        ok = data and len(data) == 2 and all(len(d["embedding"]) > 0 for d in data)
+        return None if ok else f"status {got.status_code}: {got.text[:200]}"
+
+    def wait_streaming(self, seconds: float = 3.0) -> None:
+        deadline = time.monotonic() + seconds
+        while self.streaming < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def check(case: Case, got: httpx.Response) -> str | None:
+    """What is wrong with the answer a user got, if anything."""
+    status, kind = got.status_code, got.headers.get("content-type", "")
+    if not case.allows(status):
+        return f"status {status} (wanted {case.status}): {got.text[:300]}"
+    if status < 300:
+        if case.method == "GET":
+            return None
+        if "text/event-stream" in kind:
+            complete = got.text.rstrip().endswith("data: [DONE]") and '"error"' not in got.text
+            return None if complete else f"a broken stream: {got.text[-300:]}"
+        body = got.json()
+        wanted = case.body.get("n", 1) if isinstance(case.body, dict) else 1
+        if "error" in body or ("choices" in body and len(body["choices"]) != wanted):
+            return f"a 200 that is not a correct answer: {got.text[:300]}"
+        return None
+    try:
+        error = got.json()["error"]
+    except (ValueError, KeyError, TypeError):
+        return f"status {status} without a JSON error: {got.text[:200]!r}"
+    v2 = case.path.startswith("/v2")
+    if v2 and not (isinstance(error, str) and error):
+        return f'a V2 error must be {{"error": "..."}}: {got.text[:200]}'
+    if not v2 and not (isinstance(error, dict) and all(isinstance(error.get(k), str) and error[k]
+                                                       for k in ("message", "type", "code"))):
+        return f'an OpenAI error must be {{"error": {{"message", "type", "code"}}}}: {got.text[:200]}'
+    message = error if isinstance(error, str) else error["message"]
+    return f"the error does not name {case.names!r}: {message[:200]}" if case.names not in message else None
+
+
+def run_cases(server: Server, cases: list[Case], normal: tuple[str, dict[str, Any]], innocents: Innocents,
+              counts: Counter[str], failures: list[str], grown: dict[str, int]) -> None:
+    with httpx.Client() as client:
+        model = served_model(client, server.url)
+    last_rss = server_rss(server.url)
+    for case in cases:
+        innocents.current = case.name
+        if server.url == innocents.llm_url:
+            innocents.wait_streaming()  # so the case meets running streams
+        offset, counts["cases"] = server.log_size(), counts["cases"] + 1
+        with httpx.Client() as client:  # a connection of its own: a case may end it
+            try:
+                got = send(client, server.url, case, model, timeout=CASE_TIMEOUT)
+                problem = check(case, got)
+                counts["5xx"] += got.status_code >= 500
+            except httpx.HTTPError as exc:
+                problem, counts["no answer"] = f"no answer: {type(exc).__name__} {exc}", counts["no answer"] + 1
+        with httpx.Client(timeout=CASE_TIMEOUT) as client:
+            ready = client.get(f"{server.url}/v1/health/ready").status_code
+            after = client.post(server.url + normal[0], json=normal[1], headers=AUTH).status_code
+        if ready != 200 or after != 200:
+            problem = f"{problem or ''}; then ready {ready}, a normal request {after}"
+        rss = server_rss(server.url)
+        grown[case.name], last_rss = rss - last_rss, rss
+        if problem:
+            trace = server.traceback_since(offset)
+            failures.append(f"{case.name}: {problem}" + (f"\n      server log: {trace}" if trace else ""))
+
+
+def test_hostile_corpus(encoder: Server, llm: Server) -> None:
+    counts: Counter[str] = Counter()
+    failures: list[str] = []
+    grown: dict[str, int] = {}  # case -> how much its server's memory grew over it
+    with Innocents(encoder.url, llm.url) as innocents:
+        time.sleep(3)  # warm: every code path the innocents use has run
+        rss_before = server_rss(encoder.url) + server_rss(llm.url)
+        run_cases(encoder, ENCODER_CASES, EMBED, innocents, counts, failures, grown)
+        run_cases(llm, LLM_CASES, CHAT, innocents, counts, failures, grown)
+        innocents.current = "(after the corpus)"
+    time.sleep(5)  # settle
+    rss_after = server_rss(encoder.url) + server_rss(llm.url)
+    print(f"\nhostile corpus: {counts['cases']} cases tried, 5xx: {counts['5xx']}, "
+          f"other clients' requests lost: {len(innocents.lost)} (of {innocents.done}), "
+          f"rss before/after: {rss_before / 1e6:.0f} -> {rss_after / 1e6:.0f} MB")
+    print(f"no answer within {CASE_TIMEOUT:g} s: {counts['no answer']}; failing cases: {len(failures)}")
+    top = sorted(grown.items(), key=lambda item: -item[1])[:5]
+    print("rss grew most over: " + ", ".join(f"{name} (+{size / 1e6:.0f} MB)" for name, size in top))
+    print("".join(f"  FAIL {f}\n" for f in failures) + "".join(f"  LOST {lost}\n" for lost in innocents.lost))
+    assert counts["cases"] >= 100 and innocents.done > 0
+    assert counts["5xx"] == 0 and not innocents.lost and not failures
+    assert rss_after <= 1.10 * rss_before
+
+
+def _normal_ok(url: str, normal: tuple[str, dict[str, Any]], client: httpx.Client | None = None) -> float:
+    started = time.perf_counter()
+    got = (client or httpx).post(url + normal[0], json=normal[1], headers=AUTH, timeout=CASE_TIMEOUT)
+    took = time.perf_counter() - started
+    assert got.status_code == 200 and "error" not in got.json(), got.text[:300]
+    return took
+
+
+def _raw(url: str, head: str, body: bytes) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def _post_head(path: str, length: int) -> str:
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n")
+
+
+def _running(url: str) -> float:
+    text = httpx.get(f"{url}/v1/metrics", headers=AUTH, timeout=10).text
+    found = re.search(r"^mbuild_running_sequences(?:\{[^}]*\})? (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def _context(url: str) -> int:
+    return int(httpx.get(f"{url}/v1/metadata", headers=AUTH, timeout=10).json()["engine"]["max_seq_length"])
+
+
+def test_slow_and_abandoned_clients(encoder: Server, llm: Server) -> None:
+    for server, normal in ((encoder, EMBED), (llm, CHAT)):  # 20 clients send headers and stall their bodies
+        stalled = [_raw(server.url, _post_head(normal[0], 1000), b'{"input": "') for _ in range(20)]
+        assert _normal_ok(server.url, normal) < 5, "slow clients hold up the others"
+        time.sleep(2)
+        assert _normal_ok(server.url, normal) < 5
+        for sock in stalled:
+            sock.close()
+        _normal_ok(server.url, normal)
+    room = _context(llm.url) - 4
+    long_stream = {"prompt": [5, 6, 7, 8], "max_tokens": room, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{llm.url}/v1/completions", json=long_stream, headers=AUTH, timeout=30) as got:
+        assert got.status_code == 200
+        next(line for line in got.iter_lines() if line.startswith("data: "))  # one event, then gone
+    deadline = time.monotonic() + 2
+    while _running(llm.url) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _running(llm.url) == 0, "a stream whose client left is still generating after 2 s"
+    _normal_ok(llm.url, CHAT)
+    huge = [(encoder, "/v1/embeddings", {"input": [LONG] * 2048, "truncate": "END"}, EMBED),
+            (llm, "/v1/completions", {"prompt": [5, 6, 7, 8], "max_tokens": room, "ignore_eos": True}, CHAT)]
+    for server, path, body, normal in huge:  # a huge legal request, then the client leaves at once
+        data = json.dumps(body).encode()
+        _raw(server.url, _post_head(path, len(data)), data).close()
+        _normal_ok(server.url, normal)
+
+
+SETTLE = 1.0  # seconds between the last abandoned request and the timed one
+
+
+@pytest.mark.parametrize("which", ["encoder", "llm"])
+def test_abandoned_work_is_dropped(which: str, encoder: Server, llm: Server) -> None:
+    server, normal = (encoder, EMBED) if which == "encoder" else (llm, CHAT)
+    heavy = ("/v1/embeddings", {"input": [LONG[:200]] * 2048, "truncate": "END"}) if which == "encoder" else (
+        "/v1/completions", {"prompt": [5, 6, 7, 8], "max_tokens": _context(llm.url) - 4, "ignore_eos": True})
+    timer = httpx.Client()  # one warm connection, so only the server's time is measured
+    _normal_ok(server.url, normal, timer)
+    unloaded = statistics.median(_normal_ok(server.url, normal, timer) for _ in range(5))
+    data = json.dumps(heavy[1]).encode()
+    offset = server.log_size()
+    clients = [_raw(server.url, _post_head(heavy[0], len(data)), data) for _ in range(50)]  # all sent in full
+    time.sleep(0.05)
+    for sock in clients:  # and all gone ~50 ms later
+        sock.close()
+    at_once = _normal_ok(server.url, normal, timer)
+    time.sleep(SETTLE)
+    after = _normal_ok(server.url, normal, timer)
+    timer.close()
+    with server.log.open("rb") as handle:  # the access log: the abandoned requests the handler took up
+        handle.seek(offset)
+        reached = Counter(re.findall(rf"POST {heavy[0]} (\d+)", handle.read().decode("utf-8", "replace")))
+    print(f"\nabandoned work ({which}): unloaded {unloaded * 1000:.1f} ms, after 50 abandoned maximal requests "
+          f"{after * 1000:.1f} ms (ratio {after / unloaded:.1f}); settle {SETTLE:g} s, slack 10 ms; "
+          f"statuses in the server's access log {dict(reached)}; "
+          f"with no settle {at_once * 1000:.1f} ms")
+    assert after <= 2 * unloaded + 0.01, "abandoned requests still hold the engine"
