@@ -8,9 +8,9 @@ import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
-from runtimes.api.errors import ApiError
+from runtimes.api.errors import ApiError, client_closed
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -25,6 +25,11 @@ def describe_errors(errors: list[Any]) -> str:
         parts.append(f"{where}: {msg}")
     more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
     return "invalid request: " + "; ".join(parts) + more
+
+
+def describe(exc: ValidationError) -> str:
+    # Without inputs, URLs and contexts: a wrong list of 100k items would otherwise copy each item's error.
+    return describe_errors(exc.errors(include_url=False, include_context=False, include_input=False))
 
 
 MAX_DEPTH = 32  # no request body of any route nests deeper; json and pydantic recurse, so refuse early
@@ -93,6 +98,8 @@ async def read_limited(request: Request, limit: int, timeout: float) -> bytes:
 
     try:
         await asyncio.wait_for(receive(), timeout)
+    except ClientDisconnect as exc:  # gone while sending: nobody to answer, and not the server's fault
+        raise client_closed() from exc
     except TimeoutError as exc:
         raise ApiError(408, f"the request body did not arrive within {timeout:g} s (MBUILD_BODY_TIMEOUT)",
                        "body_timeout") from exc
@@ -118,7 +125,7 @@ async def parse_body(request: Request, model: type[Model]) -> Model:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ApiError(400, describe_errors(exc.errors()), "invalid_request") from exc
+        raise ApiError(400, describe(exc), "invalid_request") from exc
 
 
 REQUEST_MODELS: list[type[BaseModel]] = []  # their nested schemas go into the document's components

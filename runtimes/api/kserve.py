@@ -26,7 +26,7 @@ from runtimes.api.admission import (
     served,
 )
 from runtimes.api.auth import require_key
-from runtimes.api.bodies import describe_errors, read_body
+from runtimes.api.bodies import describe, read_body
 from runtimes.api.embeddings import check_texts, embed
 from runtimes.api.errors import ApiError, V2Route
 from runtimes.api.generation import Run, sampling
@@ -174,7 +174,7 @@ async def _generate(request: Request, state: ServiceState, parsed: InferRequest,
         body = CompletionRequest.model_validate(
             {"prompt": "", **{k: v for k, v in parsed.parameters.items() if k in ("temperature", "top_p")}})
     except ValidationError as exc:
-        raise _error(400, describe_errors(exc.errors())) from exc
+        raise _error(400, describe(exc)) from exc
     prompts = await off_loop(lambda: [runtime.encode(text) for text in texts], size=sum(map(len, texts)))
     jobs = [(prompt, sampling(body, runtime, len(prompt), limits[i % len(limits)], 0, i))
             for i, prompt in enumerate(prompts)]

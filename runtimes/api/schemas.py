@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 MAX_INPUTS = 2048  # OpenAI's own limit on inputs per embeddings request
+
+
+def list_of(kinds: tuple[type, ...], max_items: int, what: str) -> BeforeValidator:
+    """Check a list field's length and item types once, before pydantic: for a union of list types pydantic
+    reports every bad item of every branch, so one wrong 100k-item list would cost tens of MB of errors."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, list):
+            if len(value) > max_items:
+                raise ValueError(f"holds {len(value)} items; at most {max_items}")
+            if not all(type(v) in kinds for v in value):
+                raise ValueError(f"must be {what}")
+        return value
+
+    return BeforeValidator(check)
 
 
 class EmbeddingRequest(BaseModel):
     # A field the server does not implement is a 400 that names it, never silently ignored.
     model_config = ConfigDict(extra="forbid")
 
-    input: str | list[str] = Field(description="A text or a list of texts to embed.")
+    input: Annotated[str | list[str], list_of((str,), 1 << 20, "a string or a list of strings")] = Field(
+        description="A text or a list of texts to embed.")
     model: str | None = Field(None, max_length=256, description="The served model name (see GET /v1/models).")
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1, le=1 << 20, description="Must equal the model's dimension.")
