@@ -13,9 +13,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.errors import InputError
+from builder.errors import InputError, UnsafeInput
 from builder.hashing import git_blob_sha1, sha256_file
 from builder.hubcache import repo_folder
+from builder.safepaths import stays_inside
 from builder.sources import COMMIT_SHA, REPO_ID
 
 # The Hub stores large and binary files in LFS, named by sha256; small text files by git blob sha1.
@@ -34,10 +35,17 @@ class ImportResult:
 
 def _source_files(src: Path) -> list[Path]:
     # Dot-folders (.git, .cache/huggingface from local_dir downloads) are not model content.
-    return sorted(
+    files = sorted(
         p for p in src.rglob("*")
         if p.is_file() and not any(part.startswith(".") for part in p.relative_to(src).parts)
     )
+    # A link may point within the folder (a local_dir download's own links); one that leaves it would copy
+    # a file the user never meant to import (a key, /etc/shadow) into a cache others read.
+    for path in files:
+        if not stays_inside(src, path):
+            raise UnsafeInput(f"{path} is a link to {path.resolve()}, outside {src}; refusing to import it",
+                              hint="copy the real file into the folder, or remove the link")
+    return files
 
 
 def _blob_id(path: Path) -> str:
@@ -76,7 +84,7 @@ def import_folder(src: Path, repo: str, revision: str | None = None, ref: str = 
         blob_path = folder / "blobs" / blob
         if not blob_path.exists():
             tmp = blob_path.with_name(blob + ".incomplete")
-            shutil.copyfile(path, tmp)
+            shutil.copy(path, tmp)  # with its mode: a private file stays private in the cache
             os.replace(tmp, blob_path)
         link = snapshot / rel
         link.parent.mkdir(parents=True, exist_ok=True)

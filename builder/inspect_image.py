@@ -11,7 +11,9 @@ from typing import Any
 
 from builder.errors import InputError
 from builder.image.oci import LAYOUT_DIR
-from builder.oci.layout import Layout
+from builder.oci.base import local_layout
+from builder.oci.layout import Descriptor, Layout
+from builder.oci.refs import parse_image_source
 from builder.push import IMAGE_RECORD
 
 
@@ -29,13 +31,18 @@ class Inspection:
                 "validation": self.validation, "layers": [{"created_by": w, "bytes": b} for w, b in self.layers]}
 
 
-def _from_layout(layout_dir: Path, tag: str | None, name: str) -> Inspection:
-    layout = Layout(layout_dir)
+def _layer_history(config: dict[str, Any], count: int) -> list[str]:
+    """What made each layer; history is matched from the top, where mbuild's own layers are."""
+    made = [str(h.get("created_by", "")) for h in config.get("history") or []
+            if isinstance(h, dict) and not h.get("empty_layer")][-count:] if count else []
+    made = [""] * (count - len(made)) + made
+    return [m or "(no history recorded)" for m in made]
+
+
+def _from_layout(layout: Layout, tag: str | None, name: str) -> Inspection:
     desc, manifest = layout.manifest(tag)
-    config = layout.read_json(manifest["config"]["digest"])
-    made = [h.get("created_by", "") for h in config.get("history", []) if not h.get("empty_layer")]
-    made = made if len(made) == len(manifest["layers"]) else [""] * len(manifest["layers"])
-    made = [m or "base image layer" for m in made]
+    config = layout.read_json(Descriptor.from_dict(manifest["config"], f"{name}: config").digest)
+    made = _layer_history(config, len(manifest["layers"]))
     layers = [(what, int(layer["size"])) for what, layer in zip(made, manifest["layers"], strict=True)]
     return Inspection(name, dict(config.get("config", {}).get("Labels") or {}), layers, digest=desc.digest,
                       image_id=manifest["config"]["digest"])
@@ -62,11 +69,12 @@ def _from_engine(tool: str, image: str) -> Inspection | None:
 
 
 def inspect_target(target: str) -> Inspection:
+    """A build directory, oci:DIR[:TAG], oci-archive:FILE[:TAG], docker-archive:FILE, or an engine's image."""
     path = Path(target)
     if path.is_dir() and (path / "plan.json").is_file():
         record = json.loads((path / IMAGE_RECORD).read_text()) if (path / IMAGE_RECORD).is_file() else {}
         if record.get("backend") == "oci":
-            found = _from_layout(path / LAYOUT_DIR, record["tag"], record["tag"])
+            found = _from_layout(Layout(path / LAYOUT_DIR), record["tag"], record["tag"])
         elif record:
             tool = "docker" if record["backend"] == "docker" else "podman"
             found = _from_engine(tool, record["tag"]) or Inspection(record["tag"])
@@ -76,11 +84,11 @@ def inspect_target(target: str) -> Inspection:
         report = path / "report.json"
         if report.is_file():
             data = json.loads(report.read_text())
-            found.validation = {k: data.get(k) for k in ("passed", "min_cosine", "max_abs_diff", "tolerance")}
+            found.validation = {k: data.get(k) for k in ("passed", "summary", "tolerance")}
         return found
-    if target.startswith("oci:"):
-        layout, _, tag = target.removeprefix("oci:").rpartition(":")
-        return _from_layout(Path(layout), tag or None, target)
+    parsed = parse_image_source(target)
+    if parsed.kind in {"oci", "oci-archive", "docker-archive"}:
+        return _from_layout(*local_layout(parsed), target)
     for tool in ("docker", "podman"):
         found_engine = _from_engine(tool, target)
         if found_engine is not None:
@@ -89,4 +97,5 @@ def inspect_target(target: str) -> Inspection:
                 found_engine.validation = {"label": validation}
             return found_engine
     raise InputError(f"{target!r} is neither a build directory nor an image docker or podman holds",
-                     hint="give a folder `mbuild package` wrote, oci:DIR:TAG, or an image name")
+                     hint="give a folder `mbuild package` wrote, oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, "
+                         "or an image name")

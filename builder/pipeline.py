@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import engine_cache, reuse
+from builder.build_dir import claim as build_dir_claim
 from builder.errors import InputError
 from builder.image import ImageResult, choose_backend
 from builder.lock import write_lock
@@ -148,6 +149,7 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
 def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
     plan = plan_package(opts, reporter, for_plan_only=opts.plan_only)
     build_dir = (opts.output or default_build_dir(plan)).resolve()
+    build_dir_claim(build_dir, opts.force)
     if opts.plan_only:
         with reporter.stage("context", "plan only: Dockerfile, image spec, plan, TensorRT settings"):
             _write_plan_files(build_dir, plan)

@@ -38,6 +38,7 @@ class PackageOptions:
     image_format: Format = "oci"
     push: str | None = None
     plan_only: bool = False
+    force: bool = False  # build into a non-empty folder mbuild did not make (never deleting its files)
 
     @property
     def is_offline(self) -> bool:

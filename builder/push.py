@@ -14,11 +14,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.errors import ImageBuildError, InputError
+from builder.errors import ImageBuildError, InputError, ToolMissing
 from builder.image.oci import LAYOUT_DIR
 from builder.oci.layout import Layout
 from builder.oci.push import push_layout, remote_digest
-from builder.oci.refs import ImageRef, parse_ref
+from builder.oci.refs import ImageRef, ImageSource, parse_image_source, parse_ref
 from builder.oci.registry import is_insecure
 
 IMAGE_RECORD = "image.json"  # which backend built the build directory's image, under which tag
@@ -72,10 +72,10 @@ def _verify(destination: ImageRef, reported: str, local: str | None, tool: str) 
     return PushResult(str(destination), served, local, tool)
 
 
-def push_layout_dir(layout_dir: Path, tag: str, destination: ImageRef) -> PushResult:
-    local = Layout(layout_dir).manifest(tag)[0].digest
+def push_layout_dir(layout_dir: Path, tag: str | None, destination: ImageRef) -> PushResult:
+    local = Layout(layout_dir).manifest(tag)[0].digest  # also checks the layout before anything is sent
     if shutil.which("skopeo"):
-        reported = _skopeo(f"oci:{layout_dir}:{tag}", destination, ["--preserve-digests"])
+        reported = _skopeo(f"oci:{layout_dir}" + (f":{tag}" if tag else ""), destination, ["--preserve-digests"])
         return _verify(destination, reported, local, "skopeo")
     _, reported = push_layout(layout_dir, tag, destination)
     return _verify(destination, reported, local, "built-in client")
@@ -99,22 +99,36 @@ def _engine_holding(image: str) -> str | None:
     return None
 
 
+def _push_archive(source: ImageSource, destination: ImageRef) -> PushResult:
+    """oci-archive: and docker-archive: go with skopeo, which reads them; the built-in client reads layouts."""
+    if not source.path.is_file():
+        raise InputError(f"{source.text}: no such file {source.path}")
+    if not shutil.which("skopeo"):
+        raise ToolMissing(f"pushing {source.kind}: needs skopeo",
+                          hint=f"install skopeo, or unpack it: skopeo copy {source.text} oci:DIR:TAG")
+    reported = _skopeo(source.text, destination, ["--preserve-digests"] if source.kind == "oci-archive" else [])
+    return _verify(destination, reported, None, "skopeo")
+
+
 def push(source: str, destination: str, fmt: str = "v2s2") -> PushResult:
-    """source: a build directory, an OCI layout (oci:DIR:TAG), or an image name an engine holds."""
+    """source: a build directory, oci:DIR[:TAG], oci-archive:/docker-archive:FILE, or an image an engine holds."""
     dest = parse_ref(destination)
-    path = Path(source)
-    if path.is_dir() and (path / IMAGE_RECORD).is_file():
+    parsed = parse_image_source(source)
+    if parsed.kind == "oci":
+        return push_layout_dir(parsed.path, parsed.tag, dest)
+    if parsed.kind in {"oci-archive", "docker-archive"}:
+        return _push_archive(parsed, dest)
+    path = parsed.path
+    if parsed.kind == "dir" and (path / IMAGE_RECORD).is_file():
         record = json.loads((path / IMAGE_RECORD).read_text())
         if record["backend"] == "oci":
             return push_layout_dir(path / LAYOUT_DIR, record["tag"], dest)
         tool = "podman" if record["backend"] in {"podman", "buildah"} else "docker"
         return push_engine_image(tool, record["tag"], dest, fmt)
-    if path.is_dir():
-        raise InputError(f"{source} holds no built image (no {IMAGE_RECORD})",
+    if parsed.kind == "dir":
+        raise InputError(f"{source} holds no built image (no {IMAGE_RECORD})" if path.is_dir() else
+                         f"no such folder: {source}",
                          hint="package it with an image backend first (--backend docker|podman|buildah|oci)")
-    if source.startswith("oci:"):
-        layout, _, tag = source.removeprefix("oci:").rpartition(":")
-        return push_layout_dir(Path(layout), tag, dest)
     holder = _engine_holding(source)
     if holder is None:
         raise InputError(f"no local image {source!r} in docker or podman",
