@@ -10,9 +10,10 @@ from typing import Any
 
 from builder import engine_cache, reuse
 from builder.build_dir import claim as build_dir_claim
-from builder.errors import InputError
+from builder.errors import BaseImageError, InputError
 from builder.image import ImageResult, choose_backend
 from builder.lock import write_lock
+from builder.oci.refs import parse_image_source
 from builder.optional import load_stage
 from builder.plan import BuildPlan
 from builder.planning import PackageOptions, plan_package
@@ -157,6 +158,10 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
                              timings=dict(reporter.timings))
     # Before any download or export: a backend that cannot build here fails in seconds, not after the gate.
     backend, note = choose_backend(opts.backend, opts.image_format)
+    if backend is not None and backend.name == "docker" and parse_image_source(plan.base_image).kind != "name":
+        raise BaseImageError(f"docker cannot build FROM {plan.base_image}: it reads bases from registries only",
+                             hint="use --backend oci, podman or buildah (they read oci:, oci-archive: and "
+                                  "docker-archive: bases), or `docker load` the base and name it")
     reused = reuse.finished_digest(build_dir) == plan.digest()
     if reused:
         reporter.skipped("build", f"reused {build_dir}: plan digest {plan.digest()[:12]} unchanged, "

@@ -16,7 +16,7 @@ from pathlib import Path
 from builder.errors import ImageBuildError, StorageMismatch
 from builder.image.base import ImageResult
 from builder.image.spec import ImageSpec
-from builder.oci.refs import parse_ref
+from builder.oci.refs import parse_image_source, parse_ref
 from builder.oci.registry import is_insecure
 
 
@@ -124,8 +124,8 @@ class _ContainersStorage(DockerfileCli):
                                hint=self.fix.format(tool=self.executable))
 
     def _tls(self, context: Path) -> list[str]:
-        base = ImageSpec.load(context).base_image
-        return ["--tls-verify=false"] if is_insecure(parse_ref(base).registry) else []
+        base = parse_image_source(ImageSpec.load(context).base_image)  # oci:, archives: read from disk, no TLS
+        return ["--tls-verify=false"] if base.kind == "name" and is_insecure(parse_ref(base.text).registry) else []
 
 
 class PodmanBackend(_ContainersStorage):

@@ -49,8 +49,9 @@ def _from_layout(source: str, layout: Layout, tag: str | None) -> BaseImage:
             raise BaseImageError(f"base {source}: layer type {desc.media_type} is not supported (gzip layers are)")
         layers.append((desc, layout.verified_blob(desc.digest)))
     rootfs = config.get("rootfs")
-    if not isinstance(rootfs, dict) or not isinstance(rootfs.get("diff_ids"), list):
-        raise UnsafeInput(f"base {source}: its config has no rootfs diff_ids")
+    if not isinstance(rootfs, dict) or not isinstance(rootfs.get("diff_ids"), list) \
+            or len(rootfs["diff_ids"]) != len(layers):
+        raise UnsafeInput(f"base {source}: its config's rootfs does not list one diff_id per layer")
     return BaseImage(source, config, tuple(layers))
 
 

@@ -81,6 +81,7 @@ class FakeRegistry:
     blobs: dict[str, bytes] = field(default_factory=dict)
     realm: str | None = None
     seen: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Authorization header)
+    uploads: dict[str, bytes] = field(default_factory=dict)  # upload id -> bytes so far
     port: int = 0
 
     @property
@@ -107,6 +108,8 @@ def _handler(registry: FakeRegistry) -> type[BaseHTTPRequestHandler]:
                 self.send_header("WWW-Authenticate", f'Bearer realm="{registry.realm}",service="test"')
                 self.send_header("Content-Length", "0")
                 return self.end_headers()
+            if self.path.rstrip("/") == "/v2":
+                return self._send(200, b"{}", "application/json", head)
             kind, _, ref = self.path.rpartition("/")
             table = registry.manifests if kind.endswith("/manifests") else registry.blobs
             if ref not in table:
@@ -121,6 +124,51 @@ def _handler(registry: FakeRegistry) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if not head:
                 self.wfile.write(body)
+
+        def _body(self) -> bytes:
+            if self.headers.get("Transfer-Encoding", "").lower() != "chunked":  # skopeo streams layers chunked
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            data = b""
+            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                data += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+            return data
+
+        def do_POST(self) -> None:  # http.server names its handlers so
+            upload = f"u{len(registry.uploads)}"
+            registry.uploads[upload] = b""
+            self.send_response(202)
+            self.send_header("Location", f"{self.path.split('?')[0]}{upload}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_PATCH(self) -> None:
+            upload = self.path.split("?")[0].rsplit("/", 1)[-1]
+            registry.uploads[upload] += self._body()
+            self.send_response(202)
+            self.send_header("Location", self.path.split("?")[0])
+            self.send_header("Range", f"0-{len(registry.uploads[upload]) - 1}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_PUT(self) -> None:
+            path, _, query = self.path.partition("?")
+            body = self._body()
+            if "/manifests/" in path:
+                registry.manifests[path.rsplit("/", 1)[-1]] = registry.manifests[sha(body)] = body
+                digest = sha(body)
+            else:
+                data = registry.uploads.pop(path.rsplit("/", 1)[-1], b"") + body
+                digest = dict(pair.split("=", 1) for pair in query.split("&") if "=" in pair)["digest"]
+                digest = digest.replace("%3A", ":")
+                if sha(data) != digest:
+                    return self._send(400, b"{}", "application/json", False)
+                registry.blobs[digest] = data
+            self.send_response(201)
+            self.send_header("Docker-Content-Digest", digest)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
         def do_GET(self) -> None:
             self._answer(head=False)
