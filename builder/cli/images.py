@@ -6,8 +6,8 @@ import json
 
 import click
 
-from builder.inspect_image import inspect_target
-from builder.push import push as push_image
+from builder.image.inspect import inspect_target
+from builder.image.push import push as push_image
 
 
 @click.command()

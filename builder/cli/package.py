@@ -8,12 +8,12 @@ import click
 from huggingface_hub.utils import disable_progress_bars
 from rich.table import Table
 
+from builder.build.pipeline import PackageResult
+from builder.build.pipeline import package as run_package
+from builder.build.plan_package import PackageOptions
 from builder.cli.options import target_options
 from builder.image import CHOICES
 from builder.image.oci import LAYOUT_DIR
-from builder.pipeline import PackageResult
-from builder.pipeline import package as run_package
-from builder.planning import PackageOptions
 from builder.progress import Reporter
 
 

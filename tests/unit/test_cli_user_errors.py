@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from builder.build_dir import MARKER
+from builder.build.build_dir import MARKER
 from builder.cli import INTERNAL_ERROR, cli
 from builder.errors import BaseImageError, OutputUnusable, PortBusy, UnsafeInput, ValidationFailed
 

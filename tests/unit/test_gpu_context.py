@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from builder.build_dir import MARKER
+from builder.build.build_dir import MARKER
 from builder.cli import cli
 from tests.support.golden import assert_golden
 

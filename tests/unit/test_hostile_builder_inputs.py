@@ -264,7 +264,7 @@ def test_a_base_without_a_usable_python_is_refused(tmp_path: Path, layers: list[
 
 # --- cache import: links out of the model folder ---------------------------------------------------------------------
 def test_cache_import_refuses_a_link_out_of_the_folder(tmp_path: Path, secret: Path, isolated_hub_env: Path) -> None:
-    from builder.cache_import import import_folder
+    from builder.model.cache_import import import_folder
 
     model = tmp_path / "model"
     model.mkdir()
@@ -277,7 +277,7 @@ def test_cache_import_refuses_a_link_out_of_the_folder(tmp_path: Path, secret: P
 
 
 def test_cache_import_keeps_links_inside_and_file_modes(tmp_path: Path, isolated_hub_env: Path) -> None:
-    from builder.cache_import import import_folder
+    from builder.model.cache_import import import_folder
 
     model = tmp_path / "model"
     (model / "sub").mkdir(parents=True)

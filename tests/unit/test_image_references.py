@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from builder import push as push_module
 from builder.cli import cli
+from builder.image import push as push_module
 from builder.oci.base import load_base
 from builder.oci.basepython import check_python
 from builder.oci.refs import parse_image_source

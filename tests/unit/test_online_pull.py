@@ -6,9 +6,9 @@ import json
 import shutil
 from pathlib import Path
 
-from builder.hubcache import repo_folder
-from builder.pipeline import package
-from builder.planning import PackageOptions, plan_package
+from builder.build.pipeline import package
+from builder.build.plan_package import PackageOptions, plan_package
+from builder.model.hubcache import repo_folder
 from builder.progress import Reporter
 from tests.support.fakehub import FakeHub, FakeRepo
 

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import cli
-from builder.profiles import ProfileSetError, load_profiles
+from builder.planning.profiles import ProfileSetError, load_profiles
 
 GOOD = """
 profiles:

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from builder.engine.quiet import quiet_ml
 from builder.errors import UnsupportedModel
-from builder.stages.quiet import quiet_ml
 
 SUPPORTED = {"llama", "mistral", "qwen2"}
 

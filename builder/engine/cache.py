@@ -16,9 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from builder import stages
 from builder.hashing import sha256_json, tree_digest
-from builder.plan import BuildPlan
+from builder.planning.plan import BuildPlan
 from builder.resources import mbuild_cache_dir
 
 COMPLETE = ".complete"
@@ -42,7 +41,7 @@ def engine_key(plan: BuildPlan) -> str | None:
         "task": plan.task, "profile": profile,
         "engines": [(e.compute_capability, e.profile.id) for e in plan.engines],
         "runtime": plan.runtime_code, "tools": dict(plan.tools),
-        "stages": tree_digest(Path(stages.__file__).parent),  # the export, compile and gate code itself
+        "engine_code": tree_digest(Path(__file__).parent),  # builder/engine/: the code that decides engines
     })
 
 

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from builder.engine.quiet import quiet_ml
 from builder.errors import ValidationFailed
-from builder.profiles import Tolerance
-from builder.stages.quiet import quiet_ml
+from builder.planning.profiles import Tolerance
 from runtimes.bundle import load_engine_config
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from builder.catalog import ModelFacts
-from builder.profiles import Profile
+from builder.model.catalog import ModelFacts
+from builder.planning.profiles import Profile
 
 BYTES_PER_PARAM = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5625,
                    "nvfp4": 0.5625}  # 4-bit formats carry a scale per block of 16-32 weights

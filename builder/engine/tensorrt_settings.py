@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from builder.errors import InputError
-from builder.profiles import Profile
+from builder.planning.profiles import Profile
 
 WEAK = {"fp16": ("FP16",), "bf16": ("BF16",), "fp32": ()}
 EXPLICIT = {"fp8": "fp8", "int8": "int8", "nvfp4": "nvfp4"}  # precision -> ModelOpt quantize_mode

@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.catalog import load_catalog, lookup_alias, suggest
 from builder.errors import InputError
+from builder.model.catalog import load_catalog, lookup_alias, suggest
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}$")
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")

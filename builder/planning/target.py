@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from builder.errors import InputError
-from builder.gpus import identify, parse_gpu_spec
+from builder.planning.gpus import identify, parse_gpu_spec
 from runtimes.hardware import GpuInfo, cpu_count, detect_gpus, read_cpu_flags, read_ram_gb
 
 # CPU features that change which ONNX Runtime kernels run (MLAS picks them at run time).

@@ -8,21 +8,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder import engine_cache, reuse
-from builder.build_dir import claim as build_dir_claim
+from builder.build import context as context_stage
+from builder.build import reuse
+from builder.build.build_dir import claim as build_dir_claim
+from builder.build.lock import write_lock
+from builder.build.plan_package import PackageOptions, plan_package
+from builder.engine import cache as engine_cache
+from builder.engine.expected_io import expected_export
 from builder.errors import BaseImageError, InputError
 from builder.image import ImageResult, choose_backend
-from builder.lock import write_lock
+from builder.image.push import PushResult, push, record_image
+from builder.model.pull import pull
+from builder.model.sources import parse_model_ref
 from builder.oci.refs import parse_image_source
 from builder.optional import load_stage
-from builder.plan import BuildPlan
-from builder.planning import PackageOptions, plan_package
+from builder.planning.plan import BuildPlan
 from builder.progress import Reporter
-from builder.push import PushResult, push, record_image
-from builder.sources import parse_model_ref
-from builder.stages import context as context_stage
-from builder.stages.expected_io import expected_export
-from builder.stages.pull import pull
 from runtimes.bundle import EngineConfig
 
 
@@ -53,9 +54,9 @@ class TaskStages:
 
 
 TASKS = {
-    "embedding": TaskStages("builder.stages.export_encoder:export_encoder", "builder.stages.validate_encoder",
+    "embedding": TaskStages("builder.engine.export_encoder:export_encoder", "builder.engine.validate_encoder",
                             "PyTorch -> ONNX with pooling", "engine vs sentence-transformers"),
-    "text-generation": TaskStages("builder.stages.export_decoder:export_decoder", "builder.stages.validate_decoder",
+    "text-generation": TaskStages("builder.engine.export_decoder:export_decoder", "builder.engine.validate_decoder",
                                   "PyTorch -> ONNX with a KV cache", "engine vs transformers generate"),
 }
 
@@ -64,13 +65,13 @@ def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: dict[str, 
     if engine_dir.exists():
         shutil.rmtree(engine_dir)
     if plan.profile.engine == "tensorrt":
-        compiler = load_stage("builder.stages.compile_tensorrt", "compiling TensorRT engines")
+        compiler = load_stage("builder.engine.compile_tensorrt", "compiling TensorRT engines")
         config: EngineConfig = compiler.compile_engines(plan, work / "model.onnx", engine_dir, exported)
         shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
         (engine_dir / "engine.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
         return config
     level = str(plan.profile.engine_options.get("graph_optimization", "extended"))
-    compiler = load_stage("builder.stages.compile_ort", "compiling with ONNX Runtime")
+    compiler = load_stage("builder.engine.compile_ort", "compiling with ONNX Runtime")
     source = compiler.quantize(work / "model.onnx", work / f"model.{plan.profile.precision}.onnx", plan.profile,
                                plan.task)
     compiler.optimize(source, engine_dir / "model.onnx", level)
@@ -91,7 +92,7 @@ def _write_plan_files(build_dir: Path, plan: BuildPlan) -> None:
     """What a build will be, before building it: the context's light files, and the TensorRT settings."""
     context_stage.render(build_dir, plan, {})
     if plan.engines:
-        settings = load_stage("builder.stages.compile_tensorrt", "planning TensorRT engines")
+        settings = load_stage("builder.engine.compile_tensorrt", "planning TensorRT engines")
         exported = expected_export(plan.facts)
         (build_dir / "tensorrt.json").write_text(json.dumps(settings.settings_for(plan, exported), indent=2,
                                                             sort_keys=True) + "\n")

@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from builder.engine.tensorrt_settings import trt_settings
 from builder.errors import ToolMissing
-from builder.plan import BuildPlan, EngineTarget
+from builder.planning.plan import BuildPlan, EngineTarget
 from builder.resources import mbuild_cache_dir
-from builder.stages.tensorrt_settings import trt_settings
 from runtimes.bundle import EngineConfig
 from runtimes.engines import gpu_select, tensorrt_engine
 from runtimes.hardware import GpuInfo, detect_gpus

@@ -8,11 +8,12 @@ from typing import Any
 
 from huggingface_hub import hf_hub_download
 
-from builder.catalog import ModelFacts, Task, entry_for_repo
 from builder.errors import UnsupportedModel
-from builder.hubcache import hub_cache_dir, hub_endpoint
-from builder.sources import ModelSpec
-from builder.stages.pull import ModelRef, hub_errors
+from builder.model.catalog import ModelFacts, Task, entry_for_repo
+from builder.model.hubcache import hub_cache_dir, hub_endpoint
+from builder.model.pull import hub_errors
+from builder.model.ref import ModelRef
+from builder.model.sources import ModelSpec
 
 _ENCODER_TYPES = {"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "camembert", "nomic_bert",
                   "modernbert", "deberta-v2"}

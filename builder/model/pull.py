@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -22,12 +21,13 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from builder.catalog import entry_for_repo
 from builder.errors import AccessDenied, HubUnreachable, ModelNotFound, NotInCache
 from builder.hashing import sha256_file
-from builder.hubcache import cached_commit, hub_cache_dir, hub_endpoint, repo_folder
-from builder.sources import COMMIT_SHA, ModelSpec
-from builder.stages.files import select_files
+from builder.model.catalog import entry_for_repo
+from builder.model.files import select_files
+from builder.model.hubcache import cached_commit, hub_cache_dir, hub_endpoint, repo_folder
+from builder.model.ref import ModelRef
+from builder.model.sources import COMMIT_SHA, ModelSpec
 
 try:  # huggingface_hub >= 2 talks through httpx2; older releases through httpx
     import httpx2
@@ -37,22 +37,6 @@ try:  # huggingface_hub >= 2 talks through httpx2; older releases through httpx
     )
 except ImportError:  # pragma: no cover - depends on the installed hub client
     _NETWORK_ERRORS = (httpx.ConnectError, httpx.TimeoutException)
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """A model pinned to one commit, with the exact files a build uses."""
-
-    repo: str
-    revision: str
-    sha: str | None  # None only in a plan made without Hub or cache access (pinned at package time)
-    files: tuple[str, ...]
-    alias: str | None = None
-    local_path: Path | None = None  # set for local folders; cache snapshots are found by pull()
-    note: str = ""  # why the ref is unresolved, when it is
-
-    def page(self) -> str:
-        return f"{hub_endpoint()}/{self.repo}"
 
 
 def _unreachable(spec: ModelSpec, cause: BaseException) -> HubUnreachable:

@@ -9,14 +9,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from builder.catalog import ModelFacts
 from builder.errors import InputError
 from builder.hashing import sha256_json, tree_digest
-from builder.memory import MemoryNeed
-from builder.profiles import Profile
+from builder.model.catalog import ModelFacts
+from builder.model.ref import ModelRef
+from builder.planning.memory import MemoryNeed
+from builder.planning.profiles import Profile
+from builder.planning.target import Target
 from builder.resources import resource_dir, runtimes_dir
-from builder.stages.pull import ModelRef
-from builder.target import Target
 from builder.versions import runtime_requirements, tool_versions
 
 

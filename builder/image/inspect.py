@@ -11,10 +11,10 @@ from typing import Any
 
 from builder.errors import InputError
 from builder.image.oci import LAYOUT_DIR
+from builder.image.push import IMAGE_RECORD
 from builder.oci.base import local_layout
 from builder.oci.layout import Descriptor, Layout
 from builder.oci.refs import parse_image_source
-from builder.push import IMAGE_RECORD
 
 
 @dataclass

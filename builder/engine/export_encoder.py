@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+from builder.engine.quiet import quiet_ml
 from builder.errors import UnsupportedModel
-from builder.stages.quiet import quiet_ml
 
 OUTPUT_NAME = "sentence_embedding"  # not "embedding": that name clashes inside ONNX Runtime
 _POOLING_KEYS = {

@@ -9,17 +9,18 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.catalog import ModelFacts
-from builder.hubcache import offline_requested
+from builder.model.catalog import ModelFacts
+from builder.model.facts import model_facts
+from builder.model.hubcache import offline_requested
+from builder.model.pull import resolve, resolve_or_defer
+from builder.model.ref import ModelRef
+from builder.model.sources import parse_model_ref
 from builder.oci.media import Format
-from builder.plan import BuildPlan, EngineTarget, make_plan
-from builder.profiles import load_profiles
+from builder.planning.plan import BuildPlan, EngineTarget, make_plan
+from builder.planning.profiles import load_profiles
+from builder.planning.selection import Selection, require_selection, select
+from builder.planning.target import Target, resolve_targets
 from builder.progress import Reporter
-from builder.selection import Selection, require_selection, select
-from builder.sources import parse_model_ref
-from builder.stages.facts import model_facts
-from builder.stages.pull import ModelRef, resolve, resolve_or_defer
-from builder.target import Target, resolve_targets
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.hashing import sha256_file
-from builder.plan import BuildPlan
+from builder.planning.plan import BuildPlan
 
 LOCK_NAME = "mbuild.lock"
 

@@ -18,7 +18,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from builder.errors import InputError
-from builder.profiles import Profile
+from builder.planning.profiles import Profile
 
 # That module calls logging.basicConfig(level=INFO) on import, which would print every library's INFO
 # lines (quantizer, sentence-transformers) between our progress lines; back to Python's default.

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from sentence_transformers import SentenceTransformer
 
+from builder.engine.quiet import quiet_ml
 from builder.errors import ValidationFailed
-from builder.profiles import Tolerance
-from builder.stages.quiet import quiet_ml
+from builder.planning.profiles import Tolerance
 from runtimes.bundle import load_engine_config
 from runtimes.engines import encoder_for
 from runtimes.tokenize import TextTokenizer

@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from builder.catalog import ModelFacts, Task
 from builder.errors import InputError
-from builder.memory import USABLE_FRACTION, MemoryNeed, fits, memory_need
-from builder.profiles import CPU_CLASSES, MIN_CC, Profile
-from builder.target import Target
+from builder.model.catalog import ModelFacts, Task
+from builder.planning.memory import USABLE_FRACTION, MemoryNeed, fits, memory_need
+from builder.planning.profiles import CPU_CLASSES, MIN_CC, Profile
+from builder.planning.target import Target
 
 Status = Literal["runnable", "low_memory", "incompatible"]
 ENGINE_RANK = {"tensorrt": 0, "onnxruntime": 1}

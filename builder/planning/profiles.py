@@ -17,10 +17,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from builder.catalog import Task
 from builder.errors import InputError
-from builder.gpus import known_gpus
 from builder.hashing import sha256_json
+from builder.model.catalog import Task
+from builder.planning.gpus import known_gpus
 from builder.resources import resource_dir
 
 Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4", "nvfp4"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from builder.catalog import ModelFacts
+from builder.model.catalog import ModelFacts
 
 
 def expected_export(facts: ModelFacts) -> dict[str, Any]:

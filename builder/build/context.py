@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from builder import __version__
-from builder.dockerfile import render_dockerfile
+from builder.build.site import install_site, installed_packages
+from builder.image.dockerfile import render_dockerfile
 from builder.image.spec import SPEC_FILE, ImageSpec, default_env, source_date_epoch, timestamp
-from builder.plan import BuildPlan
+from builder.model.ref import ModelRef
+from builder.planning.plan import BuildPlan
 from builder.resources import runtimes_dir
-from builder.stages.pull import ModelRef
-from builder.stages.site import install_site, installed_packages
 
 # Only what the Dockerfile copies goes to the engine: the export's work files and logs stay out.
 DOCKERIGNORE = "*\n!site\n!app\n!model\n!mbuild.lock\n!bom.json\n!Dockerfile\n"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from builder.errors import InputError, UnsafeInput
 from builder.hashing import git_blob_sha1, sha256_file
-from builder.hubcache import repo_folder
+from builder.model.hubcache import repo_folder
+from builder.model.sources import COMMIT_SHA, REPO_ID
 from builder.safepaths import stays_inside
-from builder.sources import COMMIT_SHA, REPO_ID
 
 # The Hub stores large and binary files in LFS, named by sha256; small text files by git blob sha1.
 _LFS_MIN_BYTES = 10 * 1024 * 1024
