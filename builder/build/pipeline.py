@@ -15,6 +15,7 @@ from builder.build.lock import write_lock
 from builder.build.plan_package import PackageOptions, plan_package
 from builder.engine import cache as engine_cache
 from builder.engine.expected_io import expected_export
+from builder.engine.make import make_engine
 from builder.errors import BaseImageError, InputError
 from builder.image import ImageResult, choose_backend
 from builder.image.push import PushResult, push, record_image
@@ -24,7 +25,6 @@ from builder.oci.refs import parse_image_source
 from builder.optional import load_stage
 from builder.planning.plan import BuildPlan
 from builder.progress import Reporter
-from runtimes.bundle import EngineConfig
 
 
 @dataclass
@@ -43,51 +43,6 @@ def default_build_dir(plan: BuildPlan) -> Path:
     return Path("mbuild-builds") / f"{plan.image_name.rsplit('/', 1)[-1]}-{plan.version}"
 
 
-@dataclass(frozen=True)
-class TaskStages:
-    """Where each task's export and gate live (imported on demand: they need the export extra)."""
-
-    export: str
-    gate: str
-    exporting: str
-    validating: str
-
-
-TASKS = {
-    "embedding": TaskStages("builder.engine.export_encoder:export_encoder", "builder.engine.validate_encoder",
-                            "PyTorch -> ONNX with pooling", "engine vs sentence-transformers"),
-    "text-generation": TaskStages("builder.engine.export_decoder:export_decoder", "builder.engine.validate_decoder",
-                                  "PyTorch -> ONNX with a KV cache", "engine vs transformers generate"),
-}
-
-
-def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: dict[str, Any]) -> EngineConfig:
-    if engine_dir.exists():
-        shutil.rmtree(engine_dir)
-    if plan.profile.engine == "tensorrt":
-        compiler = load_stage("builder.engine.compile_tensorrt", "compiling TensorRT engines")
-        config: EngineConfig = compiler.compile_engines(plan, work / "model.onnx", engine_dir, exported)
-        shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
-        (engine_dir / "engine.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
-        return config
-    level = str(plan.profile.engine_options.get("graph_optimization", "extended"))
-    compiler = load_stage("builder.engine.compile_ort", "compiling with ONNX Runtime")
-    source = compiler.quantize(work / "model.onnx", work / f"model.{plan.profile.precision}.onnx", plan.profile,
-                               plan.task)
-    compiler.optimize(source, engine_dir / "model.onnx", level)
-    shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
-    options = {**exported.pop("options"), "max_batch": plan.profile.limits.max_batch,
-               "max_batch_delay_ms": plan.profile.limits.max_batch_delay_ms, "graph_optimization": level,
-               "precision": plan.profile.precision}
-    if plan.task == "text-generation" and plan.profile.limits.context:
-        # The served context is what the profile reserved KV cache for, not the model's longest.
-        exported["max_seq_length"] = min(int(exported["max_seq_length"]), plan.profile.limits.context)
-    config = EngineConfig.from_dict({"engine": "onnxruntime", "model_file": "model.onnx", **exported,
-                                     "options": options})
-    (engine_dir / "engine.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
-    return config
-
-
 def _write_plan_files(build_dir: Path, plan: BuildPlan) -> None:
     """What a build will be, before building it: the context's light files, and the TensorRT settings."""
     context_stage.render(build_dir, plan, {})
@@ -96,26 +51,6 @@ def _write_plan_files(build_dir: Path, plan: BuildPlan) -> None:
         exported = expected_export(plan.facts)
         (build_dir / "tensorrt.json").write_text(json.dumps(settings.settings_for(plan, exported), indent=2,
                                                             sort_keys=True) + "\n")
-
-
-def _make_engine(plan: BuildPlan, snapshot: Path, work: Path, engine_dir: Path, build_dir: Path,
-                 reporter: Reporter) -> dict[str, Any]:
-    """Export, compile and validate; the engine folder ends with its gate report."""
-    stages = TASKS[plan.task]
-    module, _, function = stages.export.partition(":")
-    export = getattr(load_stage(module, "exporting to ONNX"), function)
-    with reporter.stage("export", stages.exporting):
-        exported = export(snapshot, work)
-    doing = (f"TensorRT {plan.profile.precision} engines" if plan.profile.engine == "tensorrt"
-             else f"ONNX Runtime {plan.profile.precision}: quantize and optimize")
-    with reporter.stage("compile", doing):
-        _compile(plan, work, engine_dir, exported)
-    gate = load_stage(stages.gate, "validating against the PyTorch reference")
-    with reporter.stage("validate", stages.validating):
-        report: dict[str, Any] = gate.run_gate(snapshot, engine_dir, plan.profile.tolerance,
-                                               build_dir / "report.json")
-    shutil.copy2(build_dir / "report.json", engine_dir / "report.json")
-    return report
 
 
 def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Reporter) -> dict[str, Any]:
@@ -135,7 +70,7 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
         reporter.skipped("engine", f"reused the validated engine {hit.name[:12]} from mbuild's cache: same model "
                                    "files, engine, precision and tools; no export, compile or validation")
     else:
-        report = _make_engine(plan, snapshot, work, engine_dir, build_dir, reporter)
+        report = make_engine(plan, snapshot, work, engine_dir, build_dir, reporter)
         try:
             engine_cache.store(key, engine_dir)
         except OSError as exc:  # the build stands without the cache; only the next one is slower
