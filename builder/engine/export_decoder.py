@@ -101,12 +101,8 @@ def _eos_ids(model_dir: Path, config: Any, tokenizer: Any) -> list[int]:
     return found
 
 
+@quiet_ml()  # a contextmanager is also a decorator: the whole export runs with the libraries quiet
 def export_decoder(model_dir: Path, out_dir: Path) -> dict[str, Any]:
-    with quiet_ml():
-        return _export(model_dir, out_dir)
-
-
-def _export(model_dir: Path, out_dir: Path) -> dict[str, Any]:
     config = AutoConfig.from_pretrained(model_dir)
     if config.model_type not in SUPPORTED:
         raise UnsupportedModel(f"language models of type {config.model_type!r} are not supported yet",

@@ -94,13 +94,9 @@ class _PooledEncoder(torch.nn.Module):
         return pooled
 
 
+@quiet_ml()  # a contextmanager is also a decorator: the whole export runs with the libraries quiet
 def export_encoder(model_dir: Path, out_dir: Path) -> dict[str, Any]:
     """Write model.onnx and tokenizer.json to out_dir; return the engine.json fields they imply."""
-    with quiet_ml():
-        return _export(model_dir, out_dir)
-
-
-def _export(model_dir: Path, out_dir: Path) -> dict[str, Any]:
     config = AutoConfig.from_pretrained(model_dir)
     spec = read_encoder_spec(model_dir, config)
     try:

@@ -86,7 +86,8 @@ def test_the_layer_rule_sees_an_upward_import() -> None:
 
 def test_planning_loads_without_the_hub_client_or_torch_or_onnx() -> None:
     blocked = ("huggingface_hub", "torch", "transformers", "onnx", "onnxruntime", "tensorrt")
-    modules = [".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "builder" / "planning").glob("*.py")]
+    folder = ROOT / "builder" / "planning"
+    modules = [".".join(p.relative_to(ROOT).with_suffix("").parts) for p in folder.glob("*.py")]
     code = (f"import sys, importlib\nfor name in {blocked!r}: sys.modules[name] = None\n"
             f"for module in {modules!r}: importlib.import_module(module)\nprint('ok')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
