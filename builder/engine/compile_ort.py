@@ -18,6 +18,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from builder.errors import InputError
+from builder.planning.engine_options import ort_options
 from builder.planning.profiles import Profile
 
 # That module calls logging.basicConfig(level=INFO) on import, which would print every library's INFO
@@ -81,7 +82,7 @@ def down_projections(model_path: Path) -> list[str]:
 
 def quantize(source: Path, target: Path, profile: Profile, task: str) -> Path:
     """Write the quantized graph to target; fp32 profiles leave the source as it is."""
-    options = profile.engine_options
+    options = ort_options(profile.engine_options)
     if profile.precision == "fp32":
         return source
     if task == "embedding" and profile.precision == "int8":
@@ -89,16 +90,15 @@ def quantize(source: Path, target: Path, profile: Profile, task: str) -> Path:
         # from int8. The FFN down-projections stay fp32: their inputs (after GELU) carry the outliers that
         # per-tensor activation scales clip. MiniLM: min cosine 0.979 -> 0.986, at 0.64x the int8 speed.
         with _quiet_logs():
-            quantize_dynamic(source, target, weight_type=QuantType.QInt8, per_channel=bool(options.get("per_channel")),
-                             reduce_range=bool(options.get("reduce_range")), op_types_to_quantize=["MatMul"],
+            quantize_dynamic(source, target, weight_type=QuantType.QInt8, per_channel=options.per_channel,
+                             reduce_range=options.reduce_range, op_types_to_quantize=["MatMul"],
                              nodes_to_exclude=down_projections(source))
         return target
     if task == "text-generation" and profile.precision in _NBITS:
-        level = options.get("accuracy_level")
         with _quiet_logs():
             quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), bits=_NBITS[profile.precision],
-                                             block_size=int(options.get("block_size", 32)), is_symmetric=True,
-                                             accuracy_level=int(level) if level is not None else None)
+                                             block_size=options.block_size, is_symmetric=True,
+                                             accuracy_level=options.accuracy_level)
             quantizer.process()
         quantizer.model.save_model_to_file(str(target), use_external_data_format=is_large(source))
         return target

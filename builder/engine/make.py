@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.optional import load_stage
+from builder.planning.engine_options import ort_options
 from builder.planning.plan import BuildPlan
 from builder.progress import Reporter
 from runtimes.bundle import EngineConfig
@@ -41,7 +42,7 @@ def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: dict[str, 
         shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
         (engine_dir / "engine.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
         return config
-    level = str(plan.profile.engine_options.get("graph_optimization", "extended"))
+    level = ort_options(plan.profile.engine_options).graph_optimization
     compiler = load_stage("builder.engine.compile_ort", "compiling with ONNX Runtime")
     source = compiler.quantize(work / "model.onnx", work / f"model.{plan.profile.precision}.onnx", plan.profile,
                                plan.task)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from builder.errors import InputError
+from builder.planning.engine_options import trt_options
 from builder.planning.profiles import Profile
 
 WEAK = {"fp16": ("FP16",), "bf16": ("BF16",), "fp32": ()}
@@ -89,7 +90,7 @@ def _decoder_profiles(inputs: list[str], max_batch: int, context: int, kv_heads:
 
 def trt_settings(profile: Profile, task: str, exported: dict[str, Any], compute_capability: str) -> TrtSettings:
     """exported: the engine.json fields the export produced (inputs, max_seq_length, options)."""
-    options = profile.engine_options
+    options = trt_options(profile.engine_options)
     inputs = list(exported["inputs"])
     max_batch = profile.limits.max_batch
     if task == "embedding":
@@ -98,9 +99,6 @@ def trt_settings(profile: Profile, task: str, exported: dict[str, Any], compute_
         context = min(int(exported["max_seq_length"]), profile.limits.context or int(exported["max_seq_length"]))
         decoder = exported["options"]
         shapes = _decoder_profiles(inputs, max_batch, context, int(decoder["kv_heads"]), int(decoder["head_dim"]))
-    compatibility = str(options.get("hardware_compatibility", "none"))
-    if compatibility not in COMPATIBILITY:
-        raise InputError(f"hardware_compatibility {compatibility!r} is not one of {sorted(COMPATIBILITY)}")
     explicit = EXPLICIT.get(profile.precision)
     if profile.precision not in WEAK and explicit is None:
         raise InputError(f"precision {profile.precision} has no TensorRT mapping")
@@ -111,9 +109,9 @@ def trt_settings(profile: Profile, task: str, exported: dict[str, Any], compute_
         precision_flags=WEAK.get(profile.precision, ()),
         strongly_typed=explicit is not None,
         explicit_quantization=explicit,
-        workspace_bytes=int(float(options.get("workspace_gb", 8)) * GB),
-        optimization_level=int(options.get("builder_optimization_level", 3)),
-        hardware_compatibility=COMPATIBILITY[compatibility],
-        version_compatible=bool(options.get("version_compatible", False)),
+        workspace_bytes=int(options.workspace_gb * GB),
+        optimization_level=options.builder_optimization_level,
+        hardware_compatibility=COMPATIBILITY[options.hardware_compatibility],
+        version_compatible=options.version_compatible,
         profiles=shapes,
     )

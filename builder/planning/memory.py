@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from builder.model.catalog import ModelFacts
+from builder.planning.engine_options import trt_options
 from builder.planning.profiles import Profile
 
 BYTES_PER_PARAM = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5625,
@@ -35,7 +36,7 @@ class MemoryNeed:
 def kv_bytes_per_value(profile: Profile) -> float:
     if profile.device == "cpu":
         return 4.0  # ONNX Runtime keeps the CPU KV cache in fp32
-    return 1.0 if profile.engine_options.get("kv_cache") == "fp8" else 2.0
+    return 1.0 if profile.engine == "tensorrt" and trt_options(profile.engine_options).kv_cache == "fp8" else 2.0
 
 
 def memory_need(facts: ModelFacts, profile: Profile) -> MemoryNeed:

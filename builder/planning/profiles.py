@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from builder.errors import InputError
 from builder.hashing import sha256_json
 from builder.model.catalog import Task
+from builder.planning.engine_options import option_problems
 from builder.planning.gpus import known_gpus
 from builder.resources import resource_dir
 
@@ -156,7 +157,7 @@ def _semantic_problems(profile: Profile) -> list[str]:
                             f"{profile.hardware} is {gpu.compute_capability}")
     if profile.precision == "int4" and profile.tasks != ("text-generation",):
         problems.append("int4 is for language models only: tasks must be [text-generation]")
-    return problems
+    return problems + option_problems(profile.engine, profile.engine_options)
 
 
 def load_profiles(folders: list[Path] | None = None) -> list[Profile]:
