@@ -9,6 +9,7 @@ from typing import Any
 
 from builder import __version__
 from builder.build.site import install_site, installed_packages
+from builder.engine.report import GateReport
 from builder.image.dockerfile import render_dockerfile
 from builder.image.spec import SPEC_FILE, ImageSpec, default_env, source_date_epoch, timestamp
 from builder.model.ref import ModelRef
@@ -50,7 +51,7 @@ def source_url(ref: ModelRef) -> str:
     return str(ref.local_path) if ref.local_path else f"https://huggingface.co/{ref.repo}"
 
 
-def image_labels(plan: BuildPlan, report: dict[str, Any], created: str) -> dict[str, str]:
+def image_labels(plan: BuildPlan, report: GateReport | None, created: str) -> dict[str, str]:
     labels = {
         "org.opencontainers.image.title": plan.image_name,
         "org.opencontainers.image.version": plan.version,
@@ -66,17 +67,14 @@ def image_labels(plan: BuildPlan, report: dict[str, Any], created: str) -> dict[
         "dev.mbuild.plan.digest": plan.digest(),
         "dev.mbuild.version": __version__,
     }
-    if "min_cosine" in report:
-        labels["dev.mbuild.validation"] = f"passed={report.get('passed')} min_cosine={report['min_cosine']:.6f}"
-    elif "greedy_equal" in report:
-        labels["dev.mbuild.validation"] = (f"passed={report.get('passed')} greedy_equal={report['greedy_equal']}/"
-                                           f"{len(report['prompts'])} top1={report['top1_agreement']:.4f}")
+    if report is not None and report.label:
+        labels["dev.mbuild.validation"] = report.label
     if plan.engines:
         labels["dev.mbuild.compute-capability"] = ",".join(e.compute_capability for e in plan.engines)
     return labels
 
 
-def render(build_dir: Path, plan: BuildPlan, report: dict[str, Any]) -> ImageSpec:
+def render(build_dir: Path, plan: BuildPlan, report: GateReport | None) -> ImageSpec:
     """The light part of the context, known from the plan alone: spec, Dockerfile, plan, requirements."""
     build_dir.mkdir(parents=True, exist_ok=True)
     created = timestamp(source_date_epoch())
@@ -91,7 +89,7 @@ def render(build_dir: Path, plan: BuildPlan, report: dict[str, Any]) -> ImageSpe
     return spec
 
 
-def assemble(build_dir: Path, plan: BuildPlan, report: dict[str, Any]) -> Path:
+def assemble(build_dir: Path, plan: BuildPlan, report: GateReport) -> Path:
     """Write everything `docker build` needs into build_dir; the model/ folder is already there."""
     app = build_dir / "app" / "runtimes"
     if app.exists():

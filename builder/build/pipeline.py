@@ -6,7 +6,6 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from builder.build import context as context_stage
 from builder.build import reuse
@@ -16,6 +15,7 @@ from builder.build.plan_package import PackageOptions, plan_package
 from builder.engine import cache as engine_cache
 from builder.engine.expected_io import expected_export
 from builder.engine.make import make_engine
+from builder.engine.report import REPORT_FILE, GateReport
 from builder.errors import BaseImageError, InputError
 from builder.image import ImageResult, choose_backend
 from builder.image.push import PushResult, push, record_image
@@ -31,7 +31,7 @@ from builder.progress import Reporter
 class PackageResult:
     plan: BuildPlan
     build_dir: Path
-    report: dict[str, Any]
+    report: GateReport | None  # None with --plan-only
     image: ImageResult | None
     backend_note: str
     reused: bool = False
@@ -45,7 +45,7 @@ def default_build_dir(plan: BuildPlan) -> Path:
 
 def _write_plan_files(build_dir: Path, plan: BuildPlan) -> None:
     """What a build will be, before building it: the context's light files, and the TensorRT settings."""
-    context_stage.render(build_dir, plan, {})
+    context_stage.render(build_dir, plan, None)
     if plan.engines:
         settings = load_stage("builder.engine.compile_tensorrt", "planning TensorRT engines")
         exported = expected_export(plan.facts)
@@ -53,7 +53,7 @@ def _write_plan_files(build_dir: Path, plan: BuildPlan) -> None:
                                                             sort_keys=True) + "\n")
 
 
-def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Reporter) -> dict[str, Any]:
+def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Reporter) -> GateReport:
     """Download, export, compile, validate and assemble the context; returns the gate's report."""
     reuse.forget(build_dir)
     work, engine_dir = build_dir / "work", build_dir / "model"
@@ -65,17 +65,17 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
     key = engine_cache.engine_key(plan)
     hit = engine_cache.cached(key)
     if hit is not None and (cached_report := engine_cache.restore(hit, engine_dir, plan)) is not None:
-        report = cached_report
+        report = GateReport.from_dict(cached_report)
         shutil.copy2(engine_dir / "report.json", build_dir / "report.json")
         reporter.skipped("engine", f"reused the validated engine {hit.name[:12]} from mbuild's cache: same model "
                                    "files, engine, precision and tools; no export, compile or validation")
     else:
-        report = make_engine(plan, snapshot, work, engine_dir, build_dir, reporter)
+        report = GateReport.from_dict(make_engine(plan, snapshot, work, engine_dir, build_dir, reporter))
         try:
             engine_cache.store(key, engine_dir)
         except OSError as exc:  # the build stands without the cache; only the next one is slower
             reporter.note(f"engine not cached: {exc}; point MBUILD_ENGINE_CACHE at a writable folder to reuse it")
-    reporter.note(report["summary"])
+    reporter.note(report.summary)
     with reporter.stage("context", "Dockerfile, runtime, packages"):
         write_lock(build_dir, plan, snapshot)
         context_stage.assemble(build_dir, plan, report)
@@ -90,7 +90,7 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
     if opts.plan_only:
         with reporter.stage("context", "plan only: Dockerfile, image spec, plan, TensorRT settings"):
             _write_plan_files(build_dir, plan)
-        return PackageResult(plan, build_dir, {}, None, "--plan-only: no model, engine or packages",
+        return PackageResult(plan, build_dir, None, None, "--plan-only: no model, engine or packages",
                              timings=dict(reporter.timings))
     # Before any download or export: a backend that cannot build here fails in seconds, not after the gate.
     backend, note = choose_backend(opts.backend, opts.image_format)
@@ -102,7 +102,7 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
     if reused:
         reporter.skipped("build", f"reused {build_dir}: plan digest {plan.digest()[:12]} unchanged, "
                                   "no download, export, compile or validation")
-        report: dict[str, Any] = json.loads((build_dir / "report.json").read_text())
+        report = GateReport.from_dict(json.loads((build_dir / REPORT_FILE).read_text()))
     else:
         report = _build(opts, plan, build_dir, reporter)
     image = None

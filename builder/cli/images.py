@@ -6,6 +6,7 @@ import json
 
 import click
 
+from builder.engine.report import GateReport
 from builder.image.inspect import inspect_target
 from builder.image.push import push as push_image
 
@@ -32,7 +33,7 @@ def _size(n: int) -> str:
 def _validation(found: dict[str, object], labels: dict[str, str]) -> str:
     """One line: passed/FAILED and the gate's own summary, else the image's validation label."""
     if "passed" in found:
-        return f"{'passed' if found['passed'] else 'FAILED'}: {found.get('summary') or ''}".rstrip(": ")
+        return GateReport.from_dict(found).verdict
     return str(found.get("label") or labels.get("dev.mbuild.validation") or "unknown")
 
 

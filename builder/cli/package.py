@@ -46,7 +46,7 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
     table.add_row("profile", f"{result.plan.profile.name} ({result.plan.profile.id[:12]})")
     report = result.report
     if report:
-        table.add_row("validation", f"{'passed' if report['passed'] else 'FAILED'}: {report.get('summary', '')}")
+        table.add_row("validation", report.verdict)
     else:
         table.add_row("validation", "not run (--plan-only)")
     table.add_row("time", ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())

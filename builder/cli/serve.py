@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -10,17 +9,16 @@ from pathlib import Path
 
 import click
 
+from builder.engine.report import REPORT_FILE, GateReport
 from builder.errors import InputError, PortBusy, ValidationFailed
 from builder.resources import runtimes_dir
 
 
 def _gate(build_dir: Path, allow_failed: bool) -> str | None:
     """The build's gate summary; a failed or missing gate stops here unless the user allows it."""
-    try:
-        report = json.loads((build_dir / "model" / "report.json").read_text())
-        passed, summary = bool(report["passed"]), str(report.get("summary", ""))
-    except (OSError, ValueError, KeyError, TypeError):
-        passed, summary = False, "no readable model/report.json: this engine was never validated"
+    report = GateReport.read(build_dir / "model" / REPORT_FILE)
+    passed = report is not None and report.passed
+    summary = report.summary if report else f"no readable model/{REPORT_FILE}: this engine was never validated"
     if passed:
         return None
     if not allow_failed:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from builder.engine.report import REPORT_FILE, GateReport
 from builder.errors import InputError
 from builder.image.oci import LAYOUT_DIR
 from builder.image.push import IMAGE_RECORD
@@ -81,10 +82,9 @@ def inspect_target(target: str) -> Inspection:
         else:
             spec = json.loads((path / "image-spec.json").read_text())
             found = Inspection(json.loads((path / "plan.json").read_text())["tag"] + " (not built)", spec["labels"])
-        report = path / "report.json"
-        if report.is_file():
-            data = json.loads(report.read_text())
-            found.validation = {k: data.get(k) for k in ("passed", "summary", "tolerance")}
+        gate = GateReport.read(path / REPORT_FILE)
+        if gate is not None:
+            found.validation = gate.summary_dict()
         return found
     parsed = parse_image_source(target)
     if parsed.kind in {"oci", "oci-archive", "docker-archive"}:
