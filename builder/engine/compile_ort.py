@@ -19,6 +19,7 @@ from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from builder.errors import InputError
 from builder.planning.engine_options import ort_options
+from builder.planning.precisions import PRECISIONS
 from builder.planning.profiles import Profile
 
 # That module calls logging.basicConfig(level=INFO) on import, which would print every library's INFO
@@ -32,7 +33,6 @@ LEVELS = {
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
-_NBITS = {"int8": 8, "int4": 4}
 # Protobuf caps a model file at 2 GB; past this size weights go to a .data file beside the graph.
 EXTERNAL_DATA_BYTES = 1_500_000_000
 
@@ -94,9 +94,10 @@ def quantize(source: Path, target: Path, profile: Profile, task: str) -> Path:
                              reduce_range=options.reduce_range, op_types_to_quantize=["MatMul"],
                              nodes_to_exclude=down_projections(source))
         return target
-    if task == "text-generation" and profile.precision in _NBITS:
+    bits = PRECISIONS[profile.precision].weight_bits
+    if task == "text-generation" and bits is not None:
         with _quiet_logs():
-            quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), bits=_NBITS[profile.precision],
+            quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), bits=bits,
                                              block_size=options.block_size, is_symmetric=True,
                                              accuracy_level=options.accuracy_level)
             quantizer.process()

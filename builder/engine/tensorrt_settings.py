@@ -20,10 +20,9 @@ from typing import Any
 
 from builder.errors import InputError
 from builder.planning.engine_options import trt_options
+from builder.planning.precisions import PRECISIONS
 from builder.planning.profiles import Profile
 
-WEAK = {"fp16": ("FP16",), "bf16": ("BF16",), "fp32": ()}
-EXPLICIT = {"fp8": "fp8", "int8": "int8", "nvfp4": "nvfp4"}  # precision -> ModelOpt quantize_mode
 COMPATIBILITY = {"none": "NONE", "ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
 GB = 1 << 30
 
@@ -99,14 +98,15 @@ def trt_settings(profile: Profile, task: str, exported: dict[str, Any], compute_
         context = min(int(exported["max_seq_length"]), profile.limits.context or int(exported["max_seq_length"]))
         decoder = exported["options"]
         shapes = _decoder_profiles(inputs, max_batch, context, int(decoder["kv_heads"]), int(decoder["head_dim"]))
-    explicit = EXPLICIT.get(profile.precision)
-    if profile.precision not in WEAK and explicit is None:
+    row = PRECISIONS[profile.precision]
+    explicit, weak = row.trt_quantize, row.trt_flags
+    if weak is None and explicit is None:
         raise InputError(f"precision {profile.precision} has no TensorRT mapping")
     return TrtSettings(
         compute_capability=compute_capability,
         gpu_model=profile.hardware,
         precision=profile.precision,
-        precision_flags=WEAK.get(profile.precision, ()),
+        precision_flags=weak or (),
         strongly_typed=explicit is not None,
         explicit_quantization=explicit,
         workspace_bytes=int(options.workspace_gb * GB),

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 
 from builder.model.catalog import ModelFacts
 from builder.planning.engine_options import trt_options
+from builder.planning.precisions import PRECISIONS
 from builder.planning.profiles import Profile
 
-BYTES_PER_PARAM = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5625,
-                   "nvfp4": 0.5625}  # 4-bit formats carry a scale per block of 16-32 weights
 GPU_OVERHEAD_GB = 2.0  # CUDA context, TensorRT workspace and activations, per GPU
 CPU_OVERHEAD_GB = 1.0  # interpreter, runtime, activations
 USABLE_FRACTION = 0.95  # of what NVML (or /proc/meminfo) reports
@@ -40,7 +39,7 @@ def kv_bytes_per_value(profile: Profile) -> float:
 
 
 def memory_need(facts: ModelFacts, profile: Profile) -> MemoryNeed:
-    weights = facts.params * 1e9 * BYTES_PER_PARAM[profile.precision] / 1e9
+    weights = facts.params * 1e9 * PRECISIONS[profile.precision].bytes_per_param / 1e9
     kv = 0.0
     if facts.task == "text-generation":
         context = min(profile.limits.context or facts.context, facts.context)

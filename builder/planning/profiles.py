@@ -22,13 +22,12 @@ from builder.hashing import sha256_json
 from builder.model.catalog import Task
 from builder.planning.engine_options import option_problems
 from builder.planning.gpus import known_gpus
+from builder.planning.precisions import CPU_PRECISIONS, PRECISIONS, Precision
 from builder.resources import resource_dir
 
-Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4", "nvfp4"]
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
 CPU_CLASSES = {"cpu": 2, "cpu.avx512": 1, "cpu.vnni": 0}  # value: rank, most specific first
 # Precisions that need newer tensor cores: (major, minor) compute capability.
-MIN_CC = {"fp8": (8, 9), "nvfp4": (10, 0)}
 _MATRIX_KEYS = ("precision", "mode", "tp")
 _NOT_DATA = {"catalog.yaml", "gpus.yaml"}
 
@@ -143,14 +142,14 @@ def _semantic_problems(profile: Profile) -> list[str]:
             problems.append(f"engine {profile.engine} does not run on {profile.hardware}")
         if profile.tp != 1:
             problems.append("tensor parallelism needs GPUs: tp must be 1 on a CPU")
-        if profile.precision in {"fp8", "nvfp4", "bf16", "fp16"}:
-            problems.append(f"precision {profile.precision} is not a CPU precision (fp32, int8, int4)")
+        if not PRECISIONS[profile.precision].cpu:
+            problems.append(f"precision {profile.precision} is not a CPU precision ({', '.join(CPU_PRECISIONS)})")
     elif profile.hardware not in gpus:
         problems.append(f"hardware {profile.hardware!r} is unknown; allowed: "
                         f"{', '.join([*CPU_CLASSES, *gpus])}")
     else:
         gpu = gpus[profile.hardware]
-        need = MIN_CC.get(profile.precision)
+        need = PRECISIONS[profile.precision].min_compute_capability
         have = tuple(int(x) for x in gpu.compute_capability.split("."))
         if need and have < need:
             problems.append(f"{profile.precision} needs compute capability >= {need[0]}.{need[1]}; "

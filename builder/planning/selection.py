@@ -15,7 +15,8 @@ from typing import Literal
 from builder.errors import InputError
 from builder.model.catalog import ModelFacts, Task
 from builder.planning.memory import USABLE_FRACTION, MemoryNeed, fits, memory_need
-from builder.planning.profiles import CPU_CLASSES, MIN_CC, Profile
+from builder.planning.precisions import PRECISIONS
+from builder.planning.profiles import CPU_CLASSES, Profile
 from builder.planning.target import Target
 
 Status = Literal["runnable", "low_memory", "incompatible"]
@@ -27,7 +28,7 @@ PRECISION_ORDER: dict[tuple[Task, str], tuple[tuple[str, ...], frozenset[str]]] 
     ("embedding", "gpu"): (("fp16", "bf16", "int8", "fp8"), frozenset({"fp16", "bf16"})),
     ("embedding", "cpu"): (("fp32", "int8"), frozenset({"fp32"})),
 }
-QUANTIZED = frozenset({"int8", "int4"})
+QUANTIZED = frozenset(name for name, info in PRECISIONS.items() if info.quantized)
 DEFAULT_MODE: dict[Task, str] = {"text-generation": "throughput", "embedding": "latency"}
 
 
@@ -62,7 +63,7 @@ def _incompatibilities(profile: Profile, target: Target) -> list[str]:
         reasons = []
         if profile.hardware != gpu.model:
             reasons.append(f"built for {profile.hardware}; the target GPU is {gpu.model}")
-        need = MIN_CC.get(profile.precision)
+        need = PRECISIONS[profile.precision].min_compute_capability
         if need and gpu.cc < need:
             reasons.append(f"{profile.precision} needs sm_{need[0]}{need[1]} or newer; "
                            f"{gpu.model} is sm_{gpu.compute_capability.replace('.', '')}")

@@ -290,3 +290,20 @@ def test_cache_import_keeps_links_inside_and_file_modes(tmp_path: Path, isolated
     assert blob.stat().st_mode & 0o777 == 0o600
     assert (result.snapshot / "sub" / "weights.safetensors").read_bytes() == b"w" * 100
     shutil.rmtree(model)
+
+
+def test_the_oci_backend_refuses_a_base_without_python_before_writing_an_image(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from builder.cli import cli
+    from builder.image.oci import LAYOUT_DIR, OciBackend
+
+    base = make_layout(tmp_path / "scratch", [{"etc/os-release": b"ID=scratch"}])
+    out = tmp_path / "build"
+    planned = CliRunner().invoke(cli, ["package", "all-minilm-l6-v2", "--backend", "none", "--plan-only",
+                                       "--base-image", f"oci:{base.root}:base", "--output", str(out)])
+    assert planned.exit_code == 0, planned.output
+    with pytest.raises(BaseImageError) as caught:
+        OciBackend().build(out, "mbuild/x:1", out / "image-build.log")
+    assert "python3" in caught.value.message and "python:3.11-slim" in (caught.value.hint or "")
+    assert not (out / LAYOUT_DIR).exists()
