@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from builder.engine.report import REPORT_FILE, GateReport
 from builder.errors import InputError
+from builder.image.dockerfile_cli import ENGINES
 from builder.image.oci import LAYOUT_DIR
-from builder.image.push import IMAGE_RECORD
+from builder.image.push import read_record
+from builder.image.spec import SPEC_FILE, ImageSpec
 from builder.oci.base import local_layout
 from builder.oci.layout import Descriptor, Layout
 from builder.oci.refs import parse_image_source
@@ -50,38 +50,39 @@ def _from_layout(layout: Layout, tag: str | None, name: str) -> Inspection:
 
 
 def _from_engine(tool: str, image: str) -> Inspection | None:
-    if shutil.which(tool) is None:
+    cli = ENGINES[tool]()
+    info = cli.image_info(image)
+    if info is None:
         return None
-    found = subprocess.run([tool, "image", "inspect", image], capture_output=True, text=True, check=False)
-    if found.returncode != 0:
-        return None
-    info = json.loads(found.stdout)[0]
-    history = subprocess.run([tool, "history", "--human=false", "--no-trunc", "--format",
-                              "{{.Size}}\t{{.CreatedBy}}", image], capture_output=True, text=True, check=False)
-    layers = []
-    for line in reversed(history.stdout.strip().splitlines()):  # history lists newest first
-        size, _, made = line.partition("\t")
-        if size.strip().isdigit() and int(size) > 0:
-            layers.append((made.strip(), int(size)))
+    layers = cli.history(image)
     labels = (info.get("Config") or {}).get("Labels") or info.get("Labels") or {}
     digests = info.get("RepoDigests") or []
     return Inspection(image, dict(labels), layers, digest=digests[0].split("@")[-1] if digests else None,
                       image_id=info.get("Id"))
 
 
+def _unbuilt(build_dir: Path) -> Inspection:
+    """A build directory with no image yet: its plan's tag and the labels the image will carry."""
+    try:
+        tag = json.loads((build_dir / "plan.json").read_text())["tag"]
+        labels = ImageSpec.load(build_dir).labels
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{build_dir} is an unfinished build (plan.json or {SPEC_FILE} unreadable: {exc})",
+                         hint="run `mbuild package` into it again") from exc
+    return Inspection(f"{tag} (not built)", dict(labels))
+
+
 def inspect_target(target: str) -> Inspection:
     """A build directory, oci:DIR[:TAG], oci-archive:FILE[:TAG], docker-archive:FILE, or an engine's image."""
     path = Path(target)
     if path.is_dir() and (path / "plan.json").is_file():
-        record = json.loads((path / IMAGE_RECORD).read_text()) if (path / IMAGE_RECORD).is_file() else {}
-        if record.get("backend") == "oci":
-            found = _from_layout(Layout(path / LAYOUT_DIR), record["tag"], record["tag"])
-        elif record:
-            tool = "docker" if record["backend"] == "docker" else "podman"
-            found = _from_engine(tool, record["tag"]) or Inspection(record["tag"])
+        record = read_record(path)
+        if record is not None and record.backend == "oci":
+            found = _from_layout(Layout(path / LAYOUT_DIR), record.tag, record.tag)
+        elif record is not None:
+            found = _from_engine(record.engine, record.tag) or Inspection(record.tag)
         else:
-            spec = json.loads((path / "image-spec.json").read_text())
-            found = Inspection(json.loads((path / "plan.json").read_text())["tag"] + " (not built)", spec["labels"])
+            found = _unbuilt(path)
         gate = GateReport.read(path / REPORT_FILE)
         if gate is not None:
             found.validation = gate.summary_dict()
@@ -89,7 +90,7 @@ def inspect_target(target: str) -> Inspection:
     parsed = parse_image_source(target)
     if parsed.kind in {"oci", "oci-archive", "docker-archive"}:
         return _from_layout(*local_layout(parsed), target)
-    for tool in ("docker", "podman"):
+    for tool in ENGINES:
         found_engine = _from_engine(tool, target)
         if found_engine is not None:
             validation = found_engine.labels.get("dev.mbuild.validation")

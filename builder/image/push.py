@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import ImageBuildError, InputError, ToolMissing
+from builder.image.dockerfile_cli import ENGINES
 from builder.image.oci import LAYOUT_DIR
 from builder.oci.layout import Layout
 from builder.oci.push import push_layout, remote_digest
@@ -30,6 +31,27 @@ class PushResult:
     digest: str  # what the registry serves under the tag now
     local_digest: str | None  # the manifest digest before pushing, where the source has one
     tool: str
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    """image.json: which backend built a build directory's image, under which tag."""
+
+    backend: str
+    tag: str
+
+    @property
+    def engine(self) -> str:
+        """The engine that holds the image under its tag (buildah's images live in podman's storage)."""
+        return "podman" if self.backend in {"podman", "buildah"} else "docker"
+
+
+def read_record(build_dir: Path) -> ImageRecord | None:
+    try:
+        raw = json.loads((build_dir / IMAGE_RECORD).read_text())
+        return ImageRecord(str(raw["backend"]), str(raw["tag"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def record_image(build_dir: Path, backend: str, tag: str, image_id: str, digest: str | None) -> None:
@@ -92,11 +114,7 @@ def push_engine_image(tool: str, image: str, destination: ImageRef, fmt: str) ->
 
 
 def _engine_holding(image: str) -> str | None:
-    for tool, probe in (("docker", ["docker", "image", "inspect", image]),
-                        ("podman", ["podman", "image", "exists", image])):
-        if shutil.which(tool) and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
-            return tool
-    return None
+    return next((tool for tool, cli in ENGINES.items() if cli().image_info(image) is not None), None)
 
 
 def _push_archive(source: ImageSource, destination: ImageRef) -> PushResult:
@@ -119,12 +137,11 @@ def push(source: str, destination: str, fmt: str = "v2s2") -> PushResult:
     if parsed.kind in {"oci-archive", "docker-archive"}:
         return _push_archive(parsed, dest)
     path = parsed.path
-    if parsed.kind == "dir" and (path / IMAGE_RECORD).is_file():
-        record = json.loads((path / IMAGE_RECORD).read_text())
-        if record["backend"] == "oci":
-            return push_layout_dir(path / LAYOUT_DIR, record["tag"], dest)
-        tool = "podman" if record["backend"] in {"podman", "buildah"} else "docker"
-        return push_engine_image(tool, record["tag"], dest, fmt)
+    record = read_record(path) if parsed.kind == "dir" else None
+    if record is not None:
+        if record.backend == "oci":
+            return push_layout_dir(path / LAYOUT_DIR, record.tag, dest)
+        return push_engine_image(record.engine, record.tag, dest, fmt)
     if parsed.kind == "dir":
         raise InputError(f"{source} holds no built image (no {IMAGE_RECORD})" if path.is_dir() else
                          f"no such folder: {source}",
