@@ -49,8 +49,7 @@ def _write_plan_files(build_dir: Path, plan: BuildPlan) -> None:
     if plan.engines:
         settings = load_stage("builder.engine.compile_tensorrt", "planning TensorRT engines")
         exported = expected_export(plan.facts)
-        (build_dir / "tensorrt.json").write_text(json.dumps(settings.settings_for(plan, exported), indent=2,
-                                                            sort_keys=True) + "\n")
+        (build_dir / settings.SETTINGS_FILE).write_text(settings.settings_json(plan, exported))
 
 
 def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Reporter) -> GateReport:

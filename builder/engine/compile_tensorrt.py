@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from builder.engine.tensorrt_settings import trt_settings
+from builder.engine.tensorrt_settings import TrtSettings, trt_settings
 from builder.errors import ToolMissing
 from builder.planning.plan import BuildPlan, EngineTarget
 from builder.resources import mbuild_cache_dir
@@ -24,11 +24,16 @@ from runtimes.hardware import GpuInfo, detect_gpus
 SETTINGS_FILE = "tensorrt.json"
 
 
-def settings_for(plan: BuildPlan, exported: dict[str, Any]) -> dict[str, Any]:
-    """tensorrt.json: the builder settings of every engine of the plan, by compute capability."""
-    return {gpu_select.sm(e.compute_capability): trt_settings(e.profile, plan.task, exported,
-                                                              e.compute_capability).to_dict()
+def settings_for(plan: BuildPlan, exported: dict[str, Any]) -> dict[str, TrtSettings]:
+    """The builder settings of every engine of the plan, by compute capability (tensorrt.json holds them)."""
+    return {gpu_select.sm(e.compute_capability): trt_settings(e.profile, plan.task, exported, e.compute_capability)
             for e in plan.engines}
+
+
+def settings_json(plan: BuildPlan, exported: dict[str, Any]) -> str:
+    """tensorrt.json's text."""
+    settings = {sm: s.to_dict() for sm, s in settings_for(plan, exported).items()}
+    return json.dumps(settings, indent=2, sort_keys=True) + "\n"
 
 
 def _device_for(engine: EngineTarget, gpus: tuple[GpuInfo, ...]) -> int:
@@ -57,18 +62,19 @@ def compile_engines(plan: BuildPlan, onnx_path: Path, engine_dir: Path, exported
     for engine in plan.engines:
         index = _device_for(engine, gpus)
         settings = all_settings[gpu_select.sm(engine.compute_capability)]
-        if settings["explicit_quantization"]:
+        if settings.explicit_quantization:
             raise ToolMissing(f"{engine.profile.precision} engines need an ONNX graph with Q/DQ nodes, which this "
                               "mbuild does not write yet", hint="use an fp16 or bf16 profile (--precision fp16)")
         tensorrt_engine.use_device(index)
         cache = mbuild_cache_dir() / "tensorrt" / f"timing-{version}-{gpu_select.sm(engine.compute_capability)}.cache"
-        plan_bytes = tensorrt_engine.build_plan(onnx_path, settings, cache)
+        # The runtime's builder takes plain data: runtimes/ never imports builder's types.
+        plan_bytes = tensorrt_engine.build_plan(onnx_path, settings.to_dict(), cache)
         folder = engine_dir / gpu_select.ENGINES_DIR / gpu_select.sm(engine.compute_capability)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / gpu_select.PLAN).write_bytes(plan_bytes)
         meta = {"tensorrt_version": version, "compute_capability": engine.compute_capability,
                 "device_name": gpus[index].name, "gpu_model": engine.gpu_model, "profile": engine.profile.name,
-                "settings": settings, "timing_cache_sha256": hashlib.sha256(cache.read_bytes()).hexdigest()}
+                "settings": settings.to_dict(), "timing_cache_sha256": hashlib.sha256(cache.read_bytes()).hexdigest()}
         (folder / gpu_select.META).write_text(json.dumps(meta, indent=2) + "\n")
     limits = plan.profile.limits
     options = {**exported["options"], "max_batch": limits.max_batch, "max_batch_delay_ms": limits.max_batch_delay_ms,
