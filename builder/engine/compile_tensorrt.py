@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
+from builder.engine.exported import ExportResult, ExportShape
 from builder.engine.tensorrt_settings import TrtSettings, trt_settings
 from builder.errors import ToolMissing
 from builder.planning.plan import BuildPlan, EngineTarget
@@ -24,13 +24,13 @@ from runtimes.hardware import GpuInfo, detect_gpus
 SETTINGS_FILE = "tensorrt.json"
 
 
-def settings_for(plan: BuildPlan, exported: dict[str, Any]) -> dict[str, TrtSettings]:
+def settings_for(plan: BuildPlan, exported: ExportShape) -> dict[str, TrtSettings]:
     """The builder settings of every engine of the plan, by compute capability (tensorrt.json holds them)."""
     return {gpu_select.sm(e.compute_capability): trt_settings(e.profile, plan.task, exported, e.compute_capability)
             for e in plan.engines}
 
 
-def settings_json(plan: BuildPlan, exported: dict[str, Any]) -> str:
+def settings_json(plan: BuildPlan, exported: ExportShape) -> str:
     """tensorrt.json's text."""
     settings = {sm: s.to_dict() for sm, s in settings_for(plan, exported).items()}
     return json.dumps(settings, indent=2, sort_keys=True) + "\n"
@@ -48,7 +48,7 @@ def _device_for(engine: EngineTarget, gpus: tuple[GpuInfo, ...]) -> int:
              "hardware_compatibility: ampere_plus in the profile")
 
 
-def compile_engines(plan: BuildPlan, onnx_path: Path, engine_dir: Path, exported: dict[str, Any]) -> EngineConfig:
+def compile_engines(plan: BuildPlan, onnx_path: Path, engine_dir: Path, exported: ExportResult) -> EngineConfig:
     version = tensorrt_engine.trt_version()
     if version is None:
         targets = ", ".join(f"{e.gpu_model} ({gpu_select.sm(e.compute_capability)})" for e in plan.engines)
@@ -77,7 +77,6 @@ def compile_engines(plan: BuildPlan, onnx_path: Path, engine_dir: Path, exported
                 "settings": settings.to_dict(), "timing_cache_sha256": hashlib.sha256(cache.read_bytes()).hexdigest()}
         (folder / gpu_select.META).write_text(json.dumps(meta, indent=2) + "\n")
     limits = plan.profile.limits
-    options = {**exported["options"], "max_batch": limits.max_batch, "max_batch_delay_ms": limits.max_batch_delay_ms,
+    options = {"max_batch": limits.max_batch, "max_batch_delay_ms": limits.max_batch_delay_ms,
                "precision": plan.profile.precision}
-    return EngineConfig.from_dict({"engine": "tensorrt", "model_file": gpu_select.ENGINES_DIR,
-                                   **{**exported, "options": options}})
+    return EngineConfig.from_dict(exported.engine_fields("tensorrt", gpu_select.ENGINES_DIR, options))

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from builder.engine.exported import ExportShape
 from builder.model.catalog import ModelFacts
 
 
-def expected_export(facts: ModelFacts) -> dict[str, Any]:
-    """The engine.json fields export_encoder/export_decoder would write, without exporting."""
+def expected_export(facts: ModelFacts) -> ExportShape:
+    """The shape export_encoder/export_decoder would give, without exporting."""
     if facts.task == "embedding":
-        return {"inputs": ["input_ids", "attention_mask", "token_type_ids"], "max_seq_length": facts.context,
-                "options": {}}
+        return ExportShape(("input_ids", "attention_mask", "token_type_ids"), facts.context, {})
     past = [f"past.{i}.{kind}" for i in range(facts.layers) for kind in ("key", "value")]
-    return {"inputs": ["input_ids", "attention_mask", "position_ids", *past], "max_seq_length": facts.context,
-            "options": {"kv_heads": facts.kv_heads, "head_dim": facts.head_dim, "layers": facts.layers}}
+    return ExportShape(("input_ids", "attention_mask", "position_ids", *past), facts.context,
+                       {"kv_heads": facts.kv_heads, "head_dim": facts.head_dim, "layers": facts.layers})

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from builder.engine.exported import ExportResult
 from builder.engine.quiet import quiet_ml
 from builder.errors import UnsupportedModel
 
@@ -102,7 +103,7 @@ def _eos_ids(model_dir: Path, config: Any, tokenizer: Any) -> list[int]:
 
 
 @quiet_ml()  # a contextmanager is also a decorator: the whole export runs with the libraries quiet
-def export_decoder(model_dir: Path, out_dir: Path) -> dict[str, Any]:
+def export_decoder(model_dir: Path, out_dir: Path) -> ExportResult:
     config = AutoConfig.from_pretrained(model_dir)
     if config.model_type not in SUPPORTED:
         raise UnsupportedModel(f"language models of type {config.model_type!r} are not supported yet",
@@ -129,14 +130,14 @@ def export_decoder(model_dir: Path, out_dir: Path) -> dict[str, Any]:
                           output_names=["logits", *present], dynamic_axes=axes)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     special = {"bos_token": tokenizer.bos_token or "", "eos_token": tokenizer.eos_token or ""}
-    return {
-        "task": "text-generation",
-        "inputs": ["input_ids", "attention_mask", "position_ids", *past],
-        "output": "logits",
-        "dimensions": int(config.vocab_size),
-        "max_seq_length": int(config.max_position_embeddings),
-        "pad_token_id": int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
-        "options": {"layers": layers, "kv_heads": wrapper.kv_heads, "head_dim": wrapper.head_dim,
-                    "eos_token_ids": _eos_ids(model_dir, config, tokenizer), "special_tokens": special,
-                    "chat_template": _chat_template(model_dir, tokenizer)},
-    }
+    return ExportResult(
+        task="text-generation",
+        inputs=("input_ids", "attention_mask", "position_ids", *past),
+        output="logits",
+        dimensions=int(config.vocab_size),
+        max_seq_length=int(config.max_position_embeddings),
+        pad_token_id=int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
+        options={"layers": layers, "kv_heads": wrapper.kv_heads, "head_dim": wrapper.head_dim,
+                 "eos_token_ids": _eos_ids(model_dir, config, tokenizer), "special_tokens": special,
+                 "chat_template": _chat_template(model_dir, tokenizer)},
+    )

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+from builder.engine.exported import ExportResult
 from builder.engine.quiet import quiet_ml
 from builder.errors import UnsupportedModel
 
@@ -95,7 +96,7 @@ class _PooledEncoder(torch.nn.Module):
 
 
 @quiet_ml()  # a contextmanager is also a decorator: the whole export runs with the libraries quiet
-def export_encoder(model_dir: Path, out_dir: Path) -> dict[str, Any]:
+def export_encoder(model_dir: Path, out_dir: Path) -> ExportResult:
     """Write model.onnx and tokenizer.json to out_dir; return the engine.json fields they imply."""
     config = AutoConfig.from_pretrained(model_dir)
     spec = read_encoder_spec(model_dir, config)
@@ -119,12 +120,12 @@ def export_encoder(model_dir: Path, out_dir: Path) -> dict[str, Any]:
             dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in inputs}, OUTPUT_NAME: {0: "batch"}},
         )
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
-    return {
-        "task": "embedding",
-        "inputs": inputs,
-        "output": OUTPUT_NAME,
-        "dimensions": int(config.hidden_size),
-        "max_seq_length": spec.max_seq_length,
-        "pad_token_id": int(tokenizer.pad_token_id or 0),
-        "options": {"pooling": spec.pooling, "normalize": spec.normalize},
-    }
+    return ExportResult(
+        task="embedding",
+        inputs=tuple(inputs),
+        output=OUTPUT_NAME,
+        dimensions=int(config.hidden_size),
+        max_seq_length=spec.max_seq_length,
+        pad_token_id=int(tokenizer.pad_token_id or 0),
+        options={"pooling": spec.pooling, "normalize": spec.normalize},
+    )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.engine.exported import ExportResult
 from builder.optional import load_stage
 from builder.planning.engine_options import ort_options
 from builder.planning.plan import BuildPlan
@@ -33,7 +34,7 @@ TASKS = {
 }
 
 
-def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: dict[str, Any]) -> EngineConfig:
+def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: ExportResult) -> EngineConfig:
     if engine_dir.exists():
         shutil.rmtree(engine_dir)
     if plan.profile.engine == "tensorrt":
@@ -48,14 +49,11 @@ def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: dict[str, 
                                plan.task)
     compiler.optimize(source, engine_dir / "model.onnx", level)
     shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
-    options = {**exported.pop("options"), "max_batch": plan.profile.limits.max_batch,
-               "max_batch_delay_ms": plan.profile.limits.max_batch_delay_ms, "graph_optimization": level,
-               "precision": plan.profile.precision}
-    if plan.task == "text-generation" and plan.profile.limits.context:
-        # The served context is what the profile reserved KV cache for, not the model's longest.
-        exported["max_seq_length"] = min(int(exported["max_seq_length"]), plan.profile.limits.context)
-    config = EngineConfig.from_dict({"engine": "onnxruntime", "model_file": "model.onnx", **exported,
-                                     "options": options})
+    options = {"max_batch": plan.profile.limits.max_batch, "graph_optimization": level,
+               "max_batch_delay_ms": plan.profile.limits.max_batch_delay_ms, "precision": plan.profile.precision}
+    if plan.task == "text-generation":
+        exported = exported.capped(plan.profile.limits.context)
+    config = EngineConfig.from_dict(exported.engine_fields("onnxruntime", "model.onnx", options))
     (engine_dir / "engine.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     return config
 

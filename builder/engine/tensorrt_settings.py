@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from builder.engine.exported import ExportShape
 from builder.errors import InputError
 from builder.planning.engine_options import trt_options
 from builder.planning.precisions import PRECISIONS
@@ -87,16 +88,16 @@ def _decoder_profiles(inputs: list[str], max_batch: int, context: int, kv_heads:
     return prefill, decode
 
 
-def trt_settings(profile: Profile, task: str, exported: dict[str, Any], compute_capability: str) -> TrtSettings:
-    """exported: the engine.json fields the export produced (inputs, max_seq_length, options)."""
+def trt_settings(profile: Profile, task: str, exported: ExportShape, compute_capability: str) -> TrtSettings:
+    """exported: the graph's inputs, longest sequence and the task's options (decoders: kv_heads, head_dim)."""
     options = trt_options(profile.engine_options)
-    inputs = list(exported["inputs"])
+    inputs = list(exported.inputs)
     max_batch = profile.limits.max_batch
     if task == "embedding":
-        shapes = _encoder_profiles(inputs, max_batch, int(exported["max_seq_length"]))
+        shapes = _encoder_profiles(inputs, max_batch, exported.max_seq_length)
     else:
-        context = min(int(exported["max_seq_length"]), profile.limits.context or int(exported["max_seq_length"]))
-        decoder = exported["options"]
+        context = min(exported.max_seq_length, profile.limits.context or exported.max_seq_length)
+        decoder = exported.options
         shapes = _decoder_profiles(inputs, max_batch, context, int(decoder["kv_heads"]), int(decoder["head_dim"]))
     row = PRECISIONS[profile.precision]
     explicit, weak = row.trt_quantize, row.trt_flags
