@@ -105,3 +105,22 @@ def test_serve_checks_the_port_before_starting(tmp_path: Path, busy_port: int) -
 def test_allow_failed_gate_warns_and_still_checks_the_port(tmp_path: Path, busy_port: int) -> None:
     result = run(["serve", str(_build_dir(tmp_path, False)), "--allow-failed-gate", "--port", str(busy_port)])
     assert result.exit_code == PortBusy.exit_code
+
+
+@pytest.mark.parametrize(("backend", "says", "never"), [("oci", "skopeo copy oci:", "run it:  docker run"),
+                                                          ("docker", "docker run", "skopeo"),
+                                                          ("podman", "podman run", "docker run")])
+def test_the_summary_says_how_to_run_the_image_from_where_it_is(tmp_path: Path, backend: str, says: str,
+                                                                never: str) -> None:
+    from builder.build.pipeline import PackageResult
+    from builder.cli.package import _run_hint
+    from builder.image.base import ImageResult
+    from builder.planning.plan import BuildPlan
+
+    class _Plan:
+        tag = "mbuild/x:1"
+
+    image = ImageResult("mbuild/x:1", "sha256:" + "0" * 64, 1, backend)
+    plan: BuildPlan = _Plan()  # type: ignore[assignment]  # the hint reads only the tag
+    hint = _run_hint(PackageResult(plan, tmp_path, None, image, ""))
+    assert says in hint and never not in hint
