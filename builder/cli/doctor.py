@@ -12,12 +12,12 @@ import click
 from huggingface_hub import get_token
 
 from builder import __version__
-from builder.catalog import lookup_alias
-from builder.hubcache import hub_cache_dir, offline_requested
 from builder.image import BACKENDS
-from builder.profiles import load_profiles
-from builder.selection import evaluate
-from builder.target import CPU_FLAGS_OF_INTEREST, detected_target, host_cpu_target
+from builder.model.catalog import lookup_alias
+from builder.model.hubcache import hub_cache_dir, offline_requested
+from builder.planning.profiles import load_profiles
+from builder.planning.selection import evaluate
+from builder.planning.target import CPU_FLAGS_OF_INTEREST, detected_target, host_cpu_target
 from builder.versions import installed_version
 
 

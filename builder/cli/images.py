@@ -6,8 +6,9 @@ import json
 
 import click
 
-from builder.inspect_image import inspect_target
-from builder.push import push as push_image
+from builder.engine.report import GateReport
+from builder.image.inspect import inspect_target
+from builder.image.push import push as push_image
 
 
 @click.command()
@@ -16,7 +17,10 @@ from builder.push import push as push_image
 @click.option("--format", "fmt", type=click.Choice(["v2s2", "oci"]), default="v2s2", show_default=True,
               help="Manifest type when pushing from docker or podman (an OCI layout keeps its own).")
 def push(source: str, destination: str, fmt: str) -> None:
-    """Push SOURCE (a build dir, oci:DIR:TAG, or a local image) to DESTINATION (registry/repo[:tag])."""
+    """Push SOURCE to DESTINATION (registry/repo[:tag]).
+
+    SOURCE: a build dir, oci:DIR[:TAG], oci-archive:FILE[:TAG], docker-archive:FILE, or a local image.
+    """
     result = push_image(source, destination, fmt)
     click.echo(f"pushed {result.destination} with {result.tool}")
     click.echo(f"digest {result.digest}" + (" (same as the local image)" if result.local_digest else ""))
@@ -26,11 +30,21 @@ def _size(n: int) -> str:
     return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n / 1e3:,.1f} kB"
 
 
+def _validation(found: dict[str, object], labels: dict[str, str]) -> str:
+    """One line: passed/FAILED and the gate's own summary, else the image's validation label."""
+    if "passed" in found:
+        return GateReport.from_dict(found).verdict
+    return str(found.get("label") or labels.get("dev.mbuild.validation") or "unknown")
+
+
 @click.command()
 @click.argument("target")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def inspect(target: str, as_json: bool) -> None:
-    """Show TARGET's labels, profile, model commit, validation result and layer sizes."""
+    """Show TARGET's labels, profile, model commit, validation result and layer sizes.
+
+    TARGET: a build dir, oci:DIR[:TAG], oci-archive:FILE[:TAG], docker-archive:FILE, or a local image.
+    """
     found = inspect_target(target)
     if as_json:
         click.echo(json.dumps(found.as_dict(), indent=2, sort_keys=True))
@@ -42,8 +56,7 @@ def inspect(target: str, as_json: bool) -> None:
     click.echo(f"model       {labels.get('dev.mbuild.model.id', '?')} @ {labels.get('dev.mbuild.model.revision', '?')}")
     click.echo(f"profile     {labels.get('dev.mbuild.profile', '?')} ({labels.get('dev.mbuild.profile.id', '?')[:12]})")
     click.echo(f"engine      {labels.get('dev.mbuild.engine', '?')}, {labels.get('dev.mbuild.precision', '?')}")
-    validation = found.validation or {"label": labels.get("dev.mbuild.validation", "unknown")}
-    click.echo(f"validation  {json.dumps(validation, sort_keys=True)}")
+    click.echo(f"validation  {_validation(found.validation, labels)}")
     click.echo("labels")
     for key in sorted(labels):
         click.echo(f"  {key}={labels[key]}")

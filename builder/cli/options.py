@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from builder.planning.precisions import PRECISIONS
+
 F = Callable[..., Any]
 
 
@@ -17,7 +19,7 @@ def target_options(func: F) -> F:
                      help="Target hardware: cpu, or a GPU such as h100, l4x2 (default: this host's, detected)."),
         click.option("--profile", "profile", default=None, metavar="ID|NAME",
                      help="Use this profile (also MBUILD_PROFILE); see `mbuild profiles MODEL`."),
-        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "fp8", "int8", "int4", "nvfp4"]),
+        click.option("--precision", type=click.Choice(list(PRECISIONS)),
                      help="Only profiles of this precision."),
         click.option("--mode", type=click.Choice(["latency", "throughput"]), help="Only profiles of this mode."),
         click.option("--offline", is_flag=True, help="Use only the local Hugging Face cache (also HF_HUB_OFFLINE=1)."),

@@ -8,12 +8,24 @@ import click
 from huggingface_hub.utils import disable_progress_bars
 from rich.table import Table
 
+from builder.build.pipeline import PackageResult
+from builder.build.pipeline import package as run_package
+from builder.build.plan_package import PackageOptions
 from builder.cli.options import target_options
 from builder.image import CHOICES
-from builder.pipeline import PackageResult
-from builder.pipeline import package as run_package
-from builder.planning import PackageOptions
+from builder.image.oci import LAYOUT_DIR
 from builder.progress import Reporter
+
+
+def _run_hint(result: PackageResult) -> str:
+    """How to start the image from where it now is: only docker and podman hold it under its tag."""
+    tag = result.plan.tag
+    if result.image is not None and result.image.backend == "oci":
+        layout = result.build_dir / LAYOUT_DIR
+        return (f"run it:  skopeo copy oci:{layout}:{tag} docker-daemon:{tag} && docker run --rm -p 8000:8000 {tag}"
+                f"\n         (or push it: mbuild push {result.build_dir} REGISTRY/REPO:TAG)")
+    tool = "docker" if result.image is not None and result.image.backend == "docker" else "podman"
+    return f"run it:  {tool} run --rm -p 8000:8000 {tag}"
 
 
 def _summary(result: PackageResult, reporter: Reporter) -> None:
@@ -34,14 +46,14 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
     table.add_row("profile", f"{result.plan.profile.name} ({result.plan.profile.id[:12]})")
     report = result.report
     if report:
-        table.add_row("validation", f"{'passed' if report['passed'] else 'FAILED'}: {report.get('summary', '')}")
+        table.add_row("validation", report.verdict)
     else:
         table.add_row("validation", "not run (--plan-only)")
     table.add_row("time", ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())
                   + f" (total {sum(result.timings.values()):.1f}s)")
     reporter.console.print(table)
     if image:
-        reporter.console.print(f"run it:  docker run --rm -p 8000:8000 {result.plan.tag}")
+        reporter.console.print(_run_hint(result))
     if report:
         reporter.console.print(f"serve it here:  mbuild serve {result.build_dir}")
 
@@ -51,6 +63,8 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
 @target_options
 @click.option("--output", "-o", type=click.Path(path_type=Path, file_okay=False),
               help="Build directory (default: mbuild-builds/<name>-<version>).")
+@click.option("--force", is_flag=True, help="Build into a non-empty --output folder mbuild did not make; its files "
+              "are kept, and mbuild refuses if one of its own names (model/, work/, ...) is taken there.")
 @click.option("--name", help="Image repository name (default: mbuild/<model>).")
 @click.option("--version", "version", help="Image version (default: sha-<plan digest>).")
 @click.option("--base-image", help="Base image with Python 3.11 (default: the profile's, python:3.11-slim).")
@@ -63,8 +77,9 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
               "settings; download, export and build nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output; print only the image tag.")
 def package(model: str, gpu: str | None, profile: str | None, precision: str | None, mode: str | None,
-            offline: bool, output: Path | None, name: str | None, version: str | None, base_image: str | None,
-            backend: str, image_format: str, push_to: str | None, plan_only: bool, quiet: bool) -> None:
+            offline: bool, output: Path | None, force: bool, name: str | None, version: str | None,
+            base_image: str | None, backend: str, image_format: str, push_to: str | None, plan_only: bool,
+            quiet: bool) -> None:
     """Package MODEL (alias, org/name[@rev], hf://org/name@rev or ./folder) into a serving image."""
     if quiet:
         disable_progress_bars()
@@ -72,7 +87,7 @@ def package(model: str, gpu: str | None, profile: str | None, precision: str | N
     options = PackageOptions(model=model, gpu=gpu, output=output, name=name, version=version,
                              base_image=base_image, backend=backend, offline=offline, profile=profile,
                              precision=precision, mode=mode, image_format=image_format,  # type: ignore[arg-type]
-                             push=push_to, plan_only=plan_only)
+                             push=push_to, plan_only=plan_only, force=force)
     result = run_package(options, reporter)
     if quiet:
         click.echo(result.plan.tag if result.image else str(result.build_dir))

@@ -6,9 +6,9 @@ import json
 
 import click
 
+from builder.build.plan_package import PackageOptions, plan_package
 from builder.cli.options import target_options
-from builder.plan import BuildPlan
-from builder.planning import PackageOptions, plan_package
+from builder.planning.plan import BuildPlan
 from builder.progress import Reporter
 
 

@@ -6,9 +6,9 @@ import json
 
 import click
 
+from builder.build.plan_package import PackageOptions, planning_for
 from builder.cli.options import target_options
 from builder.cli.profiles_view import profiles_json, render_profiles
-from builder.planning import PackageOptions, planning_for
 
 
 @click.command()

@@ -6,9 +6,9 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from builder.catalog import ModelFacts
-from builder.selection import Selection, Verdict
-from builder.target import Target
+from builder.model.catalog import ModelFacts
+from builder.planning.selection import Selection, Verdict
+from builder.planning.target import Target
 
 _OTHER_GPU = re.compile(r"^built for (?P<gpu>[^;]+); the target GPU is ")
 _NEEDS_GPU = re.compile(r"^needs a GPU \((?P<gpu>[^)]+)\); the target is a CPU$")

@@ -3,25 +3,62 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
 import click
 
-from builder.errors import InputError
+from builder.engine.report import REPORT_FILE, GateReport
+from builder.errors import InputError, PortBusy, ValidationFailed
 from builder.resources import runtimes_dir
+
+
+def _gate(build_dir: Path, allow_failed: bool) -> str | None:
+    """The build's gate summary; a failed or missing gate stops here unless the user allows it."""
+    report = GateReport.read(build_dir / "model" / REPORT_FILE)
+    passed = report is not None and report.passed
+    summary = report.summary if report else f"no readable model/{REPORT_FILE}: this engine was never validated"
+    if passed:
+        return None
+    if not allow_failed:
+        raise ValidationFailed(f"{build_dir} failed its numerical gate: {summary}",
+                               hint="rebuild with another precision or profile; --allow-failed-gate serves it "
+                                    "anyway (its answers may be wrong)")
+    return f"warning: serving an engine that failed its numerical gate: {summary}"
+
+
+def _check_port(host: str, port: int) -> None:
+    """Bind once before starting anything: a busy port is a message, not a server traceback."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise InputError(f"--host {host!r} is not an address of this machine: {exc.strerror}") from exc
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise PortBusy(f"cannot listen on {host}:{port}: {exc.strerror}",
+                           hint="choose another --port, or stop what listens there") from exc
 
 
 @click.command()
 @click.argument("build_dir", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
-def serve(build_dir: Path, host: str, port: int) -> None:
+@click.option("--allow-failed-gate", is_flag=True, help="Serve an engine that failed its numerical gate.")
+def serve(build_dir: Path, host: str, port: int, allow_failed_gate: bool) -> None:
     """Serve BUILD_DIR's model with the same runtime the image runs."""
     model_dir = build_dir / "model"
     if not (model_dir / "engine.json").is_file():
         raise InputError(f"{build_dir} is not an mbuild build directory (no model/engine.json)",
                          hint="give the folder that `mbuild package` printed as 'build dir'")
+    warning = _gate(build_dir, allow_failed_gate)
+    _check_port(host, port)
+    if warning:
+        click.secho(warning, fg="yellow", err=True)
     env = {**os.environ, "MBUILD_MODEL_DIR": str(model_dir.resolve())}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runtimes_dir().parent), env.get("PYTHONPATH")]))
     click.echo(f"serving {build_dir} on http://{host}:{port} (Ctrl+C stops)", err=True)

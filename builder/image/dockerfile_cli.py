@@ -12,11 +12,12 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from builder.errors import ImageBuildError, StorageMismatch
 from builder.image.base import ImageResult
 from builder.image.spec import ImageSpec
-from builder.oci.refs import parse_ref
+from builder.oci.refs import parse_image_source, parse_ref
 from builder.oci.registry import is_insecure
 
 
@@ -56,11 +57,31 @@ class DockerfileCli:
     def build_command(self, context: Path, tag: str) -> list[str]:
         return ["build", "--network", "host", "--tag", tag, str(context)]
 
-    def existing(self, tag: str, context: Path | None = None) -> ImageResult | None:
-        result = self._run("image", "inspect", tag)
-        if result.returncode != 0:
+    def image_info(self, image: str) -> dict[str, Any] | None:
+        """`TOOL image inspect IMAGE`'s entry (with this tool's storage settings); None if it holds no such image."""
+        if shutil.which(self.executable) is None:
             return None
-        info = json.loads(result.stdout)[0]
+        try:
+            result = self._run("image", "inspect", image)
+            entries = json.loads(result.stdout) if result.returncode == 0 else None
+        except (subprocess.TimeoutExpired, ValueError):
+            return None
+        return entries[0] if isinstance(entries, list) and entries and isinstance(entries[0], dict) else None
+
+    def history(self, image: str) -> list[tuple[str, int]]:
+        """(what made it, bytes) for each non-empty layer, base first."""
+        result = self._run("history", "--human=false", "--no-trunc", "--format", "{{.Size}}\t{{.CreatedBy}}", image)
+        layers = []
+        for line in reversed(result.stdout.strip().splitlines()):  # history lists newest first
+            size, _, made = line.partition("\t")
+            if size.strip().isdigit() and int(size) > 0:
+                layers.append((made.strip(), int(size)))
+        return layers
+
+    def existing(self, tag: str, context: Path | None = None) -> ImageResult | None:
+        info = self.image_info(tag)
+        if info is None:
+            return None
         return ImageResult(tag=tag, image_id=info["Id"] if ":" in info["Id"] else f"sha256:{info['Id']}",
                            size_bytes=info.get("Size"), backend=self.name, reused=True)
 
@@ -124,8 +145,8 @@ class _ContainersStorage(DockerfileCli):
                                hint=self.fix.format(tool=self.executable))
 
     def _tls(self, context: Path) -> list[str]:
-        base = ImageSpec.load(context).base_image
-        return ["--tls-verify=false"] if is_insecure(parse_ref(base).registry) else []
+        base = parse_image_source(ImageSpec.load(context).base_image)  # oci:, archives: read from disk, no TLS
+        return ["--tls-verify=false"] if base.kind == "name" and is_insecure(parse_ref(base.text).registry) else []
 
 
 class PodmanBackend(_ContainersStorage):
@@ -157,3 +178,7 @@ class BuildahBackend(_ContainersStorage):
         size = sum(int(layer.get("Size", 0) or 0) for layer in info.get("OCIv1", {}).get("layers", []) or [])
         return ImageResult(tag=tag, image_id=f"sha256:{image_id}", size_bytes=size or None, backend=self.name,
                            reused=True)
+
+
+# The engines that hold images under a name (buildah's images live in podman's storage): push and inspect ask them.
+ENGINES: dict[str, type[DockerfileCli]] = {"docker": DockerBackend, "podman": PodmanBackend}

@@ -16,9 +16,10 @@ from typing import Any
 from builder.errors import ImageBuildError
 from builder.hashing import sha256_file, tree_digest
 from builder.image.base import ImageResult
-from builder.image.spec import Copy, ImageSpec, source_date_epoch, timestamp
+from builder.image.spec import ImageSpec, source_date_epoch, timestamp
 from builder.oci.base import BaseImage, load_base
-from builder.oci.layers import LayerBlob, build_layer
+from builder.oci.basepython import check_python, plan_python
+from builder.oci.layers import Copy, LayerBlob, build_layer
 from builder.oci.layout import REF_NAME, Descriptor, Layout, canonical
 from builder.oci.media import CONFIG, LAYER, MANIFEST, Format
 from builder.resources import mbuild_cache_dir
@@ -106,6 +107,7 @@ class OciBackend:
         spec = ImageSpec.load(context)
         epoch = source_date_epoch()
         base = load_base(spec.base_image)
+        check_python(base, plan_python(context))  # before writing anything: a base that cannot run is no image
         out = context / LAYOUT_DIR
         shutil.rmtree(out, ignore_errors=True)
         layout = Layout(out)

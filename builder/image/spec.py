@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from builder.oci.layers import Copy
+
 SPEC_FILE = "image-spec.json"
 UID = 10001
 PORT = 8000
@@ -27,14 +29,6 @@ def source_date_epoch() -> int:
 
 def timestamp(epoch: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-@dataclass(frozen=True)
-class Copy:
-    """One layer: these build-context paths copied to dest (a folder ends with '/')."""
-
-    sources: tuple[str, ...]
-    dest: str
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,9 @@
     oci-archive:PATH[:TAG]     the same, as a tar
     docker-archive:PATH        what `docker save` writes
     [registry/]name[:tag]      pulled with the distribution API into ~/.cache/mbuild/bases
+
+Nothing a base names is trusted: archive entries stay inside the archive, digests are canonical and
+every blob is hashed when read, and a digest-pinned reference must match the bytes the registry sends.
 """
 
 from __future__ import annotations
@@ -17,14 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.errors import InputError
+from builder.errors import BaseImageError, InputError, UnsafeInput
 from builder.hashing import sha256_file
 from builder.oci.layers import Hashing
-from builder.oci.layout import Descriptor, Layout, canonical
+from builder.oci.layout import Descriptor, Layout, canonical, is_linux_amd64
 from builder.oci.media import GZIP_LAYERS, INDEXES, OCI_CONFIG, OCI_LAYER, OCI_MANIFEST
-from builder.oci.refs import parse_ref
+from builder.oci.refs import ImageSource, parse_image_source, parse_ref
 from builder.oci.registry import Registry
 from builder.resources import mbuild_cache_dir
+from builder.safepaths import inside
 
 
 @dataclass(frozen=True)
@@ -34,22 +38,20 @@ class BaseImage:
     layers: tuple[tuple[Descriptor, Path], ...]  # gzip layers with the file that holds each
 
 
-def _split_tag(text: str) -> tuple[Path, str | None]:
-    path, _, tag = text.rpartition(":") if ":" in Path(text).name else (text, "", "")
-    return Path(path or text), tag or None
-
-
 def _from_layout(source: str, layout: Layout, tag: str | None) -> BaseImage:
     _, manifest = layout.manifest(tag)
-    config = layout.read_json(manifest["config"]["digest"])
+    config_desc = Descriptor.from_dict(manifest["config"], f"base {source}: config")
+    config = layout.read_json(config_desc.digest)
     layers = []
     for entry in manifest["layers"]:
-        desc = Descriptor.from_dict(entry)
+        desc = Descriptor.from_dict(entry, f"base {source}: layer")
         if desc.media_type not in GZIP_LAYERS:
-            raise InputError(f"base {source}: layer type {desc.media_type} is not supported (gzip layers are)")
-        if not layout.has(desc.digest):
-            raise InputError(f"base {source}: blob {desc.digest} is missing from the layout")
-        layers.append((desc, layout.blob_path(desc.digest)))
+            raise BaseImageError(f"base {source}: layer type {desc.media_type} is not supported (gzip layers are)")
+        layers.append((desc, layout.verified_blob(desc.digest)))
+    rootfs = config.get("rootfs")
+    if not isinstance(rootfs, dict) or not isinstance(rootfs.get("diff_ids"), list) \
+            or len(rootfs["diff_ids"]) != len(layers):
+        raise UnsafeInput(f"base {source}: its config's rootfs does not list one diff_id per layer")
     return BaseImage(source, config, tuple(layers))
 
 
@@ -68,62 +70,125 @@ def _gzip_into(layout: Layout, raw_tar: Path) -> Descriptor:
     return desc
 
 
-def _from_docker_archive(source: str, archive: Path) -> BaseImage:
+def _archive_digest(source: str, archive: Path) -> str:
+    if not archive.is_file():
+        raise BaseImageError(f"base {source}: no such file {archive}",
+                             hint="give the path of a file `docker save` or `skopeo copy ... oci-archive:` wrote")
+    return sha256_file(archive)
+
+
+def _extract(source: str, archive: Path, dest: Path) -> None:
+    """Unpack with tarfile's 'data' filter: absolute names, ../ and links out of dest are refused."""
+    shutil.rmtree(dest, ignore_errors=True)
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")
+    except tarfile.FilterError as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise UnsafeInput(f"base {source}: the archive has an entry that leaves its folder: {exc}",
+                          hint="the archive was not written by docker save or skopeo; do not use it") from exc
+    except (tarfile.TarError, OSError) as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise BaseImageError(f"base {source}: cannot read the archive: {exc}") from exc
+
+
+def _docker_manifest(source: str, work: Path) -> tuple[Path, list[Path]]:
+    """manifest.json's config and layer files, each confined to the unpacked archive."""
+    try:
+        entry = json.loads((work / "manifest.json").read_text())[0]
+        config, layers = entry["Config"], entry["Layers"]
+    except (OSError, ValueError, LookupError, TypeError) as exc:
+        raise BaseImageError(f"base {source}: not a docker save archive (no usable manifest.json)") from exc
+    if not isinstance(config, str) or not isinstance(layers, list) or not all(isinstance(n, str) for n in layers):
+        raise UnsafeInput(f"base {source}: manifest.json names its files with something other than strings")
+    where = f"base {source}: manifest.json"
+    files = [inside(work, config, where), *(inside(work, name, where) for name in layers)]
+    for path in files:
+        if not path.is_file():
+            raise BaseImageError(f"base {source}: manifest.json names {path.relative_to(work.resolve())}, "
+                                 "which the archive does not hold")
+    return files[0], files[1:]
+
+
+def _docker_archive_layout(source: str, archive: Path) -> Layout:
     """`docker save` output: uncompressed layers, converted once into a cached OCI layout."""
-    cache = _cache(f"docker-archive:{sha256_file(archive)}")
+    cache = _cache(f"docker-archive:{_archive_digest(source, archive)}")
     layout = Layout(cache)
     if not (cache / "index.json").is_file():
         work = cache.with_name(cache.name + ".unpacked")
-        shutil.rmtree(work, ignore_errors=True)
-        with tarfile.open(archive) as tar:
-            tar.extractall(work, filter="data")
+        _extract(source, archive, work)
         if (work / "index.json").is_file() and (work / "blobs").is_dir():  # newer docker saves an OCI layout
             shutil.rmtree(cache, ignore_errors=True)
             work.rename(cache)
-            return _from_layout(source, Layout(cache), None)
-        entry = json.loads((work / "manifest.json").read_text())[0]
-        config_bytes = (work / entry["Config"]).read_bytes()
-        config_desc = layout.put_bytes(config_bytes, OCI_CONFIG)
-        layers = [_gzip_into(layout, work / name).to_dict() for name in entry["Layers"]]
+            return layout
+        config, layer_files = _docker_manifest(source, work)
+        config_desc = layout.put_bytes(config.read_bytes(), OCI_CONFIG)
+        layers = [_gzip_into(layout, path).to_dict() for path in layer_files]
         manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config_desc.to_dict(), "layers": layers}
         layout.write_index(layout.put_bytes(canonical(manifest), OCI_MANIFEST), "base")
         shutil.rmtree(work, ignore_errors=True)
-    return _from_layout(source, layout, None)
+    return layout
+
+
+def _oci_archive_layout(source: str, archive: Path) -> Layout:
+    cache = _cache(f"oci-archive:{_archive_digest(source, archive)}")
+    if not (cache / "index.json").is_file():
+        _extract(source, archive, cache)
+    return Layout(cache)
+
+
+def _json_object(data: bytes, where: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        raise UnsafeInput(f"{where} is not JSON") from exc
+    if not isinstance(value, dict):
+        raise UnsafeInput(f"{where} is not a JSON object")
+    return value
 
 
 def _from_registry(source: str) -> BaseImage:
     ref = parse_ref(source)
     with Registry(ref) as registry:
+        # get_manifest checks the bytes against a digest reference: a pinned base is the pinned base.
         data, media, digest = registry.get_manifest(ref.reference)
-        manifest = json.loads(data)
+        manifest = _json_object(data, f"manifest of {source}")
         if media in INDEXES or manifest.get("mediaType") in INDEXES:
-            chosen = next((m for m in manifest["manifests"] if m.get("platform", {}).get("architecture") == "amd64"
-                           and m.get("platform", {}).get("os") == "linux"), None)
+            chosen = next((m for m in manifest.get("manifests") or [] if is_linux_amd64(m)), None)
             if chosen is None:
-                raise InputError(f"base {source} has no linux/amd64 image")
-            data, media, digest = registry.get_manifest(chosen["digest"])
-            manifest = json.loads(data)
+                raise BaseImageError(f"base {source} has no linux/amd64 image")
+            data, media, digest = registry.get_manifest(Descriptor.from_dict(chosen, f"index of {source}").digest)
+            manifest = _json_object(data, f"manifest of {source}")
         layout = Layout(_cache(f"registry:{digest}"))
-        for desc in [manifest["config"], *manifest["layers"]]:
-            if not layout.has(desc["digest"]):
-                registry.get_blob(desc["digest"], layout.blob_path(desc["digest"]))
+        blobs = [Descriptor.from_dict(d, f"manifest of {source}") for d in [manifest.get("config"),
+                                                                              *(manifest.get("layers") or [])]]
+        for desc in blobs:
+            if not layout.has(desc.digest):
+                registry.get_blob(desc.digest, layout.blob_path(desc.digest))
         stored = layout.put_bytes(data, media or OCI_MANIFEST)
         layout.write_index(stored, "base")
     return _from_layout(source, layout, None)
 
 
-def load_base(source: str) -> BaseImage:
-    if source.startswith("oci:"):
-        path, tag = _split_tag(source.removeprefix("oci:"))
-        return _from_layout(source, Layout(path), tag)
-    if source.startswith("oci-archive:"):
-        path, tag = _split_tag(source.removeprefix("oci-archive:"))
-        cache = _cache(f"oci-archive:{sha256_file(path)}")
-        if not (cache / "index.json").is_file():
-            with tarfile.open(path) as tar:
-                tar.extractall(cache, filter="data")
-        return _from_layout(source, Layout(cache), tag)
-    if source.startswith("docker-archive:"):
-        return _from_docker_archive(source, Path(source.removeprefix("docker-archive:")))
-    return _from_registry(source)
+def local_layout(parsed: ImageSource) -> tuple[Layout, str | None]:
+    """The OCI layout an oci:, oci-archive: or docker-archive: reference reads from, and its tag."""
+    if parsed.kind not in {"oci", "oci-archive", "docker-archive"}:
+        raise InputError(f"{parsed.text!r} is not a local image (oci:, oci-archive:, docker-archive:)")
+    if not parsed.path.exists():
+        raise BaseImageError(f"image {parsed.text}: {parsed.path} does not exist",
+                             hint="check the path; `skopeo copy docker://python:3.11-slim oci:DIR:TAG` makes a layout")
+    if parsed.kind == "oci":
+        return Layout(parsed.path), parsed.tag
+    if parsed.kind == "oci-archive":
+        return _oci_archive_layout(parsed.text, parsed.path), parsed.tag
+    return _docker_archive_layout(parsed.text, parsed.path), None
 
+
+def load_base(source: str) -> BaseImage:
+    parsed = parse_image_source(source)
+    if parsed.kind == "dir":
+        raise BaseImageError(f"base image {source!r} is a folder, not an image reference",
+                             hint="write oci:DIR[:TAG] for an OCI layout folder")
+    if parsed.kind == "name":
+        return _from_registry(source)
+    return _from_layout(source, *local_layout(parsed))

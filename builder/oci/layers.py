@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from builder.image.spec import Copy
+
+@dataclass(frozen=True)
+class Copy:
+    """One layer: these build-context paths copied to dest (a folder ends with '/')."""
+
+    sources: tuple[str, ...]
+    dest: str
 
 
 @dataclass(frozen=True)

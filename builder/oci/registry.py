@@ -3,6 +3,9 @@
 Auth: anonymous, Basic, or Bearer tokens from the registry's WWW-Authenticate challenge, with
 credentials from MBUILD_REGISTRY_USERNAME/PASSWORD or the docker config (~/.docker/config.json).
 Plain HTTP is used for localhost and 127.0.0.1, or any host in MBUILD_INSECURE_REGISTRIES.
+Credentials go only to a token realm over https on the registry's own host, Docker Hub's auth host,
+or a host named in MBUILD_REGISTRY_AUTH_HOSTS; plain HTTP only where the realm's host is insecure too.
+Manifests fetched by digest and every blob are checked against their digest.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 
 import httpx
 
-from builder.errors import ImageBuildError, InputError
+from builder.errors import ImageBuildError, InputError, UnsafeInput
+from builder.oci.digests import DIGEST, checked, of_bytes
 from builder.oci.media import ACCEPT
 from builder.oci.refs import DOCKER_HUB, ImageRef
 
@@ -48,10 +52,26 @@ def credentials(registry: str) -> tuple[str, str] | None:
     return _docker_config_auth(registry)
 
 
+def _listed(variable: str) -> set[str]:
+    return {h.strip() for h in os.environ.get(variable, "").split(",") if h.strip()}
+
+
 def is_insecure(registry: str) -> bool:
     host = registry.split(":")[0]
-    extra = {h.strip() for h in os.environ.get("MBUILD_INSECURE_REGISTRIES", "").split(",") if h.strip()}
+    extra = _listed("MBUILD_INSECURE_REGISTRIES")
     return host in {"localhost", "127.0.0.1", "::1"} or registry in extra or host in extra
+
+
+def trusted_realm(registry: str, realm: str) -> bool:
+    """May this token realm see the registry's credentials? Its host must be the registry's or named."""
+    url = httpx.URL(realm)
+    host, netloc = url.host, url.netloc.decode()
+    known = {registry.split(":")[0], registry} | _listed("MBUILD_REGISTRY_AUTH_HOSTS")
+    if registry == DOCKER_HUB:
+        known.add("auth.docker.io")
+    if host not in known and netloc not in known:
+        return False
+    return url.scheme == "https" or (url.scheme == "http" and is_insecure(netloc))
 
 
 class Registry:
@@ -82,11 +102,29 @@ class Registry:
             return
         fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
         query = {k: v for k, v in fields.items() if k in {"service", "scope"}}
-        reply = self.client.get(fields["realm"], params=query, auth=self.creds)
+        realm = fields.get("realm", "")
+        try:
+            trusted = trusted_realm(self.ref.registry, realm)
+        except httpx.InvalidURL as exc:
+            raise UnsafeInput(f"{self.ref.registry} names a token realm that is not a URL: {realm!r}") from exc
+        if self.creds and not trusted:
+            raise UnsafeInput(f"{self.ref.registry} asks for credentials at {realm!r}, which is not an https address "
+                              "on the registry's host; mbuild does not send them there",
+                              hint="if that host is the registry's real token service, name it in "
+                                   "MBUILD_REGISTRY_AUTH_HOSTS (it must use https unless it is local)")
+        if not realm.startswith(("https://", "http://")):
+            raise UnsafeInput(f"{self.ref.registry} names a token realm that is not http(s): {realm!r}")
+        try:
+            reply = self.client.get(realm, params=query, auth=self.creds if trusted else None)
+        except httpx.HTTPError as exc:
+            raise ImageBuildError(f"cannot reach {self.ref.registry}'s token service {realm}: {exc}") from exc
         if reply.status_code != 200:
             raise ImageBuildError(f"{self.ref.registry} refused a token (HTTP {reply.status_code})",
                                   hint="check the registry credentials (docker login or MBUILD_REGISTRY_*)")
-        body = reply.json()
+        try:
+            body = reply.json()
+        except ValueError as exc:
+            raise ImageBuildError(f"{self.ref.registry}'s token service answered something other than JSON") from exc
         self.auth_header = "Bearer " + (body.get("token") or body.get("access_token", ""))
 
     def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
@@ -121,11 +159,15 @@ class Registry:
         response = self._check(self.request("GET", f"{self.base}/manifests/{reference}",
                                             headers={"Accept": ACCEPT}), f"manifest {self.ref}")
         data = response.content
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        media = response.headers.get("content-type", "").split(";")[0] or json.loads(data).get("mediaType", "")
+        digest = of_bytes(data)
+        if DIGEST.match(reference) and digest != reference:
+            raise UnsafeInput(f"{self.ref.registry} answered manifest {reference} with other bytes ({digest})",
+                              hint="the registry or something between it and this host altered the image")
+        media = response.headers.get("content-type", "").split(";")[0]  # else the manifest's own mediaType
         return data, media, digest
 
     def get_blob(self, digest: str, dest: Path) -> None:
+        checked(digest, f"blob from {self.ref.registry}")
         sha = hashlib.sha256()
         tmp = dest.with_suffix(".partial")
         tmp.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +181,8 @@ class Registry:
                     out.write(chunk)
         if "sha256:" + sha.hexdigest() != digest:
             tmp.unlink()
-            raise ImageBuildError(f"blob {digest} from {self.ref.registry} does not match its digest")
+            raise UnsafeInput(f"blob {digest} from {self.ref.registry} does not match its digest",
+                              hint="the registry or something between it and this host altered the image")
         tmp.rename(dest)
 
     # --- push ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
 
-from builder.gpus import identify
+from builder.planning.gpus import identify
 from runtimes.engines import tensorrt_engine
 from runtimes.hardware import detect_gpus
 from tests.conftest import MINILM_REPO

@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from builder.stages import compile_tensorrt
+from builder.engine import compile_tensorrt
 from runtimes.engines import sessions, tensorrt_engine
 from runtimes.hardware import GpuInfo
 

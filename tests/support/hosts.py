@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from builder import target as target_module
+from builder.planning import target as target_module
 
 CPU_FLAGS = frozenset({"avx2", "fma", "avx512f", "avx512bw", "sse4_2"})  # an AVX-512 host without VNNI
 

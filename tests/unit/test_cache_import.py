@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import LocalEntryNotFoundError
 
-from builder.cache_import import import_folder
 from builder.cli import cli
 from builder.errors import InputError
-from builder.hubcache import hub_cache_dir, repo_folder
+from builder.model.cache_import import import_folder
+from builder.model.hubcache import hub_cache_dir, repo_folder
 
 
 def _tree(root: Path) -> dict[str, bytes]:

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from builder import target as target_module
 from builder.cli import cli
-from builder.target import detected_target, resolve_target
+from builder.planning import target as target_module
+from builder.planning.target import detected_target, resolve_target
 from runtimes.hardware import GpuInfo, detect_gpus
 
 

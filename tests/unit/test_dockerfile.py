@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from jinja2.exceptions import SecurityError, UndefinedError
 
-from builder.dockerfile import _environment, quote, render_dockerfile
 from builder.errors import InputError
+from builder.image.dockerfile import _environment, quote, render_dockerfile
 from builder.image.spec import ImageSpec
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from builder.build.build_dir import MARKER
 from builder.cli import cli
 from tests.support.golden import assert_golden
 
@@ -38,8 +39,9 @@ def test_golden_gpu_context(tmp_path: Path, model: str, gpu: str) -> None:
     assert_golden(f"{name}.Dockerfile", stable((out / "Dockerfile").read_text()))
     assert_golden(f"{name}.tensorrt.json", (out / "tensorrt.json").read_text())
     assert_golden(f"{name}.requirements.txt", stable((out / "requirements.txt").read_text()))
-    assert sorted(p.name for p in out.iterdir()) == [".dockerignore", "Dockerfile", "image-spec.json", "plan.json",
-                                                     "requirements.txt", "tensorrt.json"]
+    written = [".dockerignore", "Dockerfile", "image-spec.json", "plan.json", "requirements.txt", "tensorrt.json",
+               MARKER]
+    assert sorted(p.name for p in out.iterdir()) == sorted(written)
 
 
 def test_several_gpus_get_an_engine_each(tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
+from builder.build.pipeline import package
+from builder.build.plan_package import PackageOptions
 from builder.cli import cli
-from builder.pipeline import package
-from builder.planning import PackageOptions
 from builder.progress import Reporter
 from runtimes.api.app import create_app
 from runtimes.settings import Settings

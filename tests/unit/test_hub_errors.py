@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import cli
-from builder.hubcache import repo_folder
+from builder.model.hubcache import repo_folder
 from tests.support.fakehub import FakeHub, FakeRepo
 from tests.support.net import free_port
 

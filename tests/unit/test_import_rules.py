@@ -47,3 +47,49 @@ def test_runtime_service_imports_with_builder_unavailable() -> None:
                                  "BENTOML_HOME": "/tmp/bentoml-import-test", "BENTOML_DO_NOT_TRACK": "true"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("ok")
+
+
+# builder/'s packages, top to bottom: each imports only its own package and those below it (docs/architecture.md).
+LAYERS = ("cli", "build", "image", "engine", "planning", "model", "oci")
+COMMON = "common"  # builder/*.py: errors, hashing, resources, progress ...; below everything
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else COMMON
+
+
+def _rank(layer: str) -> int:
+    return len(LAYERS) - LAYERS.index(layer) if layer in LAYERS else 0
+
+
+def upward_imports() -> list[str]:
+    found = []
+    for path in sorted((ROOT / "builder").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        here = _layer(module)
+        for name in imported_modules(path):
+            if name.startswith("builder.") and _rank(_layer(name)) > _rank(here):
+                found.append(f"{module} ({here}) imports {name} ({_layer(name)})")
+    return found
+
+
+def test_builder_packages_import_only_downward() -> None:
+    assert upward_imports() == []
+
+
+def test_the_layer_rule_sees_an_upward_import() -> None:
+    """The check above can fail: a planning module importing the pipeline is flagged."""
+    assert _rank(_layer("builder.build.pipeline")) > _rank(_layer("builder.planning.plan"))
+    assert _layer("builder.errors") == COMMON and _layer("builder.oci.layout") == "oci"
+
+
+def test_planning_loads_without_the_hub_client_or_torch_or_onnx() -> None:
+    blocked = ("huggingface_hub", "torch", "transformers", "onnx", "onnxruntime", "tensorrt")
+    folder = ROOT / "builder" / "planning"
+    modules = [".".join(p.relative_to(ROOT).with_suffix("").parts) for p in folder.glob("*.py")]
+    code = (f"import sys, importlib\nfor name in {blocked!r}: sys.modules[name] = None\n"
+            f"for module in {modules!r}: importlib.import_module(module)\nprint('ok')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "ok"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import onnx
 
-from builder.profiles import load_profiles
-from builder.stages.compile_ort import down_projections, quantize
+from builder.engine.compile_ort import down_projections, quantize
+from builder.planning.profiles import load_profiles
 
 
 def test_int8_keeps_the_ffndown_projections_in_fp32(tiny_build: Path, tmp_path: Path) -> None:

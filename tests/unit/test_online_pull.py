@@ -6,9 +6,9 @@ import json
 import shutil
 from pathlib import Path
 
-from builder.hubcache import repo_folder
-from builder.pipeline import package
-from builder.planning import PackageOptions, plan_package
+from builder.build.pipeline import package
+from builder.build.plan_package import PackageOptions, plan_package
+from builder.model.hubcache import repo_folder
 from builder.progress import Reporter
 from tests.support.fakehub import FakeHub, FakeRepo
 
@@ -25,7 +25,7 @@ def test_package_downloads_pinned_files_then_builds_offline(fake_hub: FakeHub, t
     result = package(PackageOptions(model="org/tiny", output=tmp_path / "online", backend="none"),
                      Reporter(quiet=True))
     assert result.plan.model.sha == "1" * 40
-    assert result.report["passed"] is True
+    assert result.report is not None and result.report.passed
     fetched = {p.relative_to(repo_folder("org/tiny") / "snapshots" / ("1" * 40)).as_posix()
                for p in (repo_folder("org/tiny") / "snapshots" / ("1" * 40)).rglob("*") if p.is_file()}
     assert "model.safetensors" in fetched and "1_Pooling/config.json" in fetched

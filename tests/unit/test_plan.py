@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from builder import plan as plan_module
-from builder.catalog import lookup_alias
 from builder.errors import InputError
-from builder.memory import memory_need
-from builder.plan import BuildPlan, make_plan
-from builder.profiles import load_profiles
-from builder.stages.pull import ModelRef
-from builder.target import Target
+from builder.model.catalog import lookup_alias
+from builder.model.ref import ModelRef
+from builder.planning import plan as plan_module
+from builder.planning.memory import memory_need
+from builder.planning.plan import BuildPlan, make_plan
+from builder.planning.profiles import load_profiles
+from builder.planning.target import Target
 
 REF = ModelRef("org/model", "main", "a" * 40, ("config.json", "model.safetensors"), alias=None)
 TARGET = Target(kind="cpu", cpu_flags=frozenset({"avx2", "fma"}), ram_gb=16, cpu_count=2)

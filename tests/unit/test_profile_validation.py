@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import cli
-from builder.profiles import ProfileSetError, load_profiles
+from builder.planning.profiles import ProfileSetError, load_profiles
 
 GOOD = """
 profiles:
@@ -99,3 +99,31 @@ def test_user_profiles_join_the_built_in_ones(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("MBUILD_PROFILES_DIR", str(write(tmp_path, mine=mine)))
     with pytest.raises(ProfileSetError, match="already defined"):
         load_profiles()  # same name as a built-in: refused, not silently shadowed
+
+
+TYPO = """
+profiles:
+  - engine: onnxruntime
+    hardware: cpu
+    tasks: [embedding]
+    precision: int8
+    engine_options: {graph_optimisation: all, per_channel: 3}
+  - engine: tensorrt
+    hardware: h100
+    tasks: [text-generation]
+    precision: fp16
+    engine_options: {workspace_gb: -1, kv_cache: fp4, graph_optimization: all}
+"""
+
+
+def test_engine_options_are_typed_per_backend_and_a_typo_names_the_key(tmp_path: Path) -> None:
+    write(tmp_path, typo=TYPO)
+    with pytest.raises(ProfileSetError) as info:
+        load_profiles([tmp_path])
+    joined = "\n".join(info.value.problems)
+    assert "engine_options.graph_optimisation: onnxruntime has no such option" in joined
+    assert "graph_optimization" in joined  # the allowed keys are listed, so the fix is visible
+    assert "engine_options.per_channel" in joined
+    assert "engine_options.workspace_gb" in joined and "engine_options.kv_cache" in joined
+    assert "engine_options.graph_optimization: tensorrt has no such option" in joined  # an ORT key on TensorRT
+    assert len(info.value.problems) == 5

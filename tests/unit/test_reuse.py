@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import cli
-from builder.engine_cache import cached, store
+from builder.engine.cache import cached, store
 
 
 def package(*args: str) -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from builder.catalog import lookup_alias
-from builder.profiles import load_profiles
-from builder.selection import NoProfile, require_selection, select
-from builder.target import Gpu, Target
+from builder.model.catalog import lookup_alias
+from builder.planning.profiles import load_profiles
+from builder.planning.selection import NoProfile, require_selection, select
+from builder.planning.target import Gpu, Target
 
 FACTS_8B = lookup_alias("llama-3.1-8b").facts()  # type: ignore[union-attr]
 FACTS_70B = lookup_alias("llama-3.1-70b").facts()  # type: ignore[union-attr]

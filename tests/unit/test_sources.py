@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from builder.errors import InputError
-from builder.sources import parse_model_ref
+from builder.model.sources import parse_model_ref
 
 
 def test_alias_resolves_to_catalog_repo() -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from builder.catalog import lookup_alias
+from builder.engine.expected_io import expected_export
+from builder.engine.tensorrt_settings import TrtSettings, trt_settings
 from builder.errors import InputError
-from builder.profiles import load_profiles
-from builder.stages.expected_io import expected_export
-from builder.stages.tensorrt_settings import TrtSettings, trt_settings
+from builder.model.catalog import lookup_alias
+from builder.planning.profiles import load_profiles
 
 PROFILES = {p.name: p for p in load_profiles()}
 LLAMA = lookup_alias("llama-3.1-8b").facts()  # type: ignore[union-attr]

@@ -1,0 +1,95 @@
+"""Planning a package run: resolve the model, judge every profile per target, freeze the BuildPlan.
+
+Nothing here downloads weights or writes files.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.model.catalog import ModelFacts
+from builder.model.facts import model_facts
+from builder.model.hubcache import offline_requested
+from builder.model.pull import resolve, resolve_or_defer
+from builder.model.ref import ModelRef
+from builder.model.sources import parse_model_ref
+from builder.oci.media import Format
+from builder.planning.plan import BuildPlan, EngineTarget, make_plan
+from builder.planning.profiles import load_profiles
+from builder.planning.selection import Selection, require_selection, select
+from builder.planning.target import Target, resolve_targets
+from builder.progress import Reporter
+
+
+@dataclass(frozen=True)
+class PackageOptions:
+    model: str
+    gpu: str | None = None
+    output: Path | None = None
+    name: str | None = None
+    version: str | None = None
+    base_image: str | None = None
+    backend: str = "auto"
+    offline: bool = False
+    profile: str | None = None
+    precision: str | None = None
+    mode: str | None = None
+    image_format: Format = "oci"
+    push: str | None = None
+    plan_only: bool = False
+    force: bool = False  # build into a non-empty folder mbuild did not make (never deleting its files)
+
+    @property
+    def is_offline(self) -> bool:
+        return self.offline or offline_requested()
+
+    @property
+    def wanted_profile(self) -> str | None:
+        return self.profile or os.environ.get("MBUILD_PROFILE") or None
+
+
+@dataclass(frozen=True)
+class Planning:
+    """What planning found before choosing: the pinned model, its facts, the target, every verdict."""
+
+    ref: ModelRef
+    facts: ModelFacts
+    target: Target
+    selection: Selection
+
+
+def planning_for(opts: PackageOptions, *, for_plan_only: bool = False) -> Planning:
+    """Resolve, read facts, detect the target and judge every profile, without downloading weights."""
+    return planning_all(opts, for_plan_only=for_plan_only)[0]
+
+
+def planning_all(opts: PackageOptions, *, for_plan_only: bool = False) -> list[Planning]:
+    """One Planning per target (`--gpu h100,l40s` gives two), sharing the resolved model."""
+    spec = parse_model_ref(opts.model)
+    targets = resolve_targets(opts.gpu)
+    ref = resolve_or_defer(spec, opts.is_offline) if for_plan_only else resolve(spec, opts.is_offline)
+    facts = model_facts(ref, spec, opts.is_offline)
+    profiles = load_profiles()
+    return [Planning(ref, facts, target, select(profiles, target, facts, profile=opts.wanted_profile,
+                                                 precision=opts.precision, mode=opts.mode)) for target in targets]
+
+
+def plan_package(opts: PackageOptions, reporter: Reporter, *, for_plan_only: bool = False) -> BuildPlan:
+    spec = parse_model_ref(opts.model)
+    with reporter.stage("resolve", f"{spec.display()}{' (offline)' if opts.is_offline else ''}"):
+        found_all = planning_all(opts, for_plan_only=for_plan_only)
+    found = found_all[0]
+    ref, facts = found.ref, found.facts
+    asked = ", ".join(f"--{k} {v}" for k, v in (("precision", opts.precision), ("mode", opts.mode)) if v)
+    chosen = [require_selection(f.selection, f.target, ref.repo, asked) for f in found_all]
+    engines = tuple(EngineTarget(f.target.gpu.model, f.target.gpu.compute_capability, c.profile)
+                    for f, c in zip(found_all, chosen, strict=True) if f.target.gpu is not None)
+    plan = make_plan(ref, facts, found.target, chosen[0].profile, chosen[0].need, found.selection.why,
+                     image_name=opts.name, version=opts.version, base_image=opts.base_image, engines=engines)
+    pinned = f"@ {ref.sha[:12]}" if ref.sha else f"@ {ref.revision} (unpinned)"
+    reporter.note(f"model {ref.repo} {pinned} ({facts.task}); profile {chosen[0].profile.name}; image {plan.tag}")
+    return plan
+
+

@@ -1,0 +1,15 @@
+"""The engine inputs an export will produce, known from the model's facts alone (for --plan-only)."""
+
+from __future__ import annotations
+
+from builder.engine.exported import ExportShape
+from builder.model.catalog import ModelFacts
+
+
+def expected_export(facts: ModelFacts) -> ExportShape:
+    """The shape export_encoder/export_decoder would give, without exporting."""
+    if facts.task == "embedding":
+        return ExportShape(("input_ids", "attention_mask", "token_type_ids"), facts.context, {})
+    past = [f"past.{i}.{kind}" for i in range(facts.layers) for kind in ("key", "value")]
+    return ExportShape(("input_ids", "attention_mask", "position_ids", *past), facts.context,
+                       {"kv_heads": facts.kv_heads, "head_dim": facts.head_dim, "layers": facts.layers})

@@ -1,0 +1,131 @@
+"""Export a sentence-embedding model (BERT family) to ONNX with its pooling and normalization inside.
+
+The graph takes token ids (+ mask, + token types when the model uses them) with dynamic batch and
+sequence axes and returns one pooled vector per sequence, so the runtime needs no torch.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+from builder.engine.exported import ExportResult
+from builder.engine.quiet import quiet_ml
+from builder.errors import UnsupportedModel
+
+OUTPUT_NAME = "sentence_embedding"  # not "embedding": that name clashes inside ONNX Runtime
+_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+}
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """What sentence-transformers' modules.json asks for, read without sentence-transformers."""
+
+    pooling: str
+    normalize: bool
+    max_seq_length: int
+
+
+def _read(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def read_encoder_spec(model_dir: Path, model_config: Any) -> EncoderSpec:
+    pooling, normalize = "mean", False  # sentence-transformers' default for a plain transformer
+    modules_file = model_dir / "modules.json"
+    if modules_file.is_file():
+        for module in json.loads(modules_file.read_text()):
+            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            if kind == "Pooling":
+                pooling = _pooling_mode(model_dir / module.get("path", "") / "config.json")
+            elif kind == "Normalize":
+                normalize = True
+            elif kind != "Transformer":
+                raise UnsupportedModel(f"the sentence-transformers module {kind!r} is not supported yet",
+                                       hint="supported: Transformer, Pooling (cls/mean/max), Normalize")
+    positions = int(getattr(model_config, "max_position_embeddings", 512) or 512)
+    max_len = positions
+    st_config = model_dir / "sentence_bert_config.json"
+    if st_config.is_file():
+        max_len = int(_read(st_config).get("max_seq_length") or positions)
+    return EncoderSpec(pooling=pooling, normalize=normalize, max_seq_length=min(max_len, positions))
+
+
+def _pooling_mode(path: Path) -> str:
+    config = _read(path) if path.is_file() else {"pooling_mode_mean_tokens": True}
+    modes = [name for key, name in _POOLING_KEYS.items() if config.get(key)]
+    other = [k for k, v in config.items() if k.startswith("pooling_mode") and v and k not in _POOLING_KEYS]
+    if len(modes) != 1 or other:
+        raise UnsupportedModel(f"pooling {modes + other} in {path} is not supported",
+                               hint="one of cls, mean, max or mean_sqrt_len pooling is")
+    return modes[0]
+
+
+class _PooledEncoder(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, spec: EncoderSpec) -> None:
+        super().__init__()
+        self.model, self.pooling, self.normalize = model, spec.pooling, spec.normalize
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]
+        elif self.pooling == "max":
+            pooled = (hidden + (mask - 1.0) * 1e9).max(dim=1).values
+        else:
+            summed, count = (hidden * mask).sum(dim=1), mask.sum(dim=1).clamp(min=1e-9)
+            pooled = summed / (count.sqrt() if self.pooling == "mean_sqrt_len" else count)
+        if self.normalize:
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+        return pooled
+
+
+@quiet_ml()  # a contextmanager is also a decorator: the whole export runs with the libraries quiet
+def export_encoder(model_dir: Path, out_dir: Path) -> ExportResult:
+    """Write model.onnx and tokenizer.json to out_dir; return the engine.json fields they imply."""
+    config = AutoConfig.from_pretrained(model_dir)
+    spec = read_encoder_spec(model_dir, config)
+    try:
+        # Eager attention exports to plain MatMul/Softmax, which ONNX Runtime fuses into Attention.
+        model = AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
+    except (ValueError, OSError) as exc:
+        raise UnsupportedModel(f"transformers cannot load this model as an encoder: {exc}") from exc
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if not getattr(tokenizer, "is_fast", False):
+        raise UnsupportedModel("the model has no fast (Rust) tokenizer, which the runtime needs")
+    takes_types = "token_type_ids" in inspect.signature(model.forward).parameters
+    inputs = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
+    example = tuple(torch.ones(2, 8, dtype=torch.long) for _ in inputs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    onnx_path = out_dir / "model.onnx"
+    with torch.no_grad():
+        torch.onnx.export(
+            _PooledEncoder(model, spec), example, str(onnx_path),
+            input_names=inputs, output_names=[OUTPUT_NAME], opset_version=17, dynamo=False,
+            dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in inputs}, OUTPUT_NAME: {0: "batch"}},
+        )
+    tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
+    return ExportResult(
+        task="embedding",
+        inputs=tuple(inputs),
+        output=OUTPUT_NAME,
+        dimensions=int(config.hidden_size),
+        max_seq_length=spec.max_seq_length,
+        pad_token_id=int(tokenizer.pad_token_id or 0),
+        options={"pooling": spec.pooling, "normalize": spec.normalize},
+    )

@@ -1,0 +1,78 @@
+"""Export, compile and validate: the code that decides what an engine is (so the engine cache keys it)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder.engine.exported import ExportResult
+from builder.optional import load_stage
+from builder.planning.engine_options import ort_options
+from builder.planning.plan import BuildPlan
+from builder.progress import Reporter
+from runtimes.bundle import EngineConfig
+
+
+@dataclass(frozen=True)
+class TaskStages:
+    """Where each task's export and gate live (imported on demand: they need the export extra)."""
+
+    export: str
+    gate: str
+    exporting: str
+    validating: str
+
+
+TASKS = {
+    "embedding": TaskStages("builder.engine.export_encoder:export_encoder", "builder.engine.validate_encoder",
+                            "PyTorch -> ONNX with pooling", "engine vs sentence-transformers"),
+    "text-generation": TaskStages("builder.engine.export_decoder:export_decoder", "builder.engine.validate_decoder",
+                                  "PyTorch -> ONNX with a KV cache", "engine vs transformers generate"),
+}
+
+
+def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: ExportResult) -> EngineConfig:
+    if engine_dir.exists():
+        shutil.rmtree(engine_dir)
+    if plan.profile.engine == "tensorrt":
+        compiler = load_stage("builder.engine.compile_tensorrt", "compiling TensorRT engines")
+        config: EngineConfig = compiler.compile_engines(plan, work / "model.onnx", engine_dir, exported)
+        shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
+        (engine_dir / "engine.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+        return config
+    level = ort_options(plan.profile.engine_options).graph_optimization
+    compiler = load_stage("builder.engine.compile_ort", "compiling with ONNX Runtime")
+    source = compiler.quantize(work / "model.onnx", work / f"model.{plan.profile.precision}.onnx", plan.profile,
+                               plan.task)
+    compiler.optimize(source, engine_dir / "model.onnx", level)
+    shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
+    options = {"max_batch": plan.profile.limits.max_batch, "graph_optimization": level,
+               "max_batch_delay_ms": plan.profile.limits.max_batch_delay_ms, "precision": plan.profile.precision}
+    if plan.task == "text-generation":
+        exported = exported.capped(plan.profile.limits.context)
+    config = EngineConfig.from_dict(exported.engine_fields("onnxruntime", "model.onnx", options))
+    (engine_dir / "engine.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+    return config
+
+
+def make_engine(plan: BuildPlan, snapshot: Path, work: Path, engine_dir: Path, build_dir: Path,
+                 reporter: Reporter) -> dict[str, Any]:
+    """Export, compile and validate; the engine folder ends with its gate report."""
+    stages = TASKS[plan.task]
+    module, _, function = stages.export.partition(":")
+    export = getattr(load_stage(module, "exporting to ONNX"), function)
+    with reporter.stage("export", stages.exporting):
+        exported = export(snapshot, work)
+    doing = (f"TensorRT {plan.profile.precision} engines" if plan.profile.engine == "tensorrt"
+             else f"ONNX Runtime {plan.profile.precision}: quantize and optimize")
+    with reporter.stage("compile", doing):
+        _compile(plan, work, engine_dir, exported)
+    gate = load_stage(stages.gate, "validating against the PyTorch reference")
+    with reporter.stage("validate", stages.validating):
+        report: dict[str, Any] = gate.run_gate(snapshot, engine_dir, plan.profile.tolerance,
+                                               build_dir / "report.json")
+    shutil.copy2(build_dir / "report.json", engine_dir / "report.json")
+    return report

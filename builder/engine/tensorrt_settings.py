@@ -1,0 +1,118 @@
+"""What the TensorRT builder is told for a profile: precision, shapes, workspace, compatibility.
+
+Pure: computed from the profile, the exported graph's inputs and the target GPU, saved in the build
+context as tensorrt.json (golden-tested), and handed to the one module that calls TensorRT.
+
+Precisions:
+  fp16, bf16          weak typing: the builder may run layers in that precision (FP16 / BF16 flags)
+  fp8, int8, nvfp4    explicit quantization: the ONNX graph must carry Q/DQ nodes (NVIDIA ModelOpt
+                      writes them) and the network is strongly typed, so TensorRT keeps those types
+Shapes:
+  embeddings          one optimization profile over batch x sequence
+  language models     two: prefill (no past, up to the context) and decode (one new token, past up to
+                      the context), matching the two phases the scheduler runs
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from builder.engine.exported import ExportShape
+from builder.errors import InputError
+from builder.planning.engine_options import trt_options
+from builder.planning.precisions import PRECISIONS
+from builder.planning.profiles import Profile
+
+COMPATIBILITY = {"none": "NONE", "ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
+GB = 1 << 30
+
+
+@dataclass(frozen=True)
+class ShapeRange:
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TrtSettings:
+    compute_capability: str
+    gpu_model: str
+    precision: str
+    precision_flags: tuple[str, ...]
+    strongly_typed: bool
+    explicit_quantization: str | None  # ModelOpt quantize_mode when Q/DQ nodes are needed
+    workspace_bytes: int
+    optimization_level: int
+    hardware_compatibility: str
+    version_compatible: bool
+    profiles: tuple[dict[str, ShapeRange], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["profiles"] = [{name: asdict(r) for name, r in p.items()} for p in self.profiles]
+        return data
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TrtSettings:
+        profiles = tuple({name: ShapeRange(tuple(r["min"]), tuple(r["opt"]), tuple(r["max"]))
+                          for name, r in p.items()} for p in raw["profiles"])
+        return cls(**{**raw, "precision_flags": tuple(raw["precision_flags"]), "profiles": profiles})
+
+
+def _encoder_profiles(inputs: list[str], max_batch: int, max_seq: int) -> tuple[dict[str, ShapeRange], ...]:
+    typical = ShapeRange((1, 1), (max(1, max_batch // 4), min(128, max_seq)), (max_batch, max_seq))
+    return ({name: typical for name in inputs},)
+
+
+def _decoder_profiles(inputs: list[str], max_batch: int, context: int, kv_heads: int,
+                      head_dim: int) -> tuple[dict[str, ShapeRange], ...]:
+    past = [n for n in inputs if n.startswith("past.")]
+    half = max(1, context // 2)
+    prefill = {
+        "input_ids": ShapeRange((1, 1), (1, min(512, context)), (max_batch, context)),
+        "attention_mask": ShapeRange((1, 1), (1, min(512, context)), (max_batch, context)),
+        "position_ids": ShapeRange((1, 1), (1, min(512, context)), (max_batch, context)),
+        **{n: ShapeRange((1, kv_heads, 0, head_dim), (1, kv_heads, 0, head_dim), (max_batch, kv_heads, 0, head_dim))
+           for n in past},
+    }
+    batch_opt = max(1, max_batch // 2)
+    decode = {
+        "input_ids": ShapeRange((1, 1), (batch_opt, 1), (max_batch, 1)),
+        "attention_mask": ShapeRange((1, 2), (batch_opt, half + 1), (max_batch, context)),
+        "position_ids": ShapeRange((1, 1), (batch_opt, 1), (max_batch, 1)),
+        **{n: ShapeRange((1, kv_heads, 1, head_dim), (batch_opt, kv_heads, half, head_dim),
+                         (max_batch, kv_heads, context - 1, head_dim)) for n in past},
+    }
+    return prefill, decode
+
+
+def trt_settings(profile: Profile, task: str, exported: ExportShape, compute_capability: str) -> TrtSettings:
+    """exported: the graph's inputs, longest sequence and the task's options (decoders: kv_heads, head_dim)."""
+    options = trt_options(profile.engine_options)
+    inputs = list(exported.inputs)
+    max_batch = profile.limits.max_batch
+    if task == "embedding":
+        shapes = _encoder_profiles(inputs, max_batch, exported.max_seq_length)
+    else:
+        context = min(exported.max_seq_length, profile.limits.context or exported.max_seq_length)
+        decoder = exported.options
+        shapes = _decoder_profiles(inputs, max_batch, context, int(decoder["kv_heads"]), int(decoder["head_dim"]))
+    row = PRECISIONS[profile.precision]
+    explicit, weak = row.trt_quantize, row.trt_flags
+    if weak is None and explicit is None:
+        raise InputError(f"precision {profile.precision} has no TensorRT mapping")
+    return TrtSettings(
+        compute_capability=compute_capability,
+        gpu_model=profile.hardware,
+        precision=profile.precision,
+        precision_flags=weak or (),
+        strongly_typed=explicit is not None,
+        explicit_quantization=explicit,
+        workspace_bytes=int(options.workspace_gb * GB),
+        optimization_level=options.builder_optimization_level,
+        hardware_compatibility=COMPATIBILITY[options.hardware_compatibility],
+        version_compatible=options.version_compatible,
+        profiles=shapes,
+    )

@@ -1,0 +1,74 @@
+"""The numerical gate for embedding models: the compiled engine against sentence-transformers.
+
+The engine under test is the runtime's own (tokenizer + ONNX Runtime session), so the gate checks
+exactly the code the image will serve.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sentence_transformers import SentenceTransformer
+
+from builder.engine.quiet import quiet_ml
+from builder.errors import ValidationFailed
+from builder.planning.profiles import Tolerance
+from runtimes.bundle import load_engine_config
+from runtimes.engines import encoder_for
+from runtimes.tokenize import TextTokenizer
+
+# Varied on purpose: one word, punctuation, digits, non-ASCII, code, and one far over any limit.
+GATE_TEXTS = (
+    "hello",
+    "The quick brown fox jumps over the lazy dog.",
+    "A container image is a read-only template with instructions for creating a container.",
+    "Prix: 12,50 € — déjà vu, naïve café, Straße, 東京, 😀",
+    "def add(a: int, b: int) -> int:\n    return a + b",
+    "What is the capital of France? Paris is the capital and most populous city of France.",
+    "3.14159 2.71828 1.41421 1e-9 0xFF -42",
+    "Kubernetes probes: liveness, readiness and startup decide when traffic reaches a pod. " * 3,
+    "   leading and trailing spaces   ",
+    "Embeddings map text into vectors so that similar meanings end up close together. " * 40,
+)
+
+
+def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_path: Path) -> dict[str, Any]:
+    """Compare engine and reference on GATE_TEXTS; write report.json; raise if out of tolerance."""
+    min_cosine = tolerance.min_cosine
+    config = load_engine_config(engine_dir)
+    engine = encoder_for(engine_dir, config, 0)
+    tokenizer = TextTokenizer(engine_dir / config.tokenizer_file, config.max_seq_length)
+    texts = list(GATE_TEXTS)
+    seqs = tokenizer.encode(texts, truncate="END")  # the reference truncates too
+    got = engine.run(seqs)
+    with quiet_ml():
+        reference = SentenceTransformer(str(model_dir), device="cpu")
+        reference.max_seq_length = config.max_seq_length
+        want = reference.encode(texts, convert_to_numpy=True, batch_size=len(texts), show_progress_bar=False)
+    want = np.asarray(want, dtype=np.float64)
+    got64 = got.astype(np.float64)
+    cosine = (got64 * want).sum(1) / (np.linalg.norm(got64, axis=1) * np.linalg.norm(want, axis=1))
+    report = {
+        "task": "embedding",
+        "reference": "sentence-transformers (PyTorch, fp32, CPU)",
+        "inputs": [{"text": t if len(t) <= 80 else t[:77] + "...", "tokens": len(s), "cosine": float(c)}
+                   for t, s, c in zip(texts, seqs, cosine, strict=True)],
+        "min_cosine": float(cosine.min()),
+        "mean_cosine": float(cosine.mean()),
+        "max_abs_diff": float(np.abs(got64 - want).max()),
+        "tolerance": {"min_cosine": min_cosine},
+        "summary": f"min cosine {cosine.min():.7f} over {len(texts)} inputs (tolerance {min_cosine})",
+        "passed": bool(cosine.min() >= min_cosine),
+    }
+    report_path.write_text(json.dumps(report, indent=2) + "\n")
+    if not report["passed"]:
+        worst = int(cosine.argmin())
+        raise ValidationFailed(
+            f"the compiled engine differs from the reference: min cosine {cosine.min():.6f} < {min_cosine} "
+            f"(worst input #{worst}: {texts[worst][:60]!r})",
+            hint=f"see {report_path}; try a higher precision profile (--precision fp32)",
+        )
+    return report

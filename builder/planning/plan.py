@@ -1,0 +1,144 @@
+"""The BuildPlan: every input of a build, frozen, with a digest that versions the result.
+
+Pure: no downloads, no writes. Same inputs, same digest, same image tag.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from builder.errors import InputError
+from builder.hashing import sha256_json, tree_digest
+from builder.model.catalog import ModelFacts
+from builder.model.ref import ModelRef
+from builder.planning.memory import MemoryNeed
+from builder.planning.profiles import Profile
+from builder.planning.target import Target
+from builder.resources import resource_dir, runtimes_dir
+from builder.versions import runtime_requirements, tool_versions
+
+
+@dataclass(frozen=True)
+class EngineTarget:
+    """One compiled engine of a GPU build: for this GPU model and compute capability, with this profile."""
+
+    gpu_model: str
+    compute_capability: str
+    profile: Profile
+
+
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_IMAGE_NAME = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    model: ModelRef
+    facts: ModelFacts
+    target: Target
+    profile: Profile
+    need: MemoryNeed
+    why: tuple[str, ...]
+    image_name: str
+    explicit_version: str | None
+    base_image: str
+    runtime_requirements: tuple[str, ...]
+    runtime_code: str
+    templates: str
+    tools: tuple[tuple[str, str], ...]
+    engines: tuple[EngineTarget, ...] = ()  # GPU builds: one per target GPU model; empty on CPUs
+
+    @property
+    def task(self) -> str:
+        return self.facts.task
+
+    def inputs(self) -> dict[str, Any]:
+        """Everything that decides the build's output; the digest is taken over this.
+
+        The target is not here: it only chose the profile, and the profile (which names its
+        hardware) is. Two hosts that pick the same profile make the same build."""
+        return {
+            "model": {"repo": self.model.repo, "revision": self.model.revision if self.model.sha is None else None,
+                      "sha": self.model.sha, "files": list(self.model.files)},
+            "task": self.task,
+            "profile": {"id": self.profile.id, "name": self.profile.name},
+            "engines": [{"compute_capability": e.compute_capability, "profile": e.profile.id} for e in self.engines],
+            "image": {"name": self.image_name, "version": self.explicit_version},
+            "base_image": self.base_image,
+            "runtime": {"requirements": list(self.runtime_requirements), "code": self.runtime_code,
+                        "python": self.profile.python_version},
+            "templates": self.templates,
+            "tools": dict(self.tools),
+        }
+
+    def digest(self) -> str:
+        return sha256_json(self.inputs())
+
+    @property
+    def version(self) -> str:
+        return self.explicit_version or f"sha-{self.digest()[:12]}"
+
+    @property
+    def tag(self) -> str:
+        return f"{self.image_name}:{self.version}"
+
+    def requires(self) -> dict[str, Any]:
+        """What the serving host must have; the container checks it at start."""
+        gpu = {"compute_capabilities": [e.compute_capability for e in self.engines],
+               "gpu_models": [e.gpu_model for e in self.engines], "gpus": self.profile.tp} if self.engines else {}
+        return {"device": self.profile.device, "cpu_flags": list(self.profile.match.cpu_flags),
+                "memory_gb": self.need.rounded_gb, "python": self.profile.python_version, **gpu}
+
+    def to_dict(self) -> dict[str, Any]:
+        inputs = self.inputs()
+        return {
+            "digest": self.digest(),
+            "tag": self.tag,
+            **inputs,
+            "model": {**inputs["model"], "revision": self.model.revision, "alias": self.model.alias,
+                      "resolved": self.model.sha is not None, "note": self.model.note},
+            "facts": self.facts.model_dump(mode="json"),
+            "target": self.target.as_dict(),
+            "profile": {"id": self.profile.id, "name": self.profile.name, "why": list(self.why),
+                        "content": self.profile.model_dump(mode="json")},
+            "memory": self.need.as_dict(),
+            "requires": self.requires(),
+        }
+
+
+def default_image_name(ref: ModelRef) -> str:
+    base = ref.alias or ref.repo.rsplit("/", 1)[-1]
+    slug = re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-._") or "model"
+    return f"mbuild/{slug}"
+
+
+def check_image_name(name: str) -> str:
+    if not _IMAGE_NAME.fullmatch(name) or len(name) > 255:
+        raise InputError(f"image name {name!r} is not a valid repository name",
+                         hint="use lowercase letters, digits, '.', '_', '-' and '/' (e.g. myorg/minilm)")
+    return name
+
+
+def check_version(version: str) -> str:
+    if not _TAG.fullmatch(version):
+        raise InputError(f"version {version!r} is not a valid image tag",
+                         hint="use up to 128 letters, digits, '_', '.' and '-', not starting with '.' or '-'")
+    return version
+
+
+def make_plan(ref: ModelRef, facts: ModelFacts, target: Target, profile: Profile, need: MemoryNeed,
+              why: tuple[str, ...], *, image_name: str | None, version: str | None,
+              base_image: str | None, engines: tuple[EngineTarget, ...] = ()) -> BuildPlan:
+    return BuildPlan(
+        model=ref, facts=facts, target=target, profile=profile, need=need, why=why,
+        image_name=check_image_name(image_name) if image_name else default_image_name(ref),
+        explicit_version=check_version(version) if version is not None else None,
+        base_image=base_image or profile.base_image,
+        runtime_requirements=tuple(runtime_requirements(profile.device)),
+        runtime_code=tree_digest(runtimes_dir()),
+        templates=tree_digest(resource_dir("templates")),
+        tools=tuple(sorted(tool_versions().items())),
+        engines=engines,
+    )

@@ -1,1 +1,0 @@
-"""The build stages, each a small module: pull, export, compile, validate, context, image."""

@@ -1,0 +1,126 @@
+"""A user's mistake is an error with a fix and its own exit code, never "internal error" (70) or a traceback."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from builder.build.build_dir import MARKER
+from builder.cli import INTERNAL_ERROR, cli
+from builder.errors import BaseImageError, OutputUnusable, PortBusy, UnsafeInput, ValidationFailed
+
+PLAN = ["package", "all-minilm-l6-v2", "--backend", "none", "--plan-only", "--output"]
+
+
+def run(args: list[str]) -> Result:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code != INTERNAL_ERROR and "Traceback" not in result.output, result.output
+    return result
+
+
+def test_output_below_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("mine")
+    result = run([*PLAN, str(tmp_path / "afile" / "build")])
+    assert result.exit_code == OutputUnusable.exit_code
+    assert "is a file" in result.output and "hint:" in result.output
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_output_in_a_read_only_system_folder_is_refused() -> None:
+    target = Path("/sys/mbuild-test-output")
+    result = run([*PLAN, str(target)])
+    assert result.exit_code == OutputUnusable.exit_code, result.output
+    assert "cannot write" in result.output and not target.exists()
+
+
+def test_output_into_a_users_folder_is_refused_and_keeps_its_files(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "notes.txt").write_text("my notes")
+    (tmp_path / "thesis.tex").write_text("chapter 1")
+    result = run([*PLAN, str(tmp_path)])
+    assert result.exit_code == OutputUnusable.exit_code
+    assert "not an mbuild build" in result.output and "--force" in result.output
+    forced = run([*PLAN, str(tmp_path), "--force"])  # --force still never takes model/, which a build rewrites
+    assert forced.exit_code == OutputUnusable.exit_code and "model" in forced.output
+    assert (tmp_path / "model" / "notes.txt").read_text() == "my notes"
+    assert (tmp_path / "thesis.tex").read_text() == "chapter 1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "thesis.tex"]
+
+
+def test_force_builds_beside_a_users_files_and_keeps_them(tmp_path: Path) -> None:
+    (tmp_path / "thesis.tex").write_text("chapter 1")
+    assert run([*PLAN, str(tmp_path), "--force"]).exit_code == 0
+    assert (tmp_path / "thesis.tex").read_text() == "chapter 1" and (tmp_path / "plan.json").is_file()
+    assert run([*PLAN, str(tmp_path)]).exit_code == 0  # now it is an mbuild build: no --force needed again
+
+
+def test_missing_docker_archive_base_is_a_base_image_error(tmp_path: Path) -> None:
+    result = run(["inspect", f"docker-archive:{tmp_path / 'missing.tar'}"])
+    assert result.exit_code == BaseImageError.exit_code and "does not exist" in result.output
+
+
+def test_hostile_layout_through_the_cli_is_its_own_exit_code(tmp_path: Path) -> None:
+    (tmp_path / "index.json").write_text(json.dumps({"manifests": [
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:../../etc/passwd", "size": 1}]}))
+    result = run(["inspect", f"oci:{tmp_path}"])
+    assert result.exit_code == UnsafeInput.exit_code and "not a sha256 digest" in result.output
+
+
+def _build_dir(tmp_path: Path, passed: bool | None) -> Path:
+    model = tmp_path / "build" / "model"
+    model.mkdir(parents=True)
+    (model / "engine.json").write_text("{}")
+    if passed is not None:
+        (model / "report.json").write_text(json.dumps({"passed": passed, "summary": "min cosine 0.41 < 0.99"}))
+    (tmp_path / "build" / MARKER).write_text("")
+    return tmp_path / "build"
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("passed", [False, None], ids=["failed", "never-validated"])
+def test_serve_refuses_a_build_that_failed_its_gate(tmp_path: Path, passed: bool | None) -> None:
+    result = run(["serve", str(_build_dir(tmp_path, passed))])
+    assert result.exit_code == ValidationFailed.exit_code
+    assert "numerical gate" in result.output and "--allow-failed-gate" in result.output
+
+
+def test_serve_checks_the_port_before_starting(tmp_path: Path, busy_port: int) -> None:
+    result = run(["serve", str(_build_dir(tmp_path, True)), "--port", str(busy_port)])
+    assert result.exit_code == PortBusy.exit_code
+    assert f"127.0.0.1:{busy_port}" in result.output and "serving on" not in result.output
+
+
+def test_allow_failed_gate_warns_and_still_checks_the_port(tmp_path: Path, busy_port: int) -> None:
+    result = run(["serve", str(_build_dir(tmp_path, False)), "--allow-failed-gate", "--port", str(busy_port)])
+    assert result.exit_code == PortBusy.exit_code
+
+
+@pytest.mark.parametrize(("backend", "says", "never"), [("oci", "skopeo copy oci:", "run it:  docker run"),
+                                                          ("docker", "docker run", "skopeo"),
+                                                          ("podman", "podman run", "docker run")])
+def test_the_summary_says_how_to_run_the_image_from_where_it_is(tmp_path: Path, backend: str, says: str,
+                                                                never: str) -> None:
+    from builder.build.pipeline import PackageResult
+    from builder.cli.package import _run_hint
+    from builder.image.base import ImageResult
+    from builder.planning.plan import BuildPlan
+
+    class _Plan:
+        tag = "mbuild/x:1"
+
+    image = ImageResult("mbuild/x:1", "sha256:" + "0" * 64, 1, backend)
+    plan: BuildPlan = _Plan()  # type: ignore[assignment]  # the hint reads only the tag
+    hint = _run_hint(PackageResult(plan, tmp_path, None, image, ""))
+    assert says in hint and never not in hint
