@@ -22,10 +22,10 @@ from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.scheduler import Inadmissible, SchedulerFull
 from runtimes.health import State
 from runtimes.state import EmbeddingRuntime, ServiceState
+from runtimes.tokenize import INLINE_CHARS
 
 T = TypeVar("T")
 POLL_SECONDS = 0.25  # how soon a non-stream request notices its client left
-INLINE_CHARS = 4096  # shorter text is tokenized on the event loop: a thread hop would cost more
 
 
 def served(request: Request) -> ServiceState:
