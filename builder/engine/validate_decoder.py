@@ -1,10 +1,11 @@
 """The numerical gate for language models: the compiled engine against transformers.generate.
 
 The engine under test is the runtime's own: prompts go through the serving scheduler together, so
-they decode batched with continuous batching exactly as in the image. fp32 and int8 must decode
+they decode batched with continuous batching exactly as in the image. fp32 must decode
 token for token what transformers' greedy generate decodes (>= 32 tokens per prompt); quantized
-profiles whose tolerance says greedy_exact: false are judged on teacher-forced top-1 agreement and
-logit error instead, since 4-bit weights move near-tied logits.
+profiles whose tolerance says greedy_exact: false (int8 and int4, with int8 compute) are judged on
+teacher-forced top-1 agreement and logit error instead, since quantized weights and activations move
+near-tied logits.
 """
 
 from __future__ import annotations

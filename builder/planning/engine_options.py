@@ -22,7 +22,7 @@ class OrtOptions(_Options):
     per_channel: bool = False  # int8: one scale per output channel (cosine 0.945 -> 0.988 on MiniLM)
     reduce_range: bool = False  # int8: 7-bit weights, for CPUs without VNNI that saturate otherwise
     block_size: int = Field(32, ge=16)  # int4: weights per quantization block
-    accuracy_level: int | None = Field(None, ge=0, le=4)  # int4: MatMulNBits compute type
+    accuracy_level: int | None = Field(None, ge=0, le=4)  # int8/int4 language models: MatMulNBits compute type
 
 
 class TrtOptions(_Options):
