@@ -11,10 +11,13 @@ MBUILD = [sys.executable, "-m", "builder.cli"]
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
-def build_mbuild(model: str | Path, out: Path, env: dict[str, str] | None = None, precision: str = "fp32") -> Path:
-    """mbuild's own pipeline on CPU (the gate included), stopping at the build context."""
+def build_mbuild(model: str | Path, out: Path, env: dict[str, str] | None = None,
+                 precision: str | None = "fp32") -> Path:
+    """mbuild's own pipeline on CPU (the gate included), stopping at the build context; precision None: the
+    profile mbuild picks by default, what a user gets."""
     if not (out / "model" / "engine.json").is_file():
-        subprocess.run([*MBUILD, "package", str(model), "--backend", "none", "--gpu", "cpu", "--precision", precision,
+        chosen = ["--precision", precision] if precision else []
+        subprocess.run([*MBUILD, "package", str(model), "--backend", "none", "--gpu", "cpu", *chosen,
                         "--output", str(out), "--quiet"], check=True, capture_output=True,
                        env={**os.environ, **(env or {})})
     return out / "model"

@@ -1,7 +1,8 @@
 """Language model served over HTTP: mbuild against a naive transformers server, streaming at concurrency 1-16.
 
-Arms, on the same random ~100M Llama (fp32), pinned to the same server cores with the same thread count:
-  mbuild              `mbuild serve` of the built model: the runtime's continuous batching over ONNX Runtime
+Arms, on the same random ~100M Llama, pinned to the same server cores with the same thread count:
+  mbuild              `mbuild serve` of the model built with mbuild's default CPU profile (int8 weights and
+                      compute), what a user gets: the runtime's continuous batching over ONNX Runtime
   naive transformers  bench/naive_llm_app.py: FastAPI, `model.generate` with a TextIteratorStreamer in a
                       thread, one generation at a time under a lock (what a user writes in an hour)
 Every request streams POST /v1/completions with a text prompt of 16-128 words and decodes exactly
@@ -242,7 +243,7 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     work = work or Path(tempfile.gettempdir()) / "mbuild-bench-llm"
     print(f"LLM served benchmark: models in {work}, {repeats} interleaved rounds, {NEW_TOKENS} new tokens a request")
     model = make_llama_100m(work / "llama-100m")
-    build = build_mbuild(model, work / "mbuild-build").parent
+    build = build_mbuild(model, work / "mbuild-build-default", precision=None).parent
     cores = split_cores()
     table = tabulate(measure(build, model, cores, repeats))
     data, markdown = report(table, cores, repeats)
