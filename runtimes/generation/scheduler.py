@@ -121,7 +121,9 @@ class Scheduler:
         return len(self.rows) + self._live_waiting()
 
     def _live_waiting(self) -> int:
-        return sum(1 for r in self.waiting if not r.cancelled)
+        # Under the (reentrant) lock: the other thread may be adding to or taking from the deque right now.
+        with self._ready:
+            return sum(1 for r in self.waiting if not r.cancelled)
 
     def refresh_metrics(self) -> None:
         """Gauges from the state itself, so cancellations can never leave them stale."""

@@ -8,6 +8,10 @@ exactly one finishing event, whatever fails.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -244,3 +248,37 @@ def test_a_failing_request_leaves_every_other_output_identical() -> None:
 
     alone, beside = run(outputs(False)), run(outputs(True))
     assert alone == beside and all(finish == "length" for _, finish in alone.values())
+
+
+def test_the_queue_can_be_counted_while_the_engine_thread_takes_from_it() -> None:
+    """busy and the gauges count the waiting queue from the event loop while the engine thread pops it."""
+    async def go() -> None:
+        scheduler = make(max_batch=1, max_queue=10_000)
+        failures: list[BaseException] = []
+        stop = threading.Event()
+
+        def take() -> None:
+            while not stop.is_set():
+                try:
+                    scheduler.take_joining(block=False)
+                except BaseException as exc:  # a deque mutated during iteration would land here
+                    failures.append(exc)
+
+        taker = threading.Thread(target=take)
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # switch threads often, as a loaded server does
+        taker.start()
+        try:
+            deadline = time.monotonic() + 1.0
+            batch = [request([1]) for _ in range(500)]
+            while time.monotonic() < deadline:  # a long queue, so counting it spans thread switches
+                with contextlib.suppress(SchedulerFull):
+                    scheduler.submit(batch)
+                _ = scheduler.busy
+                scheduler.refresh_metrics()
+        finally:
+            stop.set()
+            taker.join()
+            sys.setswitchinterval(switch)
+        assert failures == []
+    run(go())
