@@ -10,12 +10,13 @@ from fastapi import APIRouter, Depends, Request
 from runtimes.api.admission import embedding_runtime, enter, run_to_end, served
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
-from runtimes.api.errors import ApiError, OpenAIRoute
+from runtimes.api.errors import ApiError, OpenAIRoute, client_closed
 from runtimes.api.schemas import MAX_INPUTS, EmbeddingData, EmbeddingRequest, EmbeddingResponse, Usage
 from runtimes.state import EmbeddingRuntime, ServiceState
 from runtimes.tokenize import InputTooLong, Truncate
 
 router = APIRouter(route_class=OpenAIRoute, dependencies=[Depends(require_key)])
+TOKENIZE_CHUNK = 256  # texts tokenized between two checks that the client is still there
 
 
 def check_texts(texts: list[str], where: str = "input") -> None:
@@ -34,10 +35,17 @@ async def embed(request: Request, runtime: EmbeddingRuntime, texts: list[str], t
                 hint: str) -> tuple[np.ndarray, int]:
     """Tokenize, queue, and wait (under the deadline, cancelled if the client leaves): vectors and tokens."""
     state = served(request)
-    try:
-        seqs = await runtime.tokenizer.encode_async(texts, truncate)
-    except InputTooLong as exc:
-        raise ApiError(400, f"{exc}; shorten it or {hint}", "input_too_long") from exc
+    seqs: list[list[int]] = []
+    for start in range(0, len(texts), TOKENIZE_CHUNK):
+        # In chunks, asking between them whether the client is still there: 50 abandoned maximal requests
+        # would otherwise tokenize 100k texts for nobody while the next real request waits.
+        if await request.is_disconnected():
+            raise client_closed()
+        try:
+            seqs += await runtime.tokenizer.encode_async(texts[start:start + TOKENIZE_CHUNK], truncate)
+        except InputTooLong as exc:
+            raise ApiError(400, f"input {start + exc.index} has {exc.tokens} tokens; this model takes at most "
+                                f"{exc.limit}; shorten it or {hint}", "input_too_long") from exc
     job = enter(lambda: runtime.batcher.enqueue(seqs))
     vectors = await run_to_end(request, job.future, state.settings.request_timeout, lambda: job.started)
     tokens = sum(len(s) for s in seqs)
