@@ -108,7 +108,10 @@ async def read_limited(request: Request, limit: int, timeout: float) -> bytes:
 
 async def read_body(request: Request) -> bytes:
     settings = request.app.state.service.settings
-    return await read_limited(request, settings.max_body_bytes, settings.body_timeout)
+    raw = await read_limited(request, settings.max_body_bytes, settings.body_timeout)
+    if await request.is_disconnected():  # sent in full and gone: parsing it would be work for nobody
+        raise client_closed()
+    return raw
 
 
 async def parse_body(request: Request, model: type[Model]) -> Model:

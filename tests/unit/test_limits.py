@@ -144,3 +144,28 @@ def test_the_batch_delay_only_applies_under_load() -> None:
     alone, sizes = asyncio.run(scenario())
     assert alone < 0.05
     assert max(sizes) > 1
+
+
+def test_an_abandoned_job_stops_computing_and_the_next_one_runs() -> None:
+    async def scenario() -> tuple[list[list[int]], np.ndarray]:
+        calls: list[list[int]] = []
+
+        def run(seqs: list[list[int]]) -> np.ndarray:
+            calls.append([s[0] for s in seqs])
+            time.sleep(0.02)
+            return np.asarray([[float(s[0])] for s in seqs], np.float32)
+
+        batcher = Batcher(run, max_batch=4, max_queue=8, metrics=Metrics(), max_delay=0.0)
+        big = batcher.enqueue([[1000 + i] for i in range(400)])  # 100 engine calls if nobody stopped it
+        small = batcher.enqueue([[7]])
+        batcher.start()
+        await asyncio.sleep(0.1)
+        big.future.cancel()  # its client left
+        rows = await asyncio.wait_for(small.future, 5)
+        await batcher.stop()
+        return calls, rows
+
+    calls, rows = asyncio.run(scenario())
+    assert rows.tolist() == [[7.0]]
+    assert len(calls) < 20  # stopped a few calls after the cancel, not 100
+    assert any(7 in call for call in calls)
