@@ -12,6 +12,7 @@ through them in turn, which is how those servers behave.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import tempfile
 import time
@@ -33,6 +34,7 @@ from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import Request
 from runtimes.metrics import Metrics
+from runtimes.settings import Settings
 
 NEW_TOKENS = 64
 CONCURRENCY = (1, 16)
@@ -82,7 +84,8 @@ class Genai:
 class Mbuild:
     def __init__(self, engine_dir: Path, threads: int) -> None:
         config = load_engine_config(engine_dir)
-        self.runtime = GenerationRuntime.load(engine_dir, config, threads, 1024, Metrics())
+        settings = dataclasses.replace(Settings.from_env({}), model_dir=engine_dir, threads=threads, max_queue=1024)
+        self.runtime = GenerationRuntime.load(engine_dir, config, settings, Metrics())
         self.runtime.scheduler.start()
 
     async def _one(self, prompt: list[int]) -> int:

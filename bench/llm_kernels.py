@@ -19,6 +19,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import onnx
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
@@ -44,12 +45,13 @@ def _requantize(fp32: Path, out: Path, bits: int, level: int | None) -> Path:
 
 
 def _step_ms(engine: DecoderEngine, batch: int) -> float:
-    logits, cache = engine.prefill([list(range(3, 67))] * batch)
+    engine.lengths[:] = 0
+    logits = np.concatenate([engine.run(row, np.array([list(range(3, 67))])) for row in range(batch)])
     for _ in range(3):  # warm
-        logits, cache = engine.decode(cache, logits.argmax(-1))
+        logits = engine.run(0, logits.argmax(-1).reshape(-1, 1))
     started = time.perf_counter()
     for _ in range(STEPS):
-        logits, cache = engine.decode(cache, logits.argmax(-1))
+        logits = engine.run(0, logits.argmax(-1).reshape(-1, 1))
     return (time.perf_counter() - started) / STEPS * 1000
 
 
@@ -61,7 +63,8 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     folders = {"fp32 (mbuild)": fp32,
                **{name: _requantize(fp32, work / name.replace(" ", "-"), *q) for name, q in QUANTIZED.items()},
                "int8 (mbuild default profile)": build_mbuild(model, work / "build-int8", precision="int8")}
-    engines = {name: DecoderEngine(folder, load_engine_config(folder), threads=1) for name, folder in folders.items()}
+    engines = {name: DecoderEngine(folder, load_engine_config(folder), threads=1, slots=max(BATCHES))
+               for name, folder in folders.items()}
     cases: list[tuple[str, Callable[[], float]]] = [
         (f"{name} b{batch}", partial(_step_ms, engine, batch)) for name, engine in engines.items() for batch in BATCHES]
     results = interleave(cases, repeats)

@@ -74,6 +74,8 @@ class Settings:
     max_concurrent: int = 1024  # requests in the process at once; beyond, 503 before any work
     max_batch: int | None = None  # None: the profile's
     max_batch_delay_ms: float | None = None
+    prefill_chunk: int = 512  # prompt tokens per engine step, so running streams keep decoding
+    prefix_cache_mb: int = 1024  # host memory for cached prompt prefixes (0: off)
     protect_metrics: bool = False
     access_log: bool = True
     tracing: bool = False
@@ -116,6 +118,8 @@ class Settings:
             body_timeout=env.integer("MBUILD_BODY_TIMEOUT", 30, 1, 3600),
             max_concurrent=env.integer("MBUILD_MAX_CONCURRENT", 1024, 1, 1_000_000),
             max_batch=env.integer("MBUILD_MAX_BATCH", 0, 0, 4096) or None,
+            prefill_chunk=env.integer("MBUILD_PREFILL_CHUNK", 512, 16, 1 << 20),
+            prefix_cache_mb=env.integer("MBUILD_PREFIX_CACHE_MB", 1024, 0, 1 << 24),
             max_batch_delay_ms=float(delay) if delay >= 0 else None,
             protect_metrics=env.boolean("MBUILD_PROTECT_METRICS"),
             access_log=env.boolean("MBUILD_ACCESS_LOG", True),

@@ -24,13 +24,15 @@ class TaskStages:
     gate: str
     exporting: str
     validating: str
+    export_tensorrt: str | None = None  # when TensorRT needs a graph of its own
 
 
 TASKS = {
     "embedding": TaskStages("builder.engine.export_encoder:export_encoder", "builder.engine.validate_encoder",
                             "PyTorch -> ONNX with pooling", "engine vs sentence-transformers"),
     "text-generation": TaskStages("builder.engine.export_decoder:export_decoder", "builder.engine.validate_decoder",
-                                  "PyTorch -> ONNX with a KV cache", "engine vs transformers generate"),
+                                  "checkpoint -> ONNX with an in-place KV cache", "engine vs transformers generate",
+                                  "builder.engine.export_decoder:export_decoder_tensorrt"),
 }
 
 
@@ -62,7 +64,8 @@ def make_engine(plan: BuildPlan, snapshot: Path, work: Path, engine_dir: Path, b
                  reporter: Reporter) -> dict[str, Any]:
     """Export, compile and validate; the engine folder ends with its gate report."""
     stages = TASKS[plan.task]
-    module, _, function = stages.export.partition(":")
+    where = stages.export_tensorrt if plan.profile.engine == "tensorrt" and stages.export_tensorrt else stages.export
+    module, _, function = where.partition(":")
     export = getattr(load_stage(module, "exporting to ONNX"), function)
     with reporter.stage("export", stages.exporting):
         exported = export(snapshot, work)

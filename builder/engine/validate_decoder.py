@@ -11,6 +11,7 @@ near-tied logits.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import Request
 from runtimes.metrics import Metrics
+from runtimes.settings import Settings
 
 NEW_TOKENS = 32
 PROMPTS = (
@@ -81,24 +83,27 @@ def _teacher_forced(runtime: GenerationRuntime, prompts: list[list[int]], refere
                     ref_logits: list[np.ndarray]) -> dict[str, float]:
     """Feed the reference tokens and compare every step's logits with the reference's."""
     engine = runtime.engine
-    logits, batch = engine.prefill(prompts)
+    engine.lengths[:] = 0
+    rows = range(len(prompts))
+    logits = np.concatenate([engine.run(row, np.array([prompts[row]], np.int64)) for row in rows])
     agree, total, worst, errors = 0, 0, 0.0, []
     for step in range(NEW_TOKENS):
-        for row in range(len(prompts)):
+        for row in rows:
             want = ref_logits[row][step]
             agree += int(np.argmax(logits[row]) == np.argmax(want))
             total += 1
             diff = np.abs(logits[row] - want)
             worst = max(worst, float(diff.max()))
             errors.append(float(diff.mean()))
-        logits, batch = engine.decode(batch, np.array([ref[step] for ref in reference], np.int64))
+        logits = engine.run(0, np.array([[ref[step]] for ref in reference], np.int64))
     return {"top1_agreement": agree / total, "max_logit_error": worst, "mean_logit_error": float(np.mean(errors)),
             "positions": total}
 
 
 def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_path: Path) -> dict[str, Any]:
     config = load_engine_config(engine_dir)
-    runtime = GenerationRuntime.load(engine_dir, config, 0, 64, Metrics())
+    settings = dataclasses.replace(Settings.from_env({}), model_dir=engine_dir, max_batch=max(len(PROMPTS), 1))
+    runtime = GenerationRuntime.load(engine_dir, config, settings, Metrics())
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = [tokenizer(text).input_ids for text in PROMPTS]
     reference, ref_logits = _reference(model_dir, prompts)

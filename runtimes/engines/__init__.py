@@ -35,7 +35,7 @@ def encoder_for(model_dir: Path, config: EngineConfig, threads: int) -> EncoderE
     return EncoderEngine(model_dir, config, threads)
 
 
-def decoder_for(model_dir: Path, config: EngineConfig, threads: int) -> DecoderEngine:
+def decoder_for(model_dir: Path, config: EngineConfig, threads: int, slots: int | None = None) -> DecoderEngine:
     if config.task != "text-generation":
         raise BundleError(f"engine.json says task {config.task!r}; a text-generation engine was asked for")
-    return DecoderEngine(model_dir, config, threads)
+    return DecoderEngine(model_dir, config, threads, slots)

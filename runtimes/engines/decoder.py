@@ -1,16 +1,22 @@
-"""Decoder engine for language models, with the KV cache as explicit tensors, over any session backend.
+"""Decoder engine for language models: one preallocated KV cache per slot, written in place.
 
-The graph (exported by mbuild) takes input_ids [B,S], attention_mask [B,P+S] (0 marks a padding
-slot), position_ids [B,S] and past.{i}.key/value [B,kv_heads,P,head_dim]; it returns the last
-position's logits [B,vocab] and present.{i}.key/value [B,kv_heads,P+S,head_dim]. Rows may have
-different lengths: each is left-padded, masked, and keeps its own positions, which is what lets the
-scheduler add and remove sequences between decode steps (continuous batching).
+The cache is one buffer per layer and kind, [slots, kv_heads, context, head_dim], allocated once (pages
+are committed as they are first written). The running sequences occupy slots 0..n-1, so a decode step
+binds the first n rows of each buffer, as a view, as both the graph's past and its present (IO binding):
+the graph writes one new position per row and nothing is copied. A prompt is prefilled into the slot
+after the running ones, in chunks if the scheduler wants. When a sequence leaves, the last running slot
+moves into its place (one copy of one sequence's cache, once), which keeps the running slots contiguous.
+`lengths[row]` is what each slot holds.
+
+Graphs: the builder's GroupQueryAttention graph for ONNX Runtime (builder/engine/decoder_graph.py), run
+in place; and, for backends that cannot run ONNX Runtime's contrib ops (TensorRT), the grown-cache graph
+(past in, present out), run through the same slot interface by copying (CopyingSlots).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -18,33 +24,8 @@ from runtimes.bundle import BundleError, EngineConfig
 from runtimes.engines.sessions import open_session
 
 
-@dataclass
-class Batch:
-    """The running batch's cache: one K and one V array per layer, a mask, and each row's next position."""
-
-    kv: list[np.ndarray]
-    mask: np.ndarray  # [B, T] int64
-    positions: np.ndarray  # [B] int64
-
-    @property
-    def size(self) -> int:
-        return int(self.mask.shape[0])
-
-    @property
-    def length(self) -> int:
-        return int(self.mask.shape[1])
-
-
-def _pad_left(array: np.ndarray, width: int, axis: int) -> np.ndarray:
-    if width == 0:
-        return array
-    pad = [(0, 0)] * array.ndim
-    pad[axis] = (width, 0)
-    return np.pad(array, pad)
-
-
 class DecoderEngine:
-    def __init__(self, model_dir: Path, config: EngineConfig, threads: int = 0) -> None:
+    def __init__(self, model_dir: Path, config: EngineConfig, threads: int = 0, slots: int | None = None) -> None:
         self.config = config
         options = config.options
         try:
@@ -53,66 +34,100 @@ class DecoderEngine:
             self.head_dim = int(options["head_dim"])
         except KeyError as exc:
             raise BundleError(f"engine.json lacks decoder option {exc}") from exc
-        self.session = open_session(model_dir, config, threads)
-        self.past_names = [f"past.{i}.{kind}" for i in range(self.layers) for kind in ("key", "value")]
-        expected = {"input_ids", "attention_mask", "position_ids", *self.past_names}
-        found = {i.name for i in self.session.get_inputs()}
-        if found != expected:
-            raise BundleError(f"the engine takes inputs {sorted(found)}; a decoder with {self.layers} layers needs "
+        self.slots = int(slots or options.get("max_batch", 8))
+        self.context = int(config.max_seq_length)
+        self.session: Any = open_session(model_dir, config, threads)
+        names = {i.name for i in self.session.get_inputs()}
+        self.in_place = "seqlens_k" in names
+        kinds = ("key", "value")
+        self.past = [f"past_{k}.{i}" if self.in_place else f"past.{i}.{k}" for i in range(self.layers) for k in kinds]
+        expected = ({"input_ids", "seqlens_k", "total_sequence_length"} if self.in_place
+                    else {"input_ids", "attention_mask", "position_ids"}) | set(self.past)
+        if names != expected:
+            raise BundleError(f"the engine takes inputs {sorted(names)}; a decoder with {self.layers} layers needs "
                               f"{sorted(expected)}")
+        self.present = [name.replace("past", "present") for name in self.past]
+        shape = (self.slots, self.kv_heads, self.context, self.head_dim)
+        self.cache = [np.zeros(shape, np.float32) for _ in self.past]
+        self.lengths = np.zeros(self.slots, np.int64)
 
-    def empty(self, rows: int) -> Batch:
-        shape = (rows, self.kv_heads, 0, self.head_dim)
-        return Batch([np.zeros(shape, np.float32) for _ in self.past_names], np.zeros((rows, 0), np.int64),
-                     np.zeros(rows, np.int64))
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * 4
 
-    def _run(self, batch: Batch, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, Batch]:
-        feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions,
-                 **dict(zip(self.past_names, batch.kv, strict=True))}
+    def run(self, first: int, ids: np.ndarray) -> np.ndarray:
+        """Append ids [B,S] to slots first..first+B-1; returns each row's logits after its last new token."""
+        rows = slice(first, first + ids.shape[0])
+        if first < 0 or rows.stop > self.slots or ids.ndim != 2 or ids.shape[1] == 0:
+            raise ValueError(f"rows {first}..{rows.stop - 1}, tokens {ids.shape}: not within {self.slots} slots")
+        lengths = self.lengths[rows] + ids.shape[1]
+        if int(lengths.max()) > self.context:
+            raise ValueError(f"a row would hold {int(lengths.max())} tokens, more than the context {self.context}")
+        logits = self._in_place(rows, ids, lengths) if self.in_place else self._copying(rows, ids, lengths)
+        self.lengths[rows] = lengths
+        return logits
+
+    def _in_place(self, rows: slice, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        binding = self.session.io_binding()
+        binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids, np.int64))
+        binding.bind_cpu_input("seqlens_k", (lengths - 1).astype(np.int32))
+        binding.bind_cpu_input("total_sequence_length", np.array(int(lengths.max()), np.int32))
+        logits = np.empty((ids.shape[0], self.config.dimensions), np.float32)
+        binding.bind_output("logits", "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data)
+        for past, present, buffer in zip(self.past, self.present, self.cache, strict=True):
+            view = buffer[rows]  # the first rows of a C-contiguous array: contiguous, so bindable by pointer
+            binding.bind_input(past, "cpu", 0, np.float32, list(view.shape), view.ctypes.data)
+            binding.bind_output(present, "cpu", 0, np.float32, list(view.shape), view.ctypes.data)
+        self.session.run_with_iobinding(binding)
+        return logits  # copy_outputs_to_cpu would also copy every bound cache buffer
+
+    def _copying(self, rows: slice, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The grown-cache graph: rows' caches are right-padded to the longest, masked, then copied back."""
+        new = ids.shape[1]
+        held = self.lengths[rows]
+        width = int(held.max())
+        mask = np.zeros((len(held), width + new), np.int64)
+        for row, length in enumerate(held):
+            mask[row, :length] = 1
+        mask[:, width:] = 1
+        positions = held[:, None] + np.arange(new)[None, :]
+        feeds = {"input_ids": ids.astype(np.int64), "attention_mask": mask, "position_ids": positions,
+                 **{name: buffer[rows, :, :width] for name, buffer in zip(self.past, self.cache, strict=True)}}
         outputs = self.session.run(None, feeds)
-        next_positions = positions[:, -1] + 1
-        return np.asarray(outputs[0], np.float32), Batch(list(outputs[1:]), mask, next_positions)
+        for buffer, present in zip(self.cache, outputs[1:], strict=True):
+            for row, length in enumerate(held):
+                buffer[rows.start + row, :, length:length + new] = present[row, :, width:]
+        return np.asarray(outputs[0], np.float32)
 
-    def prefill(self, prompts: list[list[int]]) -> tuple[np.ndarray, Batch]:
-        """Run new prompts (left-padded together); returns their last logits and their cache."""
-        longest = max(len(p) for p in prompts)
-        ids = np.zeros((len(prompts), longest), np.int64)
-        mask = np.zeros((len(prompts), longest), np.int64)
-        positions = np.zeros((len(prompts), longest), np.int64)
-        for row, prompt in enumerate(prompts):
-            start = longest - len(prompt)
-            ids[row, start:] = prompt
-            mask[row, start:] = 1
-            positions[row, start:] = np.arange(len(prompt))
-        return self._run(self.empty(len(prompts)), ids, mask, positions)
+    def move(self, source: int, target: int) -> None:
+        """Slot `source`'s cache into slot `target` (which is overwritten); `source` is then empty."""
+        if source == target:
+            return
+        length = int(self.lengths[source])
+        for buffer in self.cache:
+            buffer[target, :, :length] = buffer[source, :, :length]
+        self.lengths[target], self.lengths[source] = length, 0
 
-    def decode(self, batch: Batch, tokens: np.ndarray) -> tuple[np.ndarray, Batch]:
-        """One step for every row: each row's last token in, its next logits out."""
-        mask = np.concatenate([batch.mask, np.ones((batch.size, 1), np.int64)], axis=1)
-        return self._run(batch, tokens.reshape(-1, 1).astype(np.int64), mask, batch.positions.reshape(-1, 1))
+    def release(self, row: int) -> None:
+        self.lengths[row] = 0
 
-    @staticmethod
-    def merge(running: Batch | None, joining: Batch) -> Batch:
-        """Append rows to the batch, left-padding whichever cache is shorter."""
-        if running is None or running.size == 0:
-            return joining
-        length = max(running.length, joining.length)
-        a_pad, b_pad = length - running.length, length - joining.length
-        kv = [np.concatenate([_pad_left(a, a_pad, 2), _pad_left(b, b_pad, 2)], axis=0)
-              for a, b in zip(running.kv, joining.kv, strict=True)]
-        mask = np.concatenate([_pad_left(running.mask, a_pad, 1), _pad_left(joining.mask, b_pad, 1)], axis=0)
-        return Batch(kv, mask, np.concatenate([running.positions, joining.positions]))
+    def read(self, row: int, count: int) -> list[np.ndarray]:
+        """A copy of the first `count` positions of a slot (for the prefix cache)."""
+        return [buffer[row, :, :count].copy() for buffer in self.cache]
 
-    @staticmethod
-    def keep(batch: Batch, rows: list[int]) -> Batch:
-        """Only these rows, with columns no remaining row uses trimmed from the left."""
-        mask = batch.mask[rows]
-        used = np.flatnonzero(mask.any(axis=0))
-        start = int(used[0]) if used.size else mask.shape[1]
-        return Batch([layer[rows, :, start:] for layer in batch.kv], mask[:, start:], batch.positions[rows])
+    def write(self, row: int, blocks: list[np.ndarray], count: int) -> None:
+        """Fill a slot's first `count` positions from a prefix cache entry."""
+        for buffer, block in zip(self.cache, blocks, strict=True):
+            buffer[row, :, :count] = block[:, :count]
+        self.lengths[row] = count
 
     def warm_up(self) -> None:
-        logits, batch = self.prefill([[0, 1, 2], [3]])
-        logits, _ = self.decode(batch, logits.argmax(-1))
-        if logits.shape[0] != 2 or not np.isfinite(logits).all():
+        rows = min(self.slots, 2)
+        logits = self.run(0, np.array([[0, 1, 2]], np.int64))
+        if rows == 2:
+            self.run(1, np.array([[3]], np.int64))
+            logits = self.run(0, np.array([[int(logits.argmax())], [4]], np.int64))
+        for row in range(rows):
+            self.release(row)
+        if logits.shape[0] != rows or not np.isfinite(logits).all():
             raise BundleError(f"warm-up produced logits of shape {logits.shape} or non-finite values")

@@ -14,6 +14,7 @@ from runtimes.engines.decoder import DecoderEngine
 from runtimes.generation.chat_template import ChatTemplate, ChatTemplateError
 from runtimes.generation.scheduler import Scheduler
 from runtimes.metrics import Metrics
+from runtimes.settings import Settings
 
 
 @dataclass
@@ -26,9 +27,9 @@ class GenerationRuntime:
     eos_ids: tuple[int, ...]
 
     @classmethod
-    def load(cls, model_dir: Path, config: EngineConfig, threads: int, max_queue: int,
-             metrics: Metrics) -> GenerationRuntime:
-        engine = decoder_for(model_dir, config, threads)
+    def load(cls, model_dir: Path, config: EngineConfig, settings: Settings, metrics: Metrics) -> GenerationRuntime:
+        """settings: threads, max_queue, and the optional max_batch (slots), prefill_chunk, prefix_cache_mb."""
+        engine = decoder_for(model_dir, config, settings.threads, settings.max_batch)
         try:
             tokenizer = Tokenizer.from_file(str(model_dir / config.tokenizer_file))
         except Exception as exc:  # tokenizers raises a bare Exception on bad files
@@ -43,8 +44,11 @@ class GenerationRuntime:
             except ChatTemplateError as exc:
                 raise BundleError(str(exc)) from exc
         eos = tuple(int(t) for t in options.get("eos_token_ids", []))
-        scheduler = Scheduler(engine, eos, int(options.get("max_batch", 8)), max_queue, metrics,
-                              context=config.max_seq_length, vocab=config.dimensions)
+        # A grown-cache graph (TensorRT's) is built for whole prompts on an empty cache: no chunks, no reuse.
+        chunk = settings.prefill_chunk if engine.in_place else engine.context
+        scheduler = Scheduler(engine, eos, engine.slots, settings.max_queue, metrics, context=engine.context,
+                              vocab=config.dimensions, prefill_chunk=chunk,
+                              prefix_cache_bytes=settings.prefix_cache_mb << 20 if engine.in_place else 0)
         return cls(engine, tokenizer, template, scheduler, config.max_seq_length, eos)
 
     def encode(self, text: str, special: bool = True) -> list[int]:

@@ -1,14 +1,17 @@
-"""Continuous (iteration-level) batching on one engine thread.
+"""Continuous (iteration-level) batching on one engine thread, over the engine's KV slots.
 
-Between decode steps, waiting requests are prefilled together and join the running batch, and
-finished or cancelled ones leave it. The batch never exceeds max_batch sequences, and `submit` refuses
-a request whose prompt plus max_tokens exceeds the context (or that breaks any other invariant), so the
-KV cache is bounded by max_batch x context. Results go back to each request's asyncio queue.
+Each engine iteration prefills at most `prefill_chunk` prompt tokens (chunked prefill: a long prompt
+cannot stall the running streams for its whole prefill) and then decodes one token for every running
+sequence. Running sequences hold slots 0..n-1; the prompt being prefilled holds slot n and joins the
+running ones when its last chunk is in; finished or cancelled ones leave between steps. A prompt first
+takes what the prefix cache holds of it (runtimes/generation/prefix_cache.py). There are never more than
+max_batch sequences, and `submit` refuses a request whose prompt plus max_tokens exceeds the context (or
+that breaks any other invariant), so each fits its slot. Results go back to each request's asyncio queue.
 
 Deciding (admit, step, prune, fail) is separate from running (the thread loop), so the decisions can be
 driven directly. Every request that enters ends with exactly one finishing event, whatever fails: one
-request's sampler or sampling failure ends that request alone; a failed prefill ends the requests that
-were joining; a failed decode step ends the running batch; a shutdown ends everything left.
+request's sampler or sampling failure ends that request alone; a failed prefill ends the request being
+prefilled; a failed decode step ends the running batch; a shutdown ends everything left.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from typing import Literal
 
 import numpy as np
 
-from runtimes.engines.decoder import Batch, DecoderEngine
+from runtimes.engines.decoder import DecoderEngine
+from runtimes.generation.prefix_cache import PrefixCache
 from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS, SamplerState, SamplingParams, next_token
 from runtimes.metrics import BATCH_BUCKETS, Metrics
 
@@ -62,6 +66,7 @@ class _Row:
     request: Request
     state: SamplerState
     last: int = 0
+    filled: int = 0  # prompt tokens in the slot's cache
     last_time: float = field(default_factory=time.perf_counter)
 
 
@@ -75,14 +80,16 @@ class Inadmissible(ValueError):
 
 class Scheduler:
     def __init__(self, engine: DecoderEngine, eos_ids: tuple[int, ...], max_batch: int, max_queue: int,
-                 metrics: Metrics, context: int, vocab: int) -> None:
+                 metrics: Metrics, context: int, vocab: int, prefill_chunk: int = 512,
+                 prefix_cache_bytes: int = 0) -> None:
         self.engine, self.eos_ids = engine, eos_ids
         self.max_batch, self.max_queue, self.context, self.vocab = max_batch, max_queue, context, vocab
+        self.prefill_chunk, self.prefix = prefill_chunk, PrefixCache(prefix_cache_bytes)
         self.metrics = metrics
         self.waiting: collections.deque[Request] = collections.deque()
         self._ready = threading.Condition()
-        self.rows: list[_Row] = []
-        self.batch: Batch | None = None
+        self.rows: list[_Row] = []  # rows[i] holds slot i
+        self.filling: _Row | None = None  # the prompt being prefilled, in slot len(rows)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="generation", daemon=True)
         metrics.describe("batch_size", "Sequences per engine step", BATCH_BUCKETS)
@@ -118,7 +125,7 @@ class Scheduler:
 
     @property
     def busy(self) -> int:
-        return len(self.rows) + self._live_waiting()
+        return len(self.rows) + (self.filling is not None) + self._live_waiting()
 
     def _live_waiting(self) -> int:
         # Under the (reentrant) lock: the other thread may be adding to or taking from the deque right now.
@@ -127,67 +134,99 @@ class Scheduler:
 
     def refresh_metrics(self) -> None:
         """Gauges from the state itself, so cancellations can never leave them stale."""
-        held = sum(len(row.request.prompt) + len(row.state.generated) for row in self.rows)
+        held = int(self.engine.lengths.sum())
+        capacity = self.max_batch * self.context
         self.metrics.set("queue_depth", self._live_waiting())
         self.metrics.set("running_sequences", len(self.rows))
-        self.metrics.set("kv_cache_sequences", len(self.rows))
+        self.metrics.set("kv_cache_sequences", len(self.rows) + (self.filling is not None))
         self.metrics.set("kv_cache_capacity_sequences", self.max_batch)
         self.metrics.set("kv_cache_tokens", held)
-        self.metrics.set("kv_cache_capacity_tokens", self.max_batch * self.context)
-        self.metrics.set("kv_cache_usage_ratio", held / (self.max_batch * self.context))
+        self.metrics.set("kv_cache_capacity_tokens", capacity)
+        self.metrics.set("kv_cache_usage_ratio", held / capacity)
+        self.metrics.set("prefix_cache_bytes", self.prefix.bytes)
+        self.metrics.set("prefix_cache_capacity_bytes", self.prefix.capacity)
+        self.metrics.set("prefix_cache_entries", len(self.prefix.entries))
 
     # --- decisions (the engine thread calls them; tests may drive them directly) -----------
-    def take_joining(self, block: bool) -> list[Request]:
-        """Waiting requests for the free slots; cancelled ones leave with their event."""
-        joining: list[Request] = []
+    def take_next(self, block: bool) -> Request | None:
+        """The next live waiting request, if a slot is free; cancelled ones leave with their event."""
         with self._ready:
             if block:
                 self._ready.wait_for(lambda: self.waiting or self._stop.is_set(), timeout=0.5)
-            while self.waiting and len(self.rows) + len(joining) < self.max_batch:
+            while self.waiting and len(self.rows) < self.max_batch:
                 request = self.waiting.popleft()
-                if request.cancelled:
-                    request.emit(Event(finish="cancelled"))
-                else:
-                    joining.append(request)
-        return joining
+                if not request.cancelled:
+                    return request
+                request.emit(Event(finish="cancelled"))
+        return None
 
-    def admit(self, block: bool = False) -> None:
-        joining = self.take_joining(block)
-        started: list[_Row] = []
-        for request in joining:  # one request's bad sampler settings end that request alone
-            try:
-                started.append(_Row(request, SamplerState.start(request.params, request.prompt)))
+    def _start_filling(self, block: bool) -> bool:
+        """Put the next request in the free slot after the running ones, with what the prefix cache has."""
+        while self.filling is None:
+            request = self.take_next(block)
+            if request is None:
+                return False
+            try:  # one request's bad sampler settings end that request alone
+                row = _Row(request, SamplerState.start(request.params, request.prompt))
             except Exception as exc:
                 log.error("request %d: sampler setup failed: %s", request.id, exc)
                 request.emit(Event(finish="error", error=f"sampler setup failed: {exc}"))
-        if not started:
-            self.refresh_metrics()
-            return
-        try:
-            logits, cache = self.engine.prefill([row.request.prompt for row in started])
-            merged = self.engine.merge(self.batch, cache)
-        except Exception as exc:  # the running batch is untouched: only the joining requests fail
-            log.exception("prefill of %d requests failed", len(started))
-            for row in started:
-                row.request.emit(Event(finish="error", error=f"prefill failed: {exc}"))
-            return
-        now = time.perf_counter()
-        for row in started:
-            row.request.admitted = True
-            self.metrics.observe("time_to_first_token_seconds", now - row.request.enqueued)
-            self.metrics.inc("tokens_total", len(row.request.prompt), kind="prompt")
-        self.batch = merged
-        self.rows += started
-        self._emit_and_prune(logits, range(len(self.rows) - len(started), len(self.rows)))
+                continue
+            row.filled = self.prefix.restore(self.engine, len(self.rows), request.prompt)
+            self.metrics.inc("prefix_cache_queries_total")
+            self.metrics.inc("prefix_cache_query_tokens_total", len(request.prompt))
+            if row.filled:
+                self.metrics.inc("prefix_cache_hits_total")
+                self.metrics.inc("prefix_cache_hit_tokens_total", row.filled)
+            self.filling = row
+        return True
+
+    def admit(self, block: bool = False) -> None:
+        """Prefill up to prefill_chunk prompt tokens; prompts whose last chunk is in join the running rows."""
+        budget = self.prefill_chunk
+        while budget > 0 and self._start_filling(block and not self.rows):
+            row = self.filling
+            assert row is not None
+            slot, prompt = len(self.rows), row.request.prompt
+            if row.request.cancelled:
+                self._end_filling(Event(finish="cancelled"))
+                continue
+            piece = prompt[row.filled:row.filled + budget]
+            try:
+                logits = self.engine.run(slot, np.array([piece], np.int64))
+            except Exception as exc:  # the running rows are untouched: only this prompt fails
+                log.exception("prefill of request %d failed", row.request.id)
+                self._end_filling(Event(finish="error", error=f"prefill failed: {exc}"))
+                continue
+            row.filled += len(piece)
+            budget -= len(piece)
+            if row.filled == len(prompt):
+                self._join(row, logits)
+        self.refresh_metrics()
+
+    def _end_filling(self, event: Event) -> None:
+        assert self.filling is not None
+        self.filling.request.emit(event)
+        self.engine.release(len(self.rows))
+        self.filling = None
+
+    def _join(self, row: _Row, logits: np.ndarray) -> None:
+        self.prefix.store(self.engine, len(self.rows), row.request.prompt)
+        self.filling = None
+        row.request.admitted = True
+        self.metrics.observe("time_to_first_token_seconds", time.perf_counter() - row.request.enqueued)
+        self.metrics.inc("tokens_total", len(row.request.prompt), kind="prompt")
+        self.rows.append(row)
+        self._emit_and_prune(logits, range(len(self.rows) - 1, len(self.rows)))
 
     def step(self) -> None:
-        if not self.rows or self.batch is None:
+        if not self.rows:
             return
-        tokens = np.array([row.last for row in self.rows], np.int64)
+        tokens = np.array([[row.last] for row in self.rows], np.int64)
         self.metrics.observe("batch_size", len(self.rows))
         try:
-            logits, self.batch = self.engine.decode(self.batch, tokens)
-        except Exception as exc:  # the batch's cache is lost with the step: every running row ends
+            logits = self.engine.run(0, tokens)
+        except Exception as exc:  # the step's cache writes are suspect: every running row ends
             log.exception("decode step failed for %d sequences", len(self.rows))
             self.fail_running(f"decode failed: {exc}")
             return
@@ -196,34 +235,41 @@ class Scheduler:
     def fail_running(self, reason: str) -> None:
         for row in self.rows:
             row.request.emit(Event(finish="error", error=reason))
-        self.rows, self.batch = [], None
+        self._remove(set(range(len(self.rows))))
         self.refresh_metrics()
 
     def fail_all(self, reason: str) -> None:
         """Shutdown: every running and waiting request gets its final event."""
         self.fail_running(reason)
+        if self.filling is not None:
+            self._end_filling(Event(finish="error", error=reason))
         with self._ready:
             left, self.waiting = list(self.waiting), collections.deque()
         for request in left:
             request.emit(Event(finish="error", error=reason))
         self.refresh_metrics()
 
+    def _remove(self, finished: set[int]) -> None:
+        """Free the finished rows' slots, moving the last running ones into the holes (slots stay 0..n-1)."""
+        filling_slot = len(self.rows)
+        for index in sorted(finished, reverse=True):
+            last = len(self.rows) - 1
+            self.engine.release(index)
+            if index != last:
+                self.engine.move(last, index)
+                self.rows[index] = self.rows[last]
+            self.rows.pop()
+        if self.filling is not None:
+            self.engine.move(filling_slot, len(self.rows))
+
     def _emit_and_prune(self, logits: np.ndarray, indices: range) -> None:
         finished: set[int] = set()
         now = time.perf_counter()
         for offset, index in enumerate(indices):
-            row = self.rows[index]
-            finish = self._advance(row, logits[offset], now)
-            if finish is not None:
+            if self._advance(self.rows[index], logits[offset], now) is not None:
                 finished.add(index)
         if finished:
-            keep = [i for i in range(len(self.rows)) if i not in finished]
-            self.rows = [self.rows[i] for i in keep]
-            try:
-                self.batch = self.engine.keep(self.batch, keep) if keep and self.batch is not None else None
-            except Exception as exc:
-                log.exception("trimming the batch failed")
-                self.fail_running(f"batch update failed: {exc}")
+            self._remove(finished)
         self.refresh_metrics()
 
     def _advance(self, row: _Row, logits: np.ndarray, now: float) -> FinishReason | None:

@@ -12,100 +12,26 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import pytest
 
-from runtimes.engines.decoder import Batch
 from runtimes.generation import scheduler as scheduler_module
 from runtimes.generation.sampling import SamplingParams
-from runtimes.generation.scheduler import Event, Inadmissible, Request, Scheduler, SchedulerFull
-from runtimes.metrics import Metrics
-
-VOCAB, CONTEXT = 50, 64
-
-
-class FakeEngine:
-    """Row key = sum(prompt); next token = (7 * key + 3 * position) % VOCAB, whatever the batch holds."""
-
-    def __init__(self) -> None:
-        self.fail_prefill: Callable[[list[list[int]]], bool] = lambda prompts: False
-        self.fail_decode_at: int | None = None
-        self.steps = 0
-
-    @staticmethod
-    def _logits(keys: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        out = np.zeros((len(keys), VOCAB), np.float32)
-        out[np.arange(len(keys)), (7 * keys + 3 * positions) % VOCAB] = 10.0
-        return out
-
-    def prefill(self, prompts: list[list[int]]) -> tuple[np.ndarray, Batch]:
-        if self.fail_prefill(prompts):
-            raise RuntimeError("prefill exploded")
-        keys = np.array([sum(p) for p in prompts], np.int64)
-        positions = np.array([len(p) for p in prompts], np.int64)
-        return self._logits(keys, positions), Batch([keys], np.ones((len(prompts), 1), np.int64), positions)
-
-    def decode(self, batch: Batch, tokens: np.ndarray) -> tuple[np.ndarray, Batch]:
-        self.steps += 1
-        if self.fail_decode_at == self.steps:
-            raise RuntimeError("decode exploded")
-        positions = batch.positions + 1
-        return self._logits(batch.kv[0], positions), Batch(batch.kv, batch.mask, positions)
-
-    @staticmethod
-    def merge(running: Batch | None, joining: Batch) -> Batch:
-        if running is None:
-            return joining
-        return Batch([np.concatenate([running.kv[0], joining.kv[0]])], np.concatenate([running.mask, joining.mask]),
-                     np.concatenate([running.positions, joining.positions]))
-
-    @staticmethod
-    def keep(batch: Batch, rows: list[int]) -> Batch:
-        return Batch([batch.kv[0][rows]], batch.mask[rows], batch.positions[rows])
-
-
-def make(engine: FakeEngine | None = None, max_batch: int = 4, max_queue: int = 16) -> Scheduler:
-    return Scheduler(engine or FakeEngine(), (), max_batch, max_queue, Metrics(), CONTEXT, VOCAB)  # type: ignore[arg-type]
-
-
-def request(prompt: list[int], max_tokens: int = 6, **params: Any) -> Request:
-    return Request(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0, **params),
-                   asyncio.get_running_loop(), asyncio.Queue())
-
-
-async def events(req: Request) -> list[Event]:
-    await asyncio.sleep(0)  # emit() hands events over through the loop
-    out = []
-    while not req.events.empty():
-        out.append(req.events.get_nowait())
-    return out
-
-
-def tokens_and_finish(got: list[Event]) -> tuple[list[int], str | None]:
-    """The tokens, and the one finishing event, which must be the last event."""
-    finishes = [i for i, e in enumerate(got) if e.finish is not None]
-    assert len(finishes) <= 1 and (not finishes or finishes[0] == len(got) - 1), got
-    return [e.token for e in got if e.token is not None], got[finishes[0]].finish if finishes else None
-
-
-async def run_until_idle(scheduler: Scheduler, requests: list[Request], limit: int = 100) -> dict[int, list[Event]]:
-    seen: dict[int, list[Event]] = {r.id: [] for r in requests}
-    for _ in range(limit):
-        scheduler.admit()
-        scheduler.step()
-        for r in requests:
-            seen[r.id] += await events(r)
-        if not scheduler.rows and not scheduler.waiting:
-            break
-    return seen
-
-
-def expected(prompt: list[int], count: int) -> list[int]:
-    return [(7 * sum(prompt) + 3 * (len(prompt) + i)) % VOCAB for i in range(count)]
+from runtimes.generation.scheduler import Inadmissible, Request, SchedulerFull
+from tests.support.scheduler_fakes import (
+    VOCAB,
+    FakeEngine,
+    events,
+    expected,
+    make,
+    request,
+    run_until_idle,
+    tokens_and_finish,
+)
 
 
 def run(coro: Any) -> Any:
@@ -170,8 +96,8 @@ def test_an_engine_error_ends_the_affected_requests_with_events_and_the_rest_sti
         scheduler.submit(running)
         scheduler.admit()
         engine.fail_decode_at = engine.steps + 1
-        engine.fail_prefill = lambda prompts: [13] in prompts
-        joining = [request([13]), request([14])]  # they join in the same prefill as the poisoned prompt
+        engine.fail_prefill = lambda tokens: tokens == [13]
+        joining = [request([13])]  # its prefill fails
         scheduler.submit(joining)
         later = request([3], max_tokens=4)
         seen = await run_until_idle(scheduler, running + joining)
@@ -260,7 +186,7 @@ def test_the_queue_can_be_counted_while_the_engine_thread_takes_from_it() -> Non
         def take() -> None:
             while not stop.is_set():
                 try:
-                    scheduler.take_joining(block=False)
+                    scheduler.take_next(block=False)
                 except BaseException as exc:  # a deque mutated during iteration would land here
                     failures.append(exc)
 

@@ -1,0 +1,101 @@
+"""Prefix cache: KV entries of prompts already prefilled, so a prompt that starts the same way skips them.
+
+An entry is a copy of one slot's first k cached positions (k a multiple of BLOCK), taken when a prompt's
+prefill ends. A new prompt reuses the longest block-aligned prefix that some entry holds, leaving at least
+one token to prefill (its logits start the sequence). Lookups go through a chain hash per block (a block's
+key is the hash of the previous key and its tokens), and a hit is confirmed on the tokens themselves, so a
+hash collision can cost a miss, never a wrong cache. Memory is bounded in bytes; least recently used
+entries go first.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+BLOCK = 64  # tokens: the reuse granularity (vLLM's default block is 16, llama.cpp's reuse is per token)
+
+
+class SlotCache(Protocol):
+    @property
+    def bytes_per_token(self) -> int: ...
+
+    def read(self, row: int, count: int) -> list[np.ndarray]: ...
+
+    def write(self, row: int, blocks: list[np.ndarray], count: int) -> None: ...
+
+
+@dataclass
+class Entry:
+    tokens: tuple[int, ...]
+    blocks: list[np.ndarray]
+    nbytes: int
+
+
+def block_keys(tokens: list[int] | tuple[int, ...], limit: int) -> list[int]:
+    """keys[j] identifies tokens[:(j + 1) * BLOCK], for every whole block within the first `limit` tokens."""
+    keys, key = [], 0
+    for end in range(BLOCK, limit + 1, BLOCK):
+        key = hash((key, tuple(tokens[end - BLOCK:end])))
+        keys.append(key)
+    return keys
+
+
+class PrefixCache:
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity = capacity_bytes
+        self.entries: collections.OrderedDict[int, Entry] = collections.OrderedDict()  # by their last key, LRU
+        self.index: dict[int, int] = {}  # block key -> the key of an entry holding that prefix
+        self.bytes = 0
+
+    def lookup(self, prompt: list[int]) -> tuple[Entry | None, int]:
+        """The entry and the number of leading prompt tokens it can supply (0: a miss)."""
+        if self.capacity <= 0:
+            return None, 0
+        for j, key in reversed(list(enumerate(block_keys(prompt, len(prompt) - 1)))):
+            owner = self.index.get(key)
+            if owner is None:
+                continue
+            entry, length = self.entries[owner], (j + 1) * BLOCK
+            if entry.tokens[:length] == tuple(prompt[:length]):
+                self.entries.move_to_end(owner)
+                return entry, length
+        return None, 0
+
+    def restore(self, cache: SlotCache, row: int, prompt: list[int]) -> int:
+        """Fill the slot with the longest cached prefix of the prompt; returns the tokens it now holds."""
+        entry, length = self.lookup(prompt)
+        if entry is not None:
+            cache.write(row, entry.blocks, length)
+        return length
+
+    def store(self, cache: SlotCache, row: int, prompt: list[int]) -> None:
+        """Keep the slot's block-aligned prompt prefix, unless an entry already holds all of it."""
+        keys = block_keys(prompt, len(prompt))
+        if not keys or self.capacity <= 0:
+            return
+        length = len(keys) * BLOCK
+        owner = self.index.get(keys[-1])
+        if owner is not None and self.entries[owner].tokens[:length] == tuple(prompt[:length]):
+            self.entries.move_to_end(owner)
+            return
+        nbytes = length * cache.bytes_per_token
+        if nbytes > self.capacity:
+            return
+        while self.bytes + nbytes > self.capacity:
+            self._evict()
+        entry = Entry(tuple(prompt[:length]), cache.read(row, length), nbytes)
+        self.entries[keys[-1]] = entry
+        self.bytes += nbytes
+        for key in keys:
+            self.index[key] = keys[-1]
+
+    def _evict(self) -> None:
+        key, entry = self.entries.popitem(last=False)
+        self.bytes -= entry.nbytes
+        for block in block_keys(entry.tokens, len(entry.tokens)):
+            if self.index.get(block) == key:
+                del self.index[block]
