@@ -47,13 +47,15 @@ class DecoderEngine:
             raise BundleError(f"the engine takes inputs {sorted(names)}; a decoder with {self.layers} layers needs "
                               f"{sorted(expected)}")
         self.present = [name.replace("past", "present") for name in self.past]
+        kv_type = next(i.type for i in self.session.get_inputs() if i.name == self.past[0])
+        self.kv_dtype = np.dtype(np.float16 if kv_type == "tensor(float16)" else np.float32)
         shape = (self.slots, self.kv_heads, self.context, self.head_dim)
-        self.cache = [np.zeros(shape, np.float32) for _ in self.past]
+        self.cache = [np.zeros(shape, self.kv_dtype) for _ in self.past]
         self.lengths = np.zeros(self.slots, np.int64)
 
     @property
     def bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * 4
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype.itemsize
 
     def run(self, first: int, ids: np.ndarray) -> np.ndarray:
         """Append ids [B,S] to slots first..first+B-1; returns each row's logits after its last new token."""
@@ -76,8 +78,8 @@ class DecoderEngine:
         binding.bind_output("logits", "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data)
         for past, present, buffer in zip(self.past, self.present, self.cache, strict=True):
             view = buffer[rows]  # the first rows of a C-contiguous array: contiguous, so bindable by pointer
-            binding.bind_input(past, "cpu", 0, np.float32, list(view.shape), view.ctypes.data)
-            binding.bind_output(present, "cpu", 0, np.float32, list(view.shape), view.ctypes.data)
+            binding.bind_input(past, "cpu", 0, self.kv_dtype, list(view.shape), view.ctypes.data)
+            binding.bind_output(present, "cpu", 0, self.kv_dtype, list(view.shape), view.ctypes.data)
         self.session.run_with_iobinding(binding)
         return logits  # copy_outputs_to_cpu would also copy every bound cache buffer
 
