@@ -50,6 +50,7 @@ class PrefixCache:
         self.entries: collections.OrderedDict[int, Entry] = collections.OrderedDict()  # by their last key, LRU
         self.index: dict[int, int] = {}  # block key -> the key of an entry holding that prefix
         self.bytes = 0
+        self.queried = self.reused = 0  # prompt tokens looked up, and of them restored (the hit rate's terms)
 
     def lookup(self, prompt: list[int]) -> tuple[Entry | None, int]:
         """The entry and the number of leading prompt tokens it can supply (0: a miss)."""

@@ -173,13 +173,18 @@ class Scheduler:
                 request.emit(Event(finish="error", error=f"sampler setup failed: {exc}"))
                 continue
             row.filled = self.prefix.restore(self.engine, len(self.rows), request.prompt)
-            self.metrics.inc("prefix_cache_queries_total")
-            self.metrics.inc("prefix_cache_query_tokens_total", len(request.prompt))
-            if row.filled:
-                self.metrics.inc("prefix_cache_hits_total")
-                self.metrics.inc("prefix_cache_hit_tokens_total", row.filled)
+            self._count_prefix(len(request.prompt), row.filled)
             self.filling = row
         return True
+
+    def _count_prefix(self, prompt: int, reused: int) -> None:
+        self.metrics.inc("prefix_cache_queries_total")
+        self.metrics.inc("prefix_cache_query_tokens_total", prompt)
+        self.metrics.inc("prefix_cache_hits_total", 1 if reused else 0)
+        self.metrics.inc("prefix_cache_hit_tokens_total", reused)
+        self.prefix.queried += prompt
+        self.prefix.reused += reused
+        self.metrics.set("prefix_cache_hit_rate", self.prefix.reused / self.prefix.queried)
 
     def admit(self, block: bool = False) -> None:
         """Prefill up to prefill_chunk prompt tokens; prompts whose last chunk is in join the running rows."""

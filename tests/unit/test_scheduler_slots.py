@@ -52,6 +52,8 @@ def test_a_shared_prefix_is_restored_instead_of_prefilled_and_the_output_is_unch
         metrics = scheduler.metrics.render()
         assert "mbuild_prefix_cache_hits_total 1" in metrics
         assert f"mbuild_prefix_cache_hit_tokens_total {2 * BLOCK}" in metrics
+        rate = 2 * BLOCK / (len(first.prompt) + len(second.prompt))
+        assert f"mbuild_prefix_cache_hit_rate {rate:g}" in metrics
     asyncio.run(go())
 
 
