@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-BLOCK = 64  # tokens: the reuse granularity (vLLM's default block is 16, llama.cpp's reuse is per token)
+BLOCK = 16  # tokens: the reuse granularity, as vLLM's default block (llama.cpp reuses per token)
 
 
 class SlotCache(Protocol):
