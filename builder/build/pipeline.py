@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from builder.engine import cache as engine_cache
 from builder.engine.expected_io import expected_export
 from builder.engine.make import make_engine
 from builder.engine.report import REPORT_FILE, GateReport
-from builder.errors import BaseImageError, InputError
+from builder.errors import BaseImageError, InputError, ValidationFailed
 from builder.image import ImageResult, choose_backend
 from builder.image.push import PushResult, push, record_image
 from builder.model.pull import pull
@@ -24,6 +25,7 @@ from builder.model.sources import parse_model_ref
 from builder.oci.refs import parse_image_source
 from builder.optional import load_stage
 from builder.planning.plan import BuildPlan
+from builder.planning.selection import NoProfile
 from builder.progress import Reporter
 
 
@@ -103,7 +105,17 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
                                   "no download, export, compile or validation")
         report = GateReport.from_dict(json.loads((build_dir / REPORT_FILE).read_text()))
     else:
-        report = _build(opts, plan, build_dir, reporter)
+        try:
+            report = _build(opts, plan, build_dir, reporter)
+        except ValidationFailed as exc:
+            if opts.precision or opts.wanted_profile:  # what the user pinned stands or fails
+                raise
+            failed = opts.failed_precisions | {plan.profile.precision}
+            reporter.note(f"{plan.profile.precision} failed its gate ({exc.message}); trying the next precision")
+            try:
+                return package(dataclasses.replace(opts, failed_precisions=failed), reporter)
+            except NoProfile:
+                raise exc from None
     image = None
     if backend is None:
         reporter.skipped("image", note)

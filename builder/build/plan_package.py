@@ -40,6 +40,7 @@ class PackageOptions:
     push: str | None = None
     plan_only: bool = False
     force: bool = False  # build into a non-empty folder mbuild did not make (never deleting its files)
+    failed_precisions: frozenset[str] = frozenset()  # failed the gate on this model: choose another
 
     @property
     def is_offline(self) -> bool:
@@ -73,7 +74,8 @@ def planning_all(opts: PackageOptions, *, for_plan_only: bool = False) -> list[P
     facts = model_facts(ref, spec, opts.is_offline)
     profiles = load_profiles()
     return [Planning(ref, facts, target, select(profiles, target, facts, profile=opts.wanted_profile,
-                                                 precision=opts.precision, mode=opts.mode)) for target in targets]
+                                                 precision=opts.precision, mode=opts.mode,
+                                                 failed=opts.failed_precisions)) for target in targets]
 
 
 def plan_package(opts: PackageOptions, reporter: Reporter, *, for_plan_only: bool = False) -> BuildPlan:

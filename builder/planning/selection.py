@@ -21,12 +21,19 @@ from builder.planning.target import Target
 
 Status = Literal["runnable", "low_memory", "incompatible"]
 ENGINE_RANK = {"tensorrt": 0, "onnxruntime": 1}
-# Lowest precision first; the set is what keeps accuracy and may be chosen without being asked for.
+# Preferred first; the set may be chosen without being asked for. CPU language models: the fastest first, as
+# measured (docs/llm.md: int4 decodes fastest, then int8, then fp32); the build's gate then decides, and a
+# precision that fails it is passed over for the next (builder/build/pipeline.py).
 PRECISION_ORDER: dict[tuple[Task, str], tuple[tuple[str, ...], frozenset[str]]] = {
     ("text-generation", "gpu"): (("fp8", "bf16", "fp16", "int8", "nvfp4"), frozenset({"fp8", "bf16", "fp16"})),
-    ("text-generation", "cpu"): (("int8", "fp32", "int4"), frozenset({"int8", "fp32"})),
+    ("text-generation", "cpu"): (("int4", "int8", "fp32"), frozenset({"int4", "int8", "fp32"})),
     ("embedding", "gpu"): (("fp16", "bf16", "int8", "fp8"), frozenset({"fp16", "bf16"})),
     ("embedding", "cpu"): (("fp32", "int8"), frozenset({"fp32"})),
+}
+# Why the first precision of the order is chosen, where it is not "the lowest that keeps accuracy".
+PRECISION_WHY: dict[tuple[Task, str], str] = {
+    ("text-generation", "cpu"): "the fastest that passes the build's gate (decode speed int4 > int8 > fp32, "
+                                "docs/llm.md)",
 }
 QUANTIZED = frozenset(name for name, info in PRECISIONS.items() if info.quantized)
 DEFAULT_MODE: dict[Task, str] = {"text-generation": "throughput", "embedding": "latency"}
@@ -105,14 +112,17 @@ def _rank(verdict: Verdict, task: Task, mode: str, pinned_precision: bool) -> tu
             0 if profile.mode == mode else 1, cpu_key, tp_key, profile.name)
 
 
-def _explain(verdict: Verdict, task: Task, mode: str, asked: dict[str, str | None], target: Target) -> list[str]:
+def _explain(verdict: Verdict, task: Task, mode: str, asked: dict[str, str | None], target: Target,
+             failed: frozenset[str]) -> list[str]:
     p = verdict.profile
     if asked.get("profile"):
         return [f"profile {p.name}: asked for (--profile / MBUILD_PROFILE)"]
     lines = [f"engine {p.engine}: " + ("the optimized engine for this GPU" if p.engine == "tensorrt"
                                        else "ONNX Runtime, the CPU engine")]
+    passed_over = f"; {', '.join(sorted(failed))} failed it on this model" if failed else ""
+    why = PRECISION_WHY.get((task, p.device), f"the lowest that keeps accuracy for {task} here")
     lines.append(f"precision {p.precision}: " + ("asked for (--precision)" if asked.get("precision")
-                 else f"the lowest that keeps accuracy for {task} here"))
+                 else why + passed_over))
     if asked.get("mode"):
         lines.append(f"mode {p.mode}: asked for (--mode)")
     elif p.mode == mode:
@@ -133,8 +143,11 @@ def _explain(verdict: Verdict, task: Task, mode: str, asked: dict[str, str | Non
 
 
 def select(profiles: list[Profile], target: Target, facts: ModelFacts, *, profile: str | None = None,
-           precision: str | None = None, mode: str | None = None) -> Selection:
-    """Evaluate every profile for the model's task; choose one (or None) honouring the user's asks."""
+           precision: str | None = None, mode: str | None = None,
+           failed: frozenset[str] = frozenset()) -> Selection:
+    """Evaluate every profile for the model's task; choose one (or None) honouring the user's asks.
+
+    failed: precisions whose engines failed the gate on this model; the choice passes over them."""
     task = facts.task
     wanted_mode = mode or DEFAULT_MODE[task]
     verdicts = [evaluate(p, target, facts) for p in profiles if task in p.tasks]
@@ -150,7 +163,7 @@ def select(profiles: list[Profile], target: Target, facts: ModelFacts, *, profil
                             + "; ".join(chosen.reasons))
         candidates = [chosen]
     else:
-        candidates = [v for v in verdicts if v.status == "runnable"
+        candidates = [v for v in verdicts if v.status == "runnable" and v.profile.precision not in failed
                       and (precision is None or v.profile.precision == precision)
                       and (mode is None or v.profile.mode == mode)]
     ranked_runnable = sorted(candidates, key=lambda v: _rank(v, task, wanted_mode, precision is not None))
@@ -162,7 +175,7 @@ def select(profiles: list[Profile], target: Target, facts: ModelFacts, *, profil
         return Selection(ordered, None, ())
     best = ranked_runnable[0]
     asked = {"profile": profile, "precision": precision, "mode": mode}
-    return Selection(ordered, best, tuple(_explain(best, task, wanted_mode, asked, target)))
+    return Selection(ordered, best, tuple(_explain(best, task, wanted_mode, asked, target, failed)))
 
 
 def require_selection(selection: Selection, target: Target, model: str, asked: str = "") -> Verdict:
