@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from tokenizers import Tokenizer
 
+# Prompt tokens decoded before the first new one (as vLLM's INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET).
+CONTEXT_TOKENS = 6
+
 
 class Detokenizer:
-    """Decodes a growing list of ids; `push` returns only the new text (vLLM's offset scheme)."""
+    """Decodes a growing list of ids; `push` returns only the new text (vLLM's offset scheme).
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    The first new tokens are decoded after the prompt's last few: a SentencePiece decoder drops the space
+    that opens a sequence, so " Paris" decoded alone would come back as "Paris"."""
+
+    def __init__(self, tokenizer: Tokenizer, prompt: list[int] | None = None) -> None:
         self.tokenizer = tokenizer
-        self.ids: list[int] = []
+        self.ids: list[int] = list((prompt or [])[-CONTEXT_TOKENS:])
         self.prefix = 0  # decode from here, so merges with earlier tokens render right
-        self.read = 0  # text up to here was already returned
+        self.read = len(self.ids)  # text up to here was already returned (or is the prompt's)
         self.text = ""
 
     def push(self, token: int) -> str:
@@ -28,7 +34,9 @@ class Detokenizer:
 
     def flush(self) -> str:
         """Whatever is still held back once the sequence ends."""
-        full = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        delta = full[len(self.text):] if full.startswith(self.text) else ""
+        before = self.tokenizer.decode(self.ids[self.prefix:self.read], skip_special_tokens=True)
+        after = self.tokenizer.decode(self.ids[self.prefix:], skip_special_tokens=True)
+        delta = after[len(before):] if after.startswith(before) else ""
+        self.prefix = self.read = len(self.ids)
         self.text += delta
         return delta

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer
 
 from runtimes.generation.chat_template import ChatTemplate, ChatTemplateError
@@ -22,6 +22,22 @@ def test_deltas_add_up_to_the_decoded_text(tiny_llama: Path, text: str) -> None:
     pieces = [detok.push(token) for token in ids] + [detok.flush()]
     assert "".join(pieces) == tokenizer.decode(ids, skip_special_tokens=True)
     assert all("\ufffd" not in piece for piece in pieces)  # never half a character
+
+
+def test_the_first_new_token_keeps_its_leading_space_with_a_sentencepiece_decoder() -> None:
+    """A Metaspace (SentencePiece) decoder drops the space opening a sequence: decoded alone, the first
+    generated token "▁Paris" would stream as "Paris", glued to the prompt."""
+    pieces = ["<unk>", "▁The", "▁capital", "▁is", "▁Paris", "▁and", "▁nice", "."]
+    tokenizer = Tokenizer(models.Unigram([(p, -1.0) for p in pieces], unk_id=0))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    prompt = tokenizer.encode("The capital is", add_special_tokens=False).ids
+    made = tokenizer.encode(" Paris and nice.", add_special_tokens=False).ids
+    detok = Detokenizer(tokenizer, prompt)
+    streamed = "".join([detok.push(token) for token in made] + [detok.flush()])
+    assert tokenizer.decode(made[:1]) == "Paris"  # the decoder's own behaviour, which the context undoes
+    assert streamed == " Paris and nice."
+    assert tokenizer.decode(prompt) + streamed == tokenizer.decode(prompt + made)
 
 
 def test_chat_template_renders_as_transformers(tiny_llama: Path) -> None:
