@@ -1,12 +1,15 @@
 """Which quantized kernels a CPU language-model profile should build with: decode-step time per precision.
 
-One random ~100M Llama (bench/llm_models.py), exported by mbuild at fp32; ONNX Runtime's MatMulNBits
-quantizer then writes int8 and int4 weights at accuracy_level 0 (the quantizer's default: weights
-dequantized to fp32 on every step) and 4 (int8 compute); the engine mbuild builds for its default int8
-profile (gate included) is timed beside them. mbuild's int4 profile refuses this random model at its gate
-(teacher-forced top-1 agreement under 0.9 on near-flat logits), so int4 appears requantized only. Each arm:
-the runtime's own DecoderEngine, one intra-op thread, pinned to one core, a 64-token prompt, decode steps at
-batch 1 and 8, rounds interleaved. The profiles' accuracy_level choice (profiles/cpu.yaml) rests on this.
+One random ~100M Llama (bench/llm_models.py), exported by mbuild at fp32; ONNX Runtime's quantizers then
+write the candidates: int8 as MatMulNBits blocks of 32 with int8 compute (accuracy_level 4), int8 as
+dynamic quantization (per-channel int8 weights, activations quantized per step: MatMulInteger, what
+mbuild's int8 profiles build), int4 as MatMulNBits at accuracy_level 4 in blocks of 32 and of 128; the
+engine `mbuild package` builds by default (gate included) is timed beside them. Level 0 (the quantizer's
+default, weights dequantized to fp32 every step) was measured before at 325 ms (int8) and 9.4 ms (int4)
+per step at batch 1 against 8.3 and 6.2 at level 4, and is left out. Each arm: the runtime's own
+DecoderEngine, one intra-op thread, pinned to one core, a 64-token prompt, decode steps at batch 1 and 8,
+rounds interleaved. The profiles' quantizer choice (profiles/cpu.yaml) and the default precision order
+(builder/planning/selection.py) rest on this.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from bench.builds import build_mbuild
@@ -31,14 +35,22 @@ from runtimes.engines.decoder import DecoderEngine
 
 STEPS = 20
 BATCHES = (1, 8)
-QUANTIZED = {"int8 level 0": (8, None), "int8 level 4": (8, 4), "int4 level 0": (4, None), "int4 level 4": (4, 4)}
+QUANTIZED = {"int8 MatMulNBits b32": (8, 32), "int8 dynamic": (8, 0), "int4 MatMulNBits b32": (4, 32),
+             "int4 MatMulNBits b128": (4, 128)}
 
 
-def _requantize(fp32: Path, out: Path, bits: int, level: int | None) -> Path:
+def _requantize(fp32: Path, out: Path, bits: int, block: int) -> Path:
+    """block 0: dynamic int8 (per-channel weights, per-step activations)."""
     if not (out / "model.onnx").is_file():
         shutil.copytree(fp32, out, dirs_exist_ok=True)
-        quantizer = MatMulNBitsQuantizer(onnx.load(str(fp32 / "model.onnx")), bits=bits, block_size=32,
-                                         is_symmetric=True, accuracy_level=level)
+        (out / "model.onnx").unlink()
+        if not block:
+            quantize_dynamic(fp32 / "model.onnx", out / "model.onnx", weight_type=QuantType.QInt8,
+                             per_channel=True, op_types_to_quantize=["MatMul"],
+                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+            return out
+        quantizer = MatMulNBitsQuantizer(onnx.load(str(fp32 / "model.onnx")), bits=bits, block_size=block,
+                                         is_symmetric=True, accuracy_level=4)
         quantizer.process()
         quantizer.model.save_model_to_file(str(out / "model.onnx"), use_external_data_format=False)
     return out
@@ -60,9 +72,10 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     work = work or Path(tempfile.gettempdir()) / "mbuild-bench-llm-kernels"
     model = make_llama_100m(work / "llama-100m")
     fp32 = build_mbuild(model, work / "build-fp32")
+    default = build_mbuild(model, work / "build-default", precision=None)
     folders = {"fp32 (mbuild)": fp32,
                **{name: _requantize(fp32, work / name.replace(" ", "-"), *q) for name, q in QUANTIZED.items()},
-               "int8 (mbuild default profile)": build_mbuild(model, work / "build-int8", precision="int8")}
+               f"mbuild default build ({load_engine_config(default).options['precision']})": default}
     engines = {name: DecoderEngine(folder, load_engine_config(folder), threads=1, slots=max(BATCHES))
                for name, folder in folders.items()}
     cases: list[tuple[str, Callable[[], float]]] = [
@@ -87,5 +100,5 @@ def _markdown(results: dict[str, Series], names: list[str]) -> str:
 
 Reproduce: `.venv/bin/python -m bench llm_kernels` ({machine()['cores']} cores here, one used; {machine()['date']}).
 Measured on an AVX-512 VNNI CPU only: the AVX2 and AVX-512 classes' profiles take the same setting unmeasured.
-This is not the peer comparison: llama.cpp's server side by side is issue work still open.
+The served comparison with llama.cpp is `python -m bench llm_peer` (docs/benchmarks/llm_peer.md).
 """

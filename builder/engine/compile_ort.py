@@ -95,6 +95,13 @@ def quantize(source: Path, target: Path, profile: Profile, task: str) -> Path:
                              nodes_to_exclude=down_projections(source))
         return target
     bits = PRECISIONS[profile.precision].weight_bits
+    if task == "text-generation" and profile.precision == "int8" and options.quantization == "dynamic":
+        with _quiet_logs():
+            quantize_dynamic(source, target, weight_type=QuantType.QInt8, per_channel=options.per_channel,
+                             reduce_range=options.reduce_range, op_types_to_quantize=["MatMul"],
+                             use_external_data_format=is_large(source),
+                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        return target
     if task == "text-generation" and bits is not None:
         with _quiet_logs():
             quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), bits=bits,
