@@ -65,9 +65,8 @@ LLAMA_1B = {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers":
 SHARD_BYTES = 1 << 30
 
 
-def save_spm_tokenizer(folder: Path, gguf_vocab: Path) -> None:
-    """The real Llama SPM tokenizer (32000 tokens, BOS 1 / EOS 2), read offline from llama.cpp's vocab-only GGUF
-    by transformers' GGUF loader; `gguf_vocab.parents[1] / "gguf-py"` is the gguf package it needs."""
+def _gguf_module(gguf_vocab: Path) -> Any:
+    """llama.cpp's gguf package from the tree beside `gguf_vocab` (models/ -> gguf-py/), not installed."""
     gguf_py = str(gguf_vocab.parents[1] / "gguf-py")
     if gguf_py not in sys.path:
         sys.path.insert(0, gguf_py)
@@ -75,11 +74,47 @@ def save_spm_tokenizer(folder: Path, gguf_vocab: Path) -> None:
 
     # transformers checks the gguf version; the vendored tree has no installed metadata to read it from
     gguf.__version__ = getattr(gguf, "__version__", "0.19.0")
+    return gguf
+
+
+def save_spm_model(folder: Path, gguf_vocab: Path) -> None:
+    """tokenizer.model, the SentencePiece file a Llama repository ships, rebuilt from the vocab GGUF's pieces,
+    scores and types: llama.cpp's converter reads the scores from it (from tokenizer.json it would write -1000 for
+    every piece, and llama.cpp's SPM tokenizer would then split words differently from everyone else)."""
+    from sentencepiece import sentencepiece_model_pb2 as spm
+
+    fields = _gguf_module(gguf_vocab).GGUFReader(gguf_vocab).fields
+
+    def values(key: str) -> list[Any]:
+        field = fields[key]
+        return [field.parts[i] for i in field.data]
+
+    proto = spm.ModelProto()  # type: ignore[attr-defined]  # protobuf-generated
+    for piece, score, kind in zip(values("tokenizer.ggml.tokens"), values("tokenizer.ggml.scores"),
+                                  values("tokenizer.ggml.token_type"), strict=True):
+        proto.pieces.add(piece=bytes(piece).decode(), score=float(score[0]), type=int(kind[0]))
+    proto.trainer_spec.model_type = spm.TrainerSpec.BPE  # type: ignore[attr-defined]
+    proto.trainer_spec.byte_fallback = True
+    proto.trainer_spec.vocab_size = len(proto.pieces)
+    proto.trainer_spec.unk_id, proto.trainer_spec.bos_id, proto.trainer_spec.eos_id = 0, 1, 2
+    proto.trainer_spec.pad_id = -1
+    proto.normalizer_spec.name = "identity"
+    proto.normalizer_spec.add_dummy_prefix = True
+    proto.normalizer_spec.remove_extra_whitespaces = False
+    proto.normalizer_spec.escape_whitespaces = True
+    (folder / "tokenizer.model").write_bytes(proto.SerializeToString())
+
+
+def save_spm_tokenizer(folder: Path, gguf_vocab: Path) -> None:
+    """The real Llama SPM tokenizer (32000 tokens, BOS 1 / EOS 2), read offline from llama.cpp's vocab-only GGUF
+    by transformers' GGUF loader (tokenizer.json), and as tokenizer.model for llama.cpp's converter."""
+    _gguf_module(gguf_vocab)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf_vocab.parent, gguf_file=gguf_vocab.name)
     tokenizer.model_max_length = 2048
     tokenizer.save_pretrained(folder)
+    save_spm_model(folder, gguf_vocab)
 
 
 def _random_tensor(name: str, shape: torch.Size, generator: torch.Generator) -> torch.Tensor:
