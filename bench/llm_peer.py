@@ -50,6 +50,7 @@ class Shape:
     config: dict[str, Any]
     concurrency: tuple[int, ...] = (1, 4, 16)
     sequential: int = 4  # requests at concurrency 1
+    warm: int = 16  # the concurrency of the warm-up wave each arm gets before the rounds
     new_tokens: int = 64
     max_repeats: int = 99
     greedy_prompts: int = 8
@@ -60,14 +61,15 @@ class Shape:
 
 
 SHAPES = (Shape("100m", "random ~100M Llama", LLAMA_100M),
-          # fp32 reads ~4 GB of weights a decode step on one core: one request at c=1, one round, fewer samples
-          Shape("1b", "random Llama-3.2-1B-shaped", LLAMA_1B, sequential=1, max_repeats=1, prefix_samples=1,
-                run_seconds=1200.0))
+          # fp32 reads ~4 GB of weights a decode step on one core (~0.25 s): one request at c=1, a c=4 warm-up,
+          # one round, one shared-prefix sample
+          Shape("1b", "random Llama-3.2-1B-shaped", LLAMA_1B, sequential=1, warm=4, max_repeats=1,
+                prefix_samples=1, run_seconds=1200.0))
 
 
 def quick(shape: Shape) -> Shape:
     """A smoke-sized version: two concurrencies, short outputs, few prompts."""
-    return replace(shape, concurrency=(1, 4), sequential=2, new_tokens=16, greedy_prompts=2, greedy_tokens=8,
+    return replace(shape, concurrency=(1, 4), sequential=2, warm=4, new_tokens=16, greedy_prompts=2, greedy_tokens=8,
                    prefix_tokens=256, prefix_samples=1, max_repeats=1)
 
 
@@ -158,7 +160,7 @@ def measure_pair(shape: Shape, pair: tuple[str, str], build: Path | str, gguf: P
         stack.enter_context(pinned(client_cpus))
         runs: dict[str, list[dict[str, float]]] = {}
         found = cases(shape, urls, served, prompts, texts.silent(), runs)
-        for name, warm in found[-len(urls):]:  # a wave at the top concurrency, first-call costs out of the rounds
+        for name, warm in [case for case in found if case[0].endswith(f" c={shape.warm}")]:  # first-call costs
             print(f"  warm-up {name}: {warm():.1f} tokens/s")
             runs[name].clear()
         interleave(found, min(repeats, shape.max_repeats))

@@ -108,8 +108,9 @@ NOTES = [
     "llama.cpp holds back until they form a character (sometimes never), so TTFT would not mean the same on both.",
     "- Shared prefix: `cache_prompt: true` for llama.cpp here only; the cached request follows one warm request "
     "with the same prefix and another tail, the uncached one uses a prefix never sent before.",
-    "- The 1B shape is cut down to fit an hour on one core: one request at c=1, one round whatever --repeats "
-    "says, one shared-prefix sample per server.",
+    "- The 1B shape is cut down to fit an hour on one core: one request at c=1 (four for ~100M), a warm-up wave "
+    "at c=4 (c=16 for ~100M), one round whatever --repeats says, one shared-prefix sample per server (three for "
+    "~100M).",
 ]
 
 
