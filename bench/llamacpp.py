@@ -47,10 +47,11 @@ def ensure_source() -> Path:
 
 
 def ensure_built(jobs: int = 2) -> Path:
-    """llama-server and llama-quantize, configured as machine-notes.md says; built only when missing."""
+    """llama-server and llama-quantize, configured as machine-notes.md says; built only when missing. The source
+    tree stays too: its converter and vocab GGUF make the models."""
+    source = ensure_source()
     if all(binary(name).is_file() for name in BINARIES):
         return BUILD / "bin"
-    source = ensure_source()
     if shutil.which("ninja") is None:
         raise RuntimeError("building llama.cpp needs cmake and ninja (apt-get install cmake ninja-build)")
     print(f"  building llama.cpp {VERSION} (vendored) into {BUILD}: about 18 minutes on two cores")

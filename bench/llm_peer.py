@@ -1,4 +1,4 @@
-"""mbuild's language-model server against llama.cpp's `llama-server`, same weights, one core each.
+"""mbuild's language-model server against llama.cpp's `llama-server`: same weights, one pinned core, one thread.
 
 Arms, per model shape, in precision pairs: mbuild fp32 / llama.cpp f32, mbuild int8 / q8_0, mbuild int4 / q4_0.
   mbuild     `mbuild serve` of `mbuild package --backend none --gpu cpu --precision P`, MBUILD_THREADS=1
