@@ -2,8 +2,9 @@
 
 `all` runs the published comparison (embeddings, llm_served, builds) in one go; `serving` (what the
 serving layer costs), `llm` (generation engines in-process) and `llm_kernels` (decode-step time per
-precision and MatMulNBits accuracy level) and `llm_context` (decode-step time against the cached
-context) run on their own.
+precision and quantizer), `llm_context` (decode-step time against the cached context) and `llm_peer`
+(mbuild against llama.cpp's llama-server, which it builds into ~/.cache/mbuild-bench when missing) run
+on their own.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 # Imported on demand: a scenario's peer (onnxruntime-genai, infinity-emb, ...) is needed only when it runs.
 SCENARIOS = {"embeddings": "bench.embeddings", "llm_served": "bench.llm_served", "builds": "bench.build_times",
              "serving": "bench.serving", "llm": "bench.llm", "llm_kernels": "bench.llm_kernels",
-             "llm_context": "bench.llm_context"}
+             "llm_context": "bench.llm_context", "llm_peer": "bench.llm_peer"}
 ALL = ("embeddings", "llm_served", "builds")
 
 

@@ -1,4 +1,5 @@
-"""The language model the LLM benchmark runs: a random ~100M-parameter Llama, made on the spot."""
+"""The language models the LLM benchmarks run: random Llamas made on the spot (~100M with a word-level
+tokenizer; ~100M and Llama-3.2-1B-shaped with the real Llama SPM tokenizer, for the llama.cpp comparison)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
+from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -49,3 +52,119 @@ def build_genai(model: Path, out: Path, threads: int) -> Path:
     config["model"]["decoder"]["session_options"]["intra_op_num_threads"] = threads
     config_path.write_text(json.dumps(config, indent=2))
     return out
+
+
+# Llama shapes for the llama.cpp comparison, both on the 32000-token Llama SPM vocabulary
+LLAMA_100M = {"hidden_size": 640, "intermediate_size": 1728, "num_hidden_layers": 12, "num_attention_heads": 10,
+              "num_key_value_heads": 5, "max_position_embeddings": 2048, "tie_word_embeddings": False}
+# Llama-3.2-1B's shape (rope_theta and tied embeddings included) on the SPM vocabulary, without its
+# 128k-context rope scaling: mbuild's profiles cap the context at 2048-4096 anyway
+LLAMA_1B = {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "max_position_embeddings": 2048, "tie_word_embeddings": True,
+            "rope_theta": 500000.0, "rms_norm_eps": 1e-5}
+SHARD_BYTES = 1 << 30
+
+
+def _gguf_module(gguf_vocab: Path) -> Any:
+    """llama.cpp's gguf package from the tree beside `gguf_vocab` (models/ -> gguf-py/), not installed."""
+    gguf_py = str(gguf_vocab.parents[1] / "gguf-py")
+    if gguf_py not in sys.path:
+        sys.path.insert(0, gguf_py)
+    import gguf
+
+    # transformers checks the gguf version; the vendored tree has no installed metadata to read it from
+    gguf.__version__ = getattr(gguf, "__version__", "0.19.0")
+    return gguf
+
+
+def save_spm_model(folder: Path, gguf_vocab: Path) -> None:
+    """tokenizer.model, the SentencePiece file a Llama repository ships, rebuilt from the vocab GGUF's pieces,
+    scores and types: llama.cpp's converter reads the scores from it (from tokenizer.json it would write -1000 for
+    every piece, and llama.cpp's SPM tokenizer would then split words differently from everyone else)."""
+    from sentencepiece import sentencepiece_model_pb2 as spm
+
+    fields = _gguf_module(gguf_vocab).GGUFReader(gguf_vocab).fields
+
+    def values(key: str) -> list[Any]:
+        field = fields[key]
+        return [field.parts[i] for i in field.data]
+
+    proto = spm.ModelProto()  # type: ignore[attr-defined]  # protobuf-generated
+    for piece, score, kind in zip(values("tokenizer.ggml.tokens"), values("tokenizer.ggml.scores"),
+                                  values("tokenizer.ggml.token_type"), strict=True):
+        proto.pieces.add(piece=bytes(piece).decode(), score=float(score[0]), type=int(kind[0]))
+    proto.trainer_spec.model_type = spm.TrainerSpec.BPE  # type: ignore[attr-defined]
+    proto.trainer_spec.byte_fallback = True
+    proto.trainer_spec.vocab_size = len(proto.pieces)
+    proto.trainer_spec.unk_id, proto.trainer_spec.bos_id, proto.trainer_spec.eos_id = 0, 1, 2
+    proto.trainer_spec.pad_id = -1
+    proto.normalizer_spec.name = "identity"
+    proto.normalizer_spec.add_dummy_prefix = True
+    proto.normalizer_spec.remove_extra_whitespaces = False
+    proto.normalizer_spec.escape_whitespaces = True
+    (folder / "tokenizer.model").write_bytes(proto.SerializeToString())
+
+
+def save_spm_tokenizer(folder: Path, gguf_vocab: Path) -> None:
+    """The real Llama SPM tokenizer (32000 tokens, BOS 1 / EOS 2), read offline from llama.cpp's vocab-only GGUF
+    by transformers' GGUF loader (tokenizer.json), and as tokenizer.model for llama.cpp's converter."""
+    _gguf_module(gguf_vocab)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf_vocab.parent, gguf_file=gguf_vocab.name)
+    tokenizer.model_max_length = 2048
+    tokenizer.save_pretrained(folder)
+    save_spm_model(folder, gguf_vocab)
+
+
+def _random_tensor(name: str, shape: torch.Size, generator: torch.Generator) -> torch.Tensor:
+    if name.endswith("norm.weight"):
+        return torch.ones(shape)
+    return torch.normal(0.0, 0.02, tuple(shape), generator=generator)  # transformers' Llama initializer
+
+
+def _shard(shapes: dict[str, torch.Size]) -> list[list[str]]:
+    """Tensor names grouped into shards of at most SHARD_BYTES (fp32), in order."""
+    groups: list[list[str]] = [[]]
+    size = 0
+    for name, shape in shapes.items():
+        if groups[-1] and size + shape.numel() * 4 > SHARD_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += shape.numel() * 4
+    return groups
+
+
+def save_random_weights(config: LlamaConfig, folder: Path) -> None:
+    """Random fp32 weights as transformers initializes a Llama, planned on the meta device and written one
+    ~1 GiB shard at a time: a 1B model never sits in memory whole."""
+    with torch.device("meta"):
+        shapes = {name: t.shape for name, t in LlamaForCausalLM(config).state_dict().items()}
+    if config.tie_word_embeddings:
+        shapes.pop("lm_head.weight", None)
+    generator = torch.Generator().manual_seed(0)
+    groups = _shard(shapes)
+    files = ["model.safetensors"] if len(groups) == 1 else [
+        f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
+    for names, file in zip(groups, files, strict=True):
+        save_file({name: _random_tensor(name, shapes[name], generator) for name in names}, folder / file,
+                  metadata={"format": "pt"})
+    if len(groups) > 1:
+        index = {"metadata": {"total_size": sum(s.numel() * 4 for s in shapes.values())},
+                 "weight_map": {name: file for names, file in zip(groups, files, strict=True) for name in names}}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def make_llama_spm(folder: Path, shape: dict[str, Any], gguf_vocab: Path) -> Path:
+    """A random Llama of `shape` with the real Llama SPM tokenizer, readable by mbuild and convert_hf_to_gguf.py."""
+    if (folder / "config.json").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    save_spm_tokenizer(folder, gguf_vocab)
+    config = LlamaConfig(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, architectures=["LlamaForCausalLM"],
+                         dtype="float32", **shape)
+    save_random_weights(config, folder)
+    GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
+    config.save_pretrained(folder)  # last: its presence marks a finished folder
+    return folder

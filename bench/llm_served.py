@@ -7,7 +7,7 @@ Arms, on the same random ~100M Llama, pinned to the same server cores with the s
                       thread, one generation at a time under a lock (what a user writes in an hour)
 Every request streams POST /v1/completions with a text prompt of 16-128 words and decodes exactly
 NEW_TOKENS tokens, greedy (min_tokens = max_tokens). At concurrency 1, 4 requests one after another; at
-concurrency c >= 4, one wave of c requests sent at once. The client (bench/llm_served.py, httpx) runs on
+concurrency c >= 4, one wave of c requests sent at once. The client (bench/llm_client.py, httpx) runs on
 its own core.
 The client is our own, with vLLM's metric definitions (below): guidellm 0.8.1 installs here (with the CPU
 torch installed first) and validates the server, but with `request_format=/v1/completions` (this random
@@ -16,13 +16,8 @@ model has no chat template for its default chat route) its workers sent no reque
 
 from __future__ import annotations
 
-import asyncio
-import json
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,6 +27,7 @@ import httpx
 from bench.builds import build_mbuild
 from bench.harness import OUT, Series, interleave, machine, write
 from bench.llm import workload
+from bench.llm_client import Counter, run
 from bench.llm_models import make_llama_100m
 from bench.plots import save_llm_plot
 from bench.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores, uvicorn_app
@@ -39,25 +35,8 @@ from bench.servers import HOST, free_port, mbuild_serve, pinned, server, split_c
 NEW_TOKENS = 32
 CONCURRENCY = (1, 4, 16)
 SEQUENTIAL = 4  # requests at concurrency 1
-RUN_SECONDS = 300.0  # bound on one run (all its requests), so a stuck server fails the benchmark
 ARMS = ("mbuild", "naive transformers")
 METRICS = ("total_tok_s", "user_tok_s", "e2e_user_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms")
-
-Counter = Callable[[str], int]
-
-
-@dataclass
-class Timing:
-    """One streamed request, timed as vLLM's benchmark_serving times it."""
-
-    ttft: float  # s from sending to the first chunk with non-empty text
-    latency: float  # s from sending to the end of the stream
-    tokens: int
-
-    @property
-    def tpot(self) -> float:
-        return (self.latency - self.ttft) / max(self.tokens - 1, 1)
-
 
 def prompts(count: int) -> list[str]:
     """`count` prompts spread over 16-128 words; word "w<id>" is token <id> of the word-level tokenizer."""
@@ -76,68 +55,6 @@ def body(prompt: str, model: str) -> dict[str, Any]:
     # but its min_new_tokens does the same
     return {"model": model, "prompt": prompt, "max_tokens": NEW_TOKENS, "min_tokens": NEW_TOKENS,
             "ignore_eos": True, "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
-
-
-def _chunk(line: str) -> dict[str, Any] | None:
-    if not line.startswith("data: ") or line == "data: [DONE]":
-        return None
-    data: dict[str, Any] = json.loads(line[len("data: "):])
-    if "error" in data:
-        raise RuntimeError(f"error in the stream: {data['error']}")
-    return data
-
-
-async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, Any], count: Counter) -> Timing:
-    """Time one SSE completion; output tokens from the final usage chunk, else `count` of the streamed text."""
-    started = time.perf_counter()
-    ttft, text, usage = 0.0, [], 0
-    async with client.stream("POST", url, json=payload) as response:
-        if response.status_code != 200:
-            raise RuntimeError(f"{url}: HTTP {response.status_code} {(await response.aread())[:200]!r}")
-        async for line in response.aiter_lines():
-            data = _chunk(line)
-            if data is None:
-                continue
-            piece = data["choices"][0].get("text") if data.get("choices") else ""
-            if piece:
-                ttft = ttft or time.perf_counter() - started
-                text.append(piece)
-            usage = (data.get("usage") or {}).get("completion_tokens", usage)
-    timing = Timing(ttft, time.perf_counter() - started, usage or count("".join(text)))
-    if timing.tokens != NEW_TOKENS or not ttft:
-        raise RuntimeError(f"{url}: {timing.tokens} tokens streamed, expected {NEW_TOKENS}")
-    return timing
-
-
-async def _wave(url: str, payloads: list[dict[str, Any]], concurrency: int,
-                count: Counter) -> tuple[list[Timing], float]:
-    async with httpx.AsyncClient(timeout=RUN_SECONDS) as client:
-        started = time.perf_counter()
-        if concurrency == 1:
-            timings = [await stream_one(client, url, p, count) for p in payloads]
-        else:
-            timings = list(await asyncio.gather(*(stream_one(client, url, p, count) for p in payloads)))
-        return timings, time.perf_counter() - started
-
-
-def _p99(values: list[float]) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[98]
-
-
-def summarize(timings: list[Timing], wall: float) -> dict[str, float]:
-    ttfts = [t.ttft * 1000 for t in timings]
-    tpot = statistics.median(t.tpot for t in timings)
-    return {"total_tok_s": sum(t.tokens for t in timings) / wall, "user_tok_s": 1 / tpot,
-            "e2e_user_tok_s": statistics.median(t.tokens / t.latency for t in timings),
-            "ttft_p50_ms": statistics.median(ttfts), "ttft_p99_ms": _p99(ttfts), "tpot_p50_ms": tpot * 1000}
-
-
-def run(url: str, payloads: list[dict[str, Any]], concurrency: int, count: Counter,
-        runs: list[dict[str, float]]) -> float:
-    """One run; its metrics go to `runs`, its total output tokens/s back to the harness."""
-    timings, wall = asyncio.run(asyncio.wait_for(_wave(url, payloads, concurrency, count), RUN_SECONDS))
-    runs.append(summarize(timings, wall))
-    return runs[-1]["total_tok_s"]
 
 
 def served_name(port: int) -> str:

@@ -56,3 +56,30 @@ def save_llm_plot(points: dict[str, list[tuple[int, float, float]]], title: str,
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
+
+
+def save_peer_plot(panels: dict[str, dict[str, list[tuple[int, float]]]], path: Path) -> Path:
+    """Total output tokens/s against concurrency, a panel per model; arms named "<server> <precision>", a colour
+    per precision pair (the i-th mbuild arm with the i-th llama.cpp arm), mbuild solid, llama.cpp dashed."""
+    figure, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.5), squeeze=False)
+    for axis, (title, arms) in zip(axes[0], panels.items(), strict=True):
+        colours: dict[str, int] = {}
+        for arm, rows in arms.items():
+            server = arm.split()[0]
+            colour = f"C{colours.setdefault(server, 0)}"
+            colours[server] += 1
+            axis.plot([r[0] for r in rows], [r[1] for r in rows], marker="o", color=colour,
+                      linestyle="-" if server == "mbuild" else "--", label=arm)
+        levels = sorted({r[0] for rows in arms.values() for r in rows})
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(levels, [str(c) for c in levels])
+        axis.set_xlabel("concurrent requests")
+        axis.set_ylabel("total output tokens/s (higher is better)")
+        axis.set_title(title)
+        axis.set_ylim(bottom=0)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

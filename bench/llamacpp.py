@@ -1,0 +1,106 @@
+"""llama.cpp as a peer: its C++ `llama-server` built from the llama-cpp-python sdist's vendored tree, GGUF files
+converted from a Hugging Face folder, and the server's command line with the flags the comparison holds fair.
+
+Everything lands in a cache outside the repo (BENCH_CACHE, default ~/.cache/mbuild-bench) and is made only when
+missing: the build takes about 18 minutes on two busy cores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from bench.servers import HOST
+
+VERSION = "0.3.36"  # llama-cpp-python, whose sdist vendors llama.cpp
+CACHE = Path(os.environ.get("BENCH_CACHE") or Path.home() / ".cache" / "mbuild-bench")
+SDIST = CACHE / f"llama_cpp_python-{VERSION}"
+VENDOR = SDIST / "vendor" / "llama.cpp"
+BUILD = CACHE / "build-llama"
+BINARIES = ("llama-server", "llama-quantize")
+SPM_VOCAB = VENDOR / "models" / "ggml-vocab-llama-spm.gguf"
+CMAKE_FLAGS = ["-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF",
+               "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+               "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON"]
+QUANTS = {"q8_0": "Q8_0", "q4_0": "Q4_0"}  # our name -> llama-quantize's type
+
+
+def binary(name: str) -> Path:
+    return BUILD / "bin" / name
+
+
+def ensure_source() -> Path:
+    """The vendored llama.cpp tree, from `pip download` of the sdist (no wheel: the sdist carries the sources)."""
+    if not (VENDOR / "CMakeLists.txt").is_file():
+        archive = CACHE / f"llama_cpp_python-{VERSION}.tar.gz"
+        if not archive.is_file():
+            CACHE.mkdir(parents=True, exist_ok=True)
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                            f"llama-cpp-python=={VERSION}", "--dest", str(CACHE)], check=True)
+        with tarfile.open(archive) as tar:
+            tar.extractall(CACHE, filter="data")
+    return VENDOR
+
+
+def ensure_built(jobs: int = 2) -> Path:
+    """llama-server and llama-quantize, configured as machine-notes.md says; built only when missing. The source
+    tree stays too: its converter and vocab GGUF make the models."""
+    source = ensure_source()
+    if all(binary(name).is_file() for name in BINARIES):
+        return BUILD / "bin"
+    if shutil.which("ninja") is None:
+        raise RuntimeError("building llama.cpp needs cmake and ninja (apt-get install cmake ninja-build)")
+    print(f"  building llama.cpp {VERSION} (vendored) into {BUILD}: about 18 minutes on two cores")
+    log = CACHE / "cmake.log"
+    with log.open("w") as out:
+        subprocess.run(["cmake", "-S", str(source), "-B", str(BUILD), *CMAKE_FLAGS], check=True, stdout=out,
+                       stderr=subprocess.STDOUT)
+        subprocess.run(["cmake", "--build", str(BUILD), "--target", *BINARIES, f"-j{jobs}"], check=True,
+                       stdout=out, stderr=subprocess.STDOUT)
+    return BUILD / "bin"
+
+
+def gguf_env() -> dict[str, str]:
+    """convert_hf_to_gguf.py imports `gguf` from the vendored gguf-py (not installed) and needs sentencepiece."""
+    paths = [str(VENDOR / "gguf-py"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def convert(model: Path, out: Path) -> Path:
+    """The Hugging Face folder as an f32 GGUF, with the vendored converter."""
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(".part")
+        subprocess.run([sys.executable, str(VENDOR / "convert_hf_to_gguf.py"), str(model), "--outfile",
+                        str(partial), "--outtype", "f32"], check=True, capture_output=True, env=gguf_env())
+        partial.rename(out)
+    return out
+
+
+def quantize(f32: Path, kind: str) -> Path:
+    """`kind` (q8_0, q4_0) from the f32 GGUF, next to it."""
+    out = f32.with_name(f32.name.replace("-f32.gguf", f"-{kind}.gguf"))
+    if not out.is_file():
+        partial = out.with_suffix(".part")
+        subprocess.run([str(binary("llama-quantize")), str(f32), str(partial), QUANTS[kind], "1"], check=True,
+                       capture_output=True)
+        partial.rename(out)
+    return out
+
+
+def ggufs(model: Path, folder: Path) -> dict[str, Path]:
+    """f32, q8_0 and q4_0 GGUFs of `model`, cached in `folder`."""
+    f32 = convert(model, folder / f"{model.name}-f32.gguf")
+    return {"f32": f32, **{kind: quantize(f32, kind) for kind in QUANTS}}
+
+
+def serve(gguf: Path, port: int, context: int, slots: int = 16) -> list[str]:
+    """llama-server with one thread for decode and prefill, `slots` sequences batched continuously, and
+    `context` tokens per slot (-c is the total over the slots)."""
+    return [str(binary("llama-server")), "-m", str(gguf), "--host", HOST, "--port", str(port),
+            "--threads", "1", "--threads-batch", "1", "--parallel", str(slots), "--cont-batching",
+            "-c", str(context * slots), "--no-webui"]

@@ -1,0 +1,146 @@
+"""The llama.cpp comparison's report: docs/benchmarks/llm_peer.{json,md,png} from the runs of bench/llm_peer.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.harness import Series, machine
+from bench.llamacpp import VERSION
+from bench.llm_peer_checks import PROMPT_TOKENS
+from bench.plots import save_peer_plot
+from bench.servers import split_cores
+
+if TYPE_CHECKING:
+    from bench.llm_peer import Shape
+
+METRICS = ("total_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms")
+Pairs = tuple[tuple[str, str], ...]
+
+
+def _series(results: dict[str, Any], name: str) -> dict[str, Series] | None:
+    rounds = results["runs"].get(name)
+    return {m: Series([r[m] for r in rounds]) for m in METRICS} if rounds else None
+
+
+def _row(concurrency: int, pair: str, arm: str, series: dict[str, Series] | None, ratio: float | None) -> str:
+    if series is None:
+        return f"| {concurrency} | {pair} | {arm} | did not build | - | - | - | - | - |"
+    tok = series["total_tok_s"]
+    cells = [f"{tok.median:.1f} ({tok.spread()})", *(f"{series[m].median:.0f}" for m in METRICS[1:3]),
+             *(f"{series[m].median:.1f}" for m in METRICS[3:])]
+    return f"| {concurrency} | {pair} | {arm} | {' | '.join(cells)} | {'-' if ratio is None else f'{ratio:.2f}x'} |"
+
+
+def _shape_table(results: dict[str, Any], shape: Shape, pairs: Pairs, data: dict[str, Any]) -> list[str]:
+    rows = ["| c | pair | server | total tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | "
+            "mbuild / llama.cpp tokens/s |", "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for concurrency in shape.concurrency:
+        for mine, theirs in pairs:
+            ours = _series(results, f"{shape.key} mbuild {mine} c={concurrency}")
+            peer = _series(results, f"{shape.key} llama.cpp {theirs} c={concurrency}")
+            ratio = ours["total_tok_s"].median / peer["total_tok_s"].median if ours and peer else None
+            label = f"{mine} / {theirs}"
+            for arm, series in ((f"mbuild {mine}", ours), (f"llama.cpp {theirs}", peer)):
+                name = f"{shape.key} {arm} c={concurrency}"
+                if series:
+                    data["results"][name] = {m: {"median": s.median, "values": s.values} for m, s in series.items()}
+                rows.append(_row(concurrency, label, arm, series, ratio if arm.startswith("llama") else None))
+            if ratio is not None:
+                data["results"][f"{shape.key} llama.cpp {theirs} c={concurrency}"]["mbuild_ratio"] = ratio
+    return rows
+
+
+def _checks(results: dict[str, Any], shape: Shape) -> list[str]:
+    lines = []
+    greedy = results["greedy"].get(shape.key)
+    if greedy:
+        agreeing = ", ".join(str(r["agreeing_tokens"]) for r in greedy["rows"])
+        lines += [f"Greedy agreement, mbuild fp32 against llama.cpp f32: **{greedy['equal']}/{greedy['prompts']} "
+                  f"prompts equal** over {greedy['new_tokens']} new tokens (tokens agreeing before the first "
+                  f"difference, per prompt: {agreeing}; mbuild dropped the opening space in "
+                  f"{greedy['leading_space_dropped']}).", ""]
+    prefix = results["prefix"].get(shape.key)
+    if prefix:
+        mine, theirs = prefix["pair"]
+        lines += [f"Shared-prefix TTFT ({shape.prefix_tokens}-token prefix + 16 new tokens, mbuild {mine} / "
+                  f"llama.cpp {theirs}, {shape.prefix_samples} sample(s) each, median):", "",
+                  "| server | uncached TTFT ms | cached TTFT ms | cached / uncached |", "| --- | ---: | ---: | ---: |"]
+        for server in ("mbuild", "llama.cpp"):
+            one = prefix[server]
+            lines.append(f"| {server} | {Series(one['uncached_ms']).median:.0f} | {Series(one['cached_ms']).median:.0f}"
+                         f" | {one['ratio']:.2f} |")
+        lines.append("")
+    return lines
+
+
+def _shape_section(results: dict[str, Any], shape: Shape, pairs: Pairs, repeats: int,
+                   data: dict[str, Any]) -> list[str]:
+    failed = [f"- mbuild {p}: {b}" for p, b in results["builds"][shape.key].items() if b.startswith("did not")]
+    rounds = min(repeats, shape.max_repeats)
+    data["shapes"][shape.key] = {"title": shape.title, "config": shape.config, "concurrency": shape.concurrency,
+                                 "sequential": shape.sequential, "new_tokens": shape.new_tokens, "rounds": rounds,
+                                 "context": results["context"][shape.key], "builds": results["builds"][shape.key]}
+    return [f"## {shape.title}", "",
+            f"{shape.new_tokens} new tokens a request; {shape.sequential} request(s) one after another at c=1; "
+            f"{rounds} round(s); context {results['context'][shape.key]} tokens a sequence on both servers.", "",
+            *_shape_table(results, shape, pairs, data), "", *([*failed, ""] if failed else []),
+            *_checks(results, shape)]
+
+
+NOTES = [
+    "Metrics, as vLLM's benchmark_serving defines them, per run (median of the rounds; min-max for tokens/s):",
+    "",
+    "- TTFT: time from sending a request to its first streamed chunk with non-empty text; p99 over a run's "
+    "requests is in effect their maximum.",
+    "- TPOT: (end-to-end latency - TTFT) / (output tokens - 1) per request, p50 and p99 over the run.",
+    "- Output tokens: both servers' `usage.completion_tokens` (`stream_options.include_usage`); every request is "
+    "checked to produce exactly its new tokens, and both servers' `usage.prompt_tokens` to be 64.",
+    "- Total tokens/s: all output tokens of the run / wall time from the first send to the last stream's end.",
+    "- Greedy agreement: 8 token-id prompts (the 64-token prompts' ids), temperature 0, no logit bias, sent to "
+    "mbuild's /v1/completions and llama-server's /completion (`return_tokens`). mbuild returns text only, so a "
+    "prompt is equal when llama.cpp's tokens, decoded by the model's tokenizer, give mbuild's text; mbuild drops "
+    "the space that opens a completion's first token (llama.cpp and vLLM keep it), which is not counted as a "
+    "difference but reported. llama.cpp keeps its KV cache in f16 (its default), mbuild in fp32, and random "
+    "weights give near-tied logits.",
+    "- Both servers get the same `logit_bias`: -100 on the 260 tokens that stream no text alone (control tokens, "
+    "the 256 byte pieces, the bare word-start piece). A random model strings lone UTF-8 bytes together, which "
+    "llama.cpp holds back until they form a character (sometimes never), so TTFT would not mean the same on both.",
+    "- Shared prefix: `cache_prompt: true` for llama.cpp here only; the cached request follows one warm request "
+    "with the same prefix and another tail, the uncached one uses a prefix never sent before.",
+    "- The 1B shape is cut down to fit an hour on one core: one request at c=1 (four for ~100M), a warm-up wave "
+    "at c=4 (c=16 for ~100M), one round whatever --repeats says, one shared-prefix sample per server (three for "
+    "~100M).",
+]
+
+
+def report(results: dict[str, Any], shapes: list[Shape], pairs: Pairs, repeats: int, quick: bool,
+           intro: str) -> tuple[dict[str, Any], str]:
+    client, servers = sorted(split_cores()[0]), [min(split_cores()[1])]
+    data: dict[str, Any] = {"scenario": "L2 language model served against llama.cpp", "machine": machine(),
+                            "repeats": repeats, "quick": quick, "cores": {"client": client, "servers": servers},
+                            "prompt_tokens": PROMPT_TOKENS, "shapes": {}, "results": {},
+                            "greedy": results["greedy"], "prefix": results["prefix"]}
+    sections = [line for shape in shapes for line in _shape_section(results, shape, pairs, repeats, data)]
+    header = "# Language model served: mbuild against llama.cpp's llama-server"
+    m = data["machine"]
+    command = f"{'BENCH_PEER_QUICK=1 ' if quick else ''}python -m bench llm_peer --repeats {repeats}"
+    markdown = "\n".join([
+        header + (" (quick smoke run)" if quick else ""), "", intro.strip(), "",
+        f"Machine: {m['cores']} cores ({m['cpu']}), Python {m['python']}, {m['date']}; both servers of a pair on "
+        f"core {servers} with one thread, the client on core {client}; llama.cpp from llama-cpp-python "
+        f"{VERSION}'s vendored tree.", "",
+        *sections, "![Total output tokens/s against concurrency](llm_peer.png)", "", *NOTES, "",
+        f"Reproduce: `{command}` (writes docs/benchmarks/llm_peer.json, .md and .png; `BENCH_PEER_QUICK=1` runs a "
+        "smoke-sized version into the work folder instead, `BENCH_PEER_SHAPES=100m` or `1b` picks the shapes).", ""])
+    return data, markdown
+
+
+def plot(results: dict[str, Any], shapes: list[Shape], pairs: Pairs, path: Path) -> Path:
+    panels: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for shape in shapes:
+        arms = [f"mbuild {p[0]}" for p in pairs] + [f"llama.cpp {p[1]}" for p in pairs]
+        panels[shape.title] = {arm: [(c, s["total_tok_s"].median) for c in shape.concurrency
+                                     if (s := _series(results, f"{shape.key} {arm} c={c}"))] for arm in arms}
+        panels[shape.title] = {arm: rows for arm, rows in panels[shape.title].items() if rows}
+    return save_peer_plot(panels, path)
