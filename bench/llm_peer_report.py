@@ -77,6 +77,9 @@ def _checks(results: dict[str, Any], shape: Shape) -> list[str]:
 def _shape_section(results: dict[str, Any], shape: Shape, pairs: Pairs, repeats: int,
                    data: dict[str, Any]) -> list[str]:
     failed = [f"- mbuild {p}: {b}" for p, b in results["builds"][shape.key].items() if b.startswith("did not")]
+    if shape.key in results["ungated"]:
+        failed.append(f"- mbuild int4: {results['ungated'][shape.key]}; measured instead with the int4 profile's "
+                      "own quantizer and options applied to the fp32 engine (not gated)")
     rounds = min(repeats, shape.max_repeats)
     data["shapes"][shape.key] = {"title": shape.title, "config": shape.config, "concurrency": shape.concurrency,
                                  "sequential": shape.sequential, "new_tokens": shape.new_tokens, "rounds": rounds,
@@ -99,9 +102,9 @@ NOTES = [
     "- Total tokens/s: all output tokens of the run / wall time from the first send to the last stream's end.",
     "- Greedy agreement: 8 token-id prompts (the 64-token prompts' ids), temperature 0, no logit bias, sent to "
     "mbuild's /v1/completions and llama-server's /completion (`return_tokens`). mbuild returns text only, so a "
-    "prompt is equal when llama.cpp's tokens, decoded by the model's tokenizer, give mbuild's text; mbuild drops "
-    "the space that opens a completion's first token (llama.cpp and vLLM keep it), which is not counted as a "
-    "difference but reported. llama.cpp keeps its KV cache in f16 (its default), mbuild in fp32, and random "
+    "prompt is equal when llama.cpp's tokens, decoded by the model's tokenizer, give mbuild's text (a dropped "
+    "opening space, which mbuild did before it decoded after the prompt's last tokens, is reported, not counted "
+    "as a difference). llama.cpp keeps its KV cache in f16 (its default), mbuild in fp32, and random "
     "weights give near-tied logits.",
     "- Both servers get the same `logit_bias`: -100 on the 260 tokens that stream no text alone (control tokens, "
     "the 256 byte pieces, the bare word-start piece). A random model strings lone UTF-8 bytes together, which "
