@@ -1,8 +1,9 @@
 """CPU compile: quantization where the profile asks for it, then ONNX Runtime's graph optimizer.
 
 Both run once at build time and the result is saved as the engine.
-  embeddings, int8:       dynamic quantization (int8 weights per channel, activations at run time)
-  language models, int8/int4: weight-only block quantization (MatMulNBits), as onnxruntime-genai does
+  int8 (embeddings and language models): dynamic quantization (int8 weights per channel, activations at run
+                          time); embeddings keep their FFN down-projections in fp32 (below)
+  language models, int4:  weight-only block quantization (MatMulNBits), as onnxruntime-genai does
 """
 
 from __future__ import annotations

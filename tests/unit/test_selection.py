@@ -24,7 +24,7 @@ def gpus(model: str, cc: str, memory: float, count: int = 1) -> Target:
 
 
 def chosen(target: Target, facts=FACTS_8B, **asks: str) -> str:  # type: ignore[no-untyped-def]
-    selection = select(load_profiles(), target, facts, **asks)
+    selection = select(load_profiles(), target, facts, **asks)  # type: ignore[arg-type]
     return require_selection(selection, target, "model").profile.name
 
 
@@ -65,3 +65,12 @@ def test_a_cpu_without_avx2_gets_the_missing_flags_named() -> None:
 def test_unknown_gpus_get_no_profile_but_a_reason() -> None:
     with pytest.raises(NoProfile, match="built for"):
         chosen(gpus("t4", "7.5", 16), MINILM)
+
+
+def test_a_precision_that_failed_the_gate_is_passed_over_and_the_reason_says_so() -> None:
+    first = select(load_profiles(), cpu(), FACTS_8B)
+    assert first.selected is not None and first.selected.profile.precision == "int8"
+    again = select(load_profiles(), cpu(), FACTS_8B, failed=frozenset({"int8"}))
+    assert again.selected is not None and again.selected.profile.precision == "fp32"
+    assert any("int8 failed it on this model" in line for line in again.why)
+    assert select(load_profiles(), cpu(), FACTS_8B, failed=frozenset({"int8", "fp32"})).selected is None
