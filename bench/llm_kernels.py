@@ -28,6 +28,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from bench.builds import build_mbuild
+from builder.engine.compile_ort import optimize
 from bench.harness import Series, interleave, machine, write
 from bench.llm_models import make_llama_100m
 from runtimes.bundle import load_engine_config
@@ -40,19 +41,22 @@ QUANTIZED = {"int8 MatMulNBits b32": (8, 32), "int8 dynamic": (8, 0), "int4 MatM
 
 
 def _requantize(fp32: Path, out: Path, bits: int, block: int) -> Path:
-    """block 0: dynamic int8 (per-channel weights, per-step activations)."""
+    """block 0: dynamic int8 (per-channel weights, per-step activations); then optimized, as a build does."""
     if not (out / "model.onnx").is_file():
         shutil.copytree(fp32, out, dirs_exist_ok=True)
         (out / "model.onnx").unlink()
+        quantized = out / "quantized.onnx"
         if not block:
-            quantize_dynamic(fp32 / "model.onnx", out / "model.onnx", weight_type=QuantType.QInt8,
-                             per_channel=True, op_types_to_quantize=["MatMul"],
+            quantize_dynamic(fp32 / "model.onnx", quantized, weight_type=QuantType.QInt8, per_channel=True,
+                             op_types_to_quantize=["MatMul"],
                              extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-            return out
-        quantizer = MatMulNBitsQuantizer(onnx.load(str(fp32 / "model.onnx")), bits=bits, block_size=block,
-                                         is_symmetric=True, accuracy_level=4)
-        quantizer.process()
-        quantizer.model.save_model_to_file(str(out / "model.onnx"), use_external_data_format=False)
+        else:
+            quantizer = MatMulNBitsQuantizer(onnx.load(str(fp32 / "model.onnx")), bits=bits, block_size=block,
+                                             is_symmetric=True, accuracy_level=4)
+            quantizer.process()
+            quantizer.model.save_model_to_file(str(quantized), use_external_data_format=False)
+        optimize(quantized, out / "model.onnx")
+        quantized.unlink()
     return out
 
 
