@@ -28,9 +28,9 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from bench.builds import build_mbuild
-from builder.engine.compile_ort import optimize
 from bench.harness import Series, interleave, machine, write
 from bench.llm_models import make_llama_100m
+from builder.engine.compile_ort import optimize
 from runtimes.bundle import load_engine_config
 from runtimes.engines.decoder import DecoderEngine
 
