@@ -45,15 +45,23 @@ def save_llm_plot(points: dict[str, list[tuple[int, float, float]]], title: str,
             # labels stepped downwards: a lock-bound server puts several concurrencies on one point
             axis.annotate(f"c={concurrency}", (x, y), textcoords="offset points", xytext=(6, 6 - 11 * index),
                           fontsize=8)
-    axis.set_xlabel("total output tokens/s")
-    axis.set_ylabel("output tokens/s per user (1 / TPOT p50)")
-    axis.set_title(title)
     axis.set_xlim(left=0)
+    _label(axis, title, "total output tokens/s", "output tokens/s per user (1 / TPOT p50)", 10)
+    return _save(figure, path, 120)
+
+
+def _label(axis: Any, title: str, xlabel: str, ylabel: str, legend_size: int) -> None:
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
     axis.set_ylim(bottom=0)
     axis.grid(alpha=0.3)
-    axis.legend()
+    axis.legend(fontsize=legend_size)
+
+
+def _save(figure: Any, path: Path, dpi: int) -> Path:
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=dpi)
     plt.close(figure)
     return path
 
@@ -73,13 +81,5 @@ def save_peer_plot(panels: dict[str, dict[str, list[tuple[int, float]]]], path: 
         levels = sorted({r[0] for rows in arms.values() for r in rows})
         axis.set_xscale("log", base=2)
         axis.set_xticks(levels, [str(c) for c in levels])
-        axis.set_xlabel("concurrent requests")
-        axis.set_ylabel("total output tokens/s (higher is better)")
-        axis.set_title(title)
-        axis.set_ylim(bottom=0)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+        _label(axis, title, "concurrent requests", "total output tokens/s (higher is better)", 8)
+    return _save(figure, path, 110)
