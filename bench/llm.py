@@ -30,9 +30,9 @@ from bench.builds import build_mbuild
 from bench.harness import interleave, machine, write
 from bench.llm_models import VOCAB, build_genai, make_llama_100m
 from runtimes.bundle import load_engine_config
+from runtimes.generation.requests import Request
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
-from runtimes.generation.scheduler import Request
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 

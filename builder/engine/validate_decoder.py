@@ -24,9 +24,9 @@ from builder.engine.quiet import quiet_ml
 from builder.errors import ValidationFailed
 from builder.planning.profiles import Tolerance
 from runtimes.bundle import load_engine_config
+from runtimes.generation.requests import Request
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
-from runtimes.generation.scheduler import Request
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from tokenizers import Tokenizer
 
 from runtimes.generation.detokenize import Detokenizer
+from runtimes.generation.requests import Request
 from runtimes.generation.sampling import SamplingParams
-from runtimes.generation.scheduler import Request, Scheduler
+from runtimes.generation.scheduler import Scheduler
 
 
 class GenerationFailed(RuntimeError):

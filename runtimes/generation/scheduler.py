@@ -16,49 +16,21 @@ prefilled; a failed decode step ends the running batch; a shutdown ends everythi
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
-import itertools
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.generation.prefix_cache import PrefixCache
-from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS, SamplerState, SamplingParams, next_token
+from runtimes.generation.requests import Event, FinishReason, Request
+from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS, SamplerState, next_token
 from runtimes.metrics import BATCH_BUCKETS, Metrics
 
 log = logging.getLogger("mbuild.runtime")
-FinishReason = Literal["stop", "length", "cancelled", "error"]
-_ids = itertools.count()
-
-
-@dataclass
-class Event:
-    token: int | None = None
-    finish: FinishReason | None = None
-    error: str | None = None
-
-
-@dataclass
-class Request:
-    prompt: list[int]
-    params: SamplingParams
-    loop: asyncio.AbstractEventLoop
-    events: asyncio.Queue[Event]
-    cancelled: bool = False
-    admitted: bool = False  # it joined the batch: a timeout now is a running request's, not a queue wait
-    id: int = field(default_factory=lambda: next(_ids))
-    enqueued: float = field(default_factory=time.perf_counter)
-
-    def emit(self, event: Event) -> None:
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
-            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
 
 
 @dataclass

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from runtimes.generation.requests import Event, Request
 from runtimes.generation.sampling import SamplingParams
-from runtimes.generation.scheduler import Event, Request, Scheduler
+from runtimes.generation.scheduler import Scheduler
 from runtimes.metrics import Metrics
 
 VOCAB, CONTEXT = 50, 64

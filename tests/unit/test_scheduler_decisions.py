@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from runtimes.generation import scheduler as scheduler_module
+from runtimes.generation.requests import Request
 from runtimes.generation.sampling import SamplingParams
-from runtimes.generation.scheduler import Inadmissible, Request, SchedulerFull
+from runtimes.generation.scheduler import Inadmissible, SchedulerFull
 from tests.support.scheduler_fakes import (
     VOCAB,
     FakeEngine,

@@ -1,0 +1,38 @@
+"""What a generation request is to the scheduler, and the events it gets back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from runtimes.generation.sampling import SamplingParams
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+_ids = itertools.count()
+
+
+@dataclass
+class Event:
+    token: int | None = None
+    finish: FinishReason | None = None
+    error: str | None = None
+
+
+@dataclass
+class Request:
+    prompt: list[int]
+    params: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue[Event]
+    cancelled: bool = False
+    admitted: bool = False  # it joined the batch: a timeout now is a running request's, not a queue wait
+    id: int = field(default_factory=lambda: next(_ids))
+    enqueued: float = field(default_factory=time.perf_counter)
+
+    def emit(self, event: Event) -> None:
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
