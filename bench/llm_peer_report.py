@@ -77,9 +77,8 @@ def _checks(results: dict[str, Any], shape: Shape) -> list[str]:
 def _shape_section(results: dict[str, Any], shape: Shape, pairs: Pairs, repeats: int,
                    data: dict[str, Any]) -> list[str]:
     failed = [f"- mbuild {p}: {b}" for p, b in results["builds"][shape.key].items() if b.startswith("did not")]
-    if shape.key in results["ungated"]:
-        failed.append(f"- mbuild int4: {results['ungated'][shape.key]}; measured instead with the int4 profile's "
-                      "own quantizer and options applied to the fp32 engine (not gated)")
+    failed += [f"- mbuild {p}: its engine failed the gate on this random model ({why}); served as built with "
+               "`mbuild serve --allow-failed-gate`" for p, why in results["ungated"].get(shape.key, {}).items()]
     rounds = min(repeats, shape.max_repeats)
     data["shapes"][shape.key] = {"title": shape.title, "config": shape.config, "concurrency": shape.concurrency,
                                  "sequential": shape.sequential, "new_tokens": shape.new_tokens, "rounds": rounds,
