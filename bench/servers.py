@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -58,7 +59,8 @@ def server(command: list[str], ready_path: str, port: int, env: dict[str, str] |
             raise RuntimeError(f"{command} was not ready within 180s")
         yield port
     finally:
-        os.killpg(proc.pid, 15)
+        with contextlib.suppress(ProcessLookupError):  # it may have exited already (a failed start)
+            os.killpg(proc.pid, 15)
         proc.wait(timeout=60)
 
 
