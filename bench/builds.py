@@ -2,24 +2,41 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 MBUILD = [sys.executable, "-m", "builder.cli"]
+ROOT = Path(__file__).resolve().parents[1]
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def source_hash() -> str:
+    """What a bundle is built from (builder, runtimes, profiles, templates): a cached build is per version."""
+    digest = hashlib.sha256()
+    for folder in ("builder", "runtimes", "profiles", "templates"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.is_file() and path.suffix in {".py", ".yaml", ".yml", ".j2", ".txt", ".json", ".toml"}:
+                digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:10]
 
 
 def build_mbuild(model: str | Path, out: Path, env: dict[str, str] | None = None,
                  precision: str | None = "fp32") -> Path:
     """mbuild's own pipeline on CPU (the gate included), stopping at the build context; precision None: the
-    profile mbuild picks by default, what a user gets."""
+    profile mbuild picks by default, what a user gets. A build left by other mbuild sources is redone."""
+    stamp = out / "bench-source.txt"
+    if out.is_dir() and not (stamp.is_file() and stamp.read_text() == source_hash()):
+        shutil.rmtree(out)
     if not (out / "model" / "engine.json").is_file():
         chosen = ["--precision", precision] if precision else []
         subprocess.run([*MBUILD, "package", str(model), "--backend", "none", "--gpu", "cpu", *chosen,
                         "--output", str(out), "--quiet"], check=True, capture_output=True,
                        env={**os.environ, **(env or {})})
+        stamp.write_text(source_hash())
     return out / "model"
 
 

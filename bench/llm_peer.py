@@ -13,7 +13,6 @@ servers of a pair share one pinned core (one measured at a time), the client has
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,7 +28,7 @@ from typing import Any
 import httpx
 
 from bench import llamacpp
-from bench.builds import build_mbuild
+from bench.builds import build_mbuild, source_hash
 from bench.harness import OUT, interleave, write
 from bench.llm_client import run
 from bench.llm_models import LLAMA_1B, LLAMA_100M, make_llama_spm
@@ -37,7 +36,6 @@ from bench.llm_peer_checks import PROMPT_TOKENS, Texts, greedy, prefix_ttft
 from bench.llm_peer_report import plot, report
 from bench.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores
 
-ROOT = Path(__file__).resolve().parents[1]
 PAIRS = (("fp32", "f32"), ("int8", "q8_0"), ("int4", "q4_0"))  # (mbuild precision, llama.cpp GGUF type)
 PREFIX_PAIR = ("int8", "fp32")  # shared-prefix TTFT on mbuild's default precision, fp32 if int8 did not build
 PREFIX_SEED = 10_000  # prefix texts never collide with the throughput prompts (seeds 0..)
@@ -71,16 +69,6 @@ def quick(shape: Shape) -> Shape:
     """A smoke-sized version: two concurrencies, short outputs, few prompts."""
     return replace(shape, concurrency=(1, 4), sequential=2, warm=4, new_tokens=16, greedy_prompts=2, greedy_tokens=8,
                    prefix_tokens=256, prefix_samples=1, max_repeats=1)
-
-
-def source_hash() -> str:
-    """What a bundle is built from (builder, runtimes, profiles, templates): cached builds are per version."""
-    digest = hashlib.sha256()
-    for folder in ("builder", "runtimes", "profiles", "templates"):
-        for path in sorted((ROOT / folder).rglob("*")):
-            if path.is_file() and path.suffix in {".py", ".yaml", ".yml", ".j2", ".txt", ".json", ".toml"}:
-                digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:10]
 
 
 def try_build(model: Path, work: Path, precision: str) -> Path | str:
