@@ -27,7 +27,7 @@ import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-from bench.builds import build_mbuild
+from bench.builds import build_mbuild, source_hash
 from bench.harness import Series, interleave, machine, write
 from bench.llm_models import make_llama_100m
 from builder.engine.compile_ort import optimize
@@ -42,21 +42,27 @@ QUANTIZED = {"int8 MatMulNBits b32": (8, 32), "int8 dynamic": (8, 0), "int4 MatM
 
 def _requantize(fp32: Path, out: Path, bits: int, block: int) -> Path:
     """block 0: dynamic int8 (per-channel weights, per-step activations); then optimized, as a build does."""
+    stamp = out / "bench-source.txt"
+    if out.is_dir() and not (stamp.is_file() and stamp.read_text() == source_hash()):
+        shutil.rmtree(out)
     if not (out / "model.onnx").is_file():
-        shutil.copytree(fp32, out, dirs_exist_ok=True)
-        (out / "model.onnx").unlink()
-        quantized = out / "quantized.onnx"
+        shutil.copytree(fp32, out, dirs_exist_ok=True)  # copies: the engine cache's hard links stay behind
+        source, quantized = out / "fp32.onnx", out / "quantized.onnx"
+        (out / "model.onnx").rename(source)  # its weights stay in model.onnx.data, which it names
         if not block:
-            quantize_dynamic(fp32 / "model.onnx", quantized, weight_type=QuantType.QInt8, per_channel=True,
+            quantize_dynamic(source, quantized, weight_type=QuantType.QInt8, per_channel=True,
                              op_types_to_quantize=["MatMul"],
                              extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
         else:
-            quantizer = MatMulNBitsQuantizer(onnx.load(str(fp32 / "model.onnx")), bits=bits, block_size=block,
+            quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), bits=bits, block_size=block,
                                              is_symmetric=True, accuracy_level=4)
             quantizer.process()
             quantizer.model.save_model_to_file(str(quantized), use_external_data_format=False)
+        source.unlink()
+        (out / "model.onnx.data").unlink(missing_ok=True)
         optimize(quantized, out / "model.onnx")
         quantized.unlink()
+        stamp.write_text(source_hash())
     return out
 
 
