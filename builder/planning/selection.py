@@ -22,7 +22,8 @@ from builder.planning.target import Target
 Status = Literal["runnable", "low_memory", "incompatible"]
 ENGINE_RANK = {"tensorrt": 0, "onnxruntime": 1}
 # Preferred first; the set may be chosen without being asked for. CPU language models: int8 first, the fastest
-# as measured (docs/benchmarks/llm_kernels.md: fastest at batch 8, within 15% of int4 at batch 1), then fp32;
+# under load as measured (docs/benchmarks/llm_kernels.md: int4 is as fast at batch 8 and faster at batch 1,
+# with a coarser rounding, so it is chosen when asked), then fp32;
 # the build's gate decides, and a precision that fails it is passed over for the next (build/pipeline.py).
 PRECISION_ORDER: dict[tuple[Task, str], tuple[tuple[str, ...], frozenset[str]]] = {
     ("text-generation", "gpu"): (("fp8", "bf16", "fp16", "int8", "nvfp4"), frozenset({"fp8", "bf16", "fp16"})),
