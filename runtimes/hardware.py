@@ -35,10 +35,11 @@ def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset()
 
 
-def read_ram_gb(meminfo: Path = Path("/proc/meminfo")) -> float:
+def read_ram_gb(meminfo: Path = Path("/proc/meminfo"), key: str = "MemTotal") -> float:
+    """GiB of RAM: the host's total, or with key="MemAvailable" what it can give now."""
     try:
         for line in meminfo.read_text().splitlines():
-            if line.startswith("MemTotal:"):
+            if line.startswith(f"{key}:"):
                 return round(int(line.split()[1]) / (1024 * 1024), 1)
     except OSError:
         pass

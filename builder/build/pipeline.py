@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.build import context as context_stage
-from builder.build import reuse
+from builder.build import host_fit, reuse
 from builder.build.build_dir import claim as build_dir_claim
 from builder.build.lock import write_lock
 from builder.build.plan_package import PackageOptions, plan_package
@@ -61,10 +61,14 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
     work.mkdir(parents=True, exist_ok=True)
     if plan.engines:  # what the GPU build will be, on disk even if this host cannot build it
         _write_plan_files(build_dir, plan)
-    with reporter.stage("download", f"{len(plan.model.files)} files of {plan.model.repo}"):
-        snapshot = pull(plan.model, parse_model_ref(opts.model), opts.is_offline)
     key = engine_cache.engine_key(plan)
     hit = engine_cache.cached(key)
+    if hit is None:
+        host_fit.check_memory(plan)
+    with reporter.stage("download", f"{len(plan.model.files)} files of {plan.model.repo}"):
+        snapshot = pull(plan.model, parse_model_ref(opts.model), opts.is_offline)
+    if hit is None:
+        host_fit.check_disk(plan, build_dir)
     if hit is not None and (cached_report := engine_cache.restore(hit, engine_dir, plan)) is not None:
         report = GateReport.from_dict(cached_report)
         shutil.copy2(engine_dir / "report.json", build_dir / "report.json")

@@ -63,8 +63,8 @@ def render_profiles(model: str, facts: ModelFacts, target: Target, selection: Se
     width = max((len(v.profile.name) for v in [*groups["runnable"], *groups["low_memory"], *rest]), default=0)
     out = [f"Profiles for {model} ({facts.task}, {_params(facts)} parameters) on {target.describe()}", ""]
     out.append("Compatible and runnable:")
-    out += [_row(v, selection.selected, f"needs {v.needs_gb:g} {unit}", width)
-            for v in groups["runnable"]] or ["    none"]
+    out += [_row(v, selection.selected, f"needs {v.needs_gb:g} {unit}; build {v.need.build_gb:.1f} GB RAM, "
+                 f"{v.need.build_disk_gb:.0f} GB disk", width) for v in groups["runnable"]] or ["    none"]
     out.append("Compatible but low memory:")
     out += [_row(v, None, v.reasons[0], width) for v in groups["low_memory"]] or ["    none"]
     out.append("Incompatible:")
@@ -86,6 +86,8 @@ def profiles_json(model: str, facts: ModelFacts, target: Target, selection: Sele
         "selected": selection.selected.profile.name if selection.selected else None,
         "why": list(selection.why),
         "profiles": [{"name": v.profile.name, "id": v.profile.id, "status": v.status, "reasons": list(v.reasons),
-                      "needs_gb_per_device": v.needs_gb, "selected": v is selection.selected}
+                      "needs_gb_per_device": v.needs_gb, "start_gb": round(v.need.start_gb, 2),
+                      "build_gb": round(v.need.build_gb, 2), "build_disk_gb": round(v.need.build_disk_gb, 2),
+                      "selected": v is selection.selected}
                      for v in selection.verdicts],
     }

@@ -1,9 +1,8 @@
-"""CPU compile: quantization where the profile asks for it, then ONNX Runtime's graph optimizer.
+"""CPU compile of exported encoders: quantization where the profile asks for it, then ONNX Runtime's graph optimizer.
 
-Both run once at build time and the result is saved as the engine.
-  int8 (embeddings and language models): dynamic quantization (int8 weights per channel, activations at run
-                          time); embeddings keep their FFN down-projections in fp32 (below)
-  language models, int4:  weight-only block quantization (MatMulNBits), as onnxruntime-genai does
+Both run once at build time and the result is saved as the engine. int8: dynamic quantization (int8
+weights, activations at run time), the FFN down-projections kept in fp32 (below). Language models do not
+pass here: their export writes the engine, quantized as it reads the checkpoint (weight_writer.py).
 """
 
 from __future__ import annotations
@@ -16,11 +15,9 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 from onnxruntime.quantization import QuantType, quantize_dynamic
-from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from builder.errors import InputError
 from builder.planning.engine_options import ort_options
-from builder.planning.precisions import PRECISIONS
 from builder.planning.profiles import Profile
 
 # That module calls logging.basicConfig(level=INFO) on import, which would print every library's INFO
@@ -94,21 +91,5 @@ def quantize(source: Path, target: Path, profile: Profile, task: str) -> Path:
             quantize_dynamic(source, target, weight_type=QuantType.QInt8, per_channel=options.per_channel,
                              reduce_range=options.reduce_range, op_types_to_quantize=["MatMul"],
                              nodes_to_exclude=down_projections(source))
-        return target
-    bits = PRECISIONS[profile.precision].weight_bits
-    if task == "text-generation" and profile.precision == "int8" and options.quantization == "dynamic":
-        with _quiet_logs():
-            quantize_dynamic(source, target, weight_type=QuantType.QInt8, per_channel=options.per_channel,
-                             reduce_range=options.reduce_range, op_types_to_quantize=["MatMul"],
-                             use_external_data_format=is_large(source),
-                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-        return target
-    if task == "text-generation" and bits is not None:
-        with _quiet_logs():
-            quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), bits=bits,
-                                             block_size=options.block_size, is_symmetric=True,
-                                             accuracy_level=options.accuracy_level)
-            quantizer.process()
-        quantizer.model.save_model_to_file(str(target), use_external_data_format=is_large(source))
         return target
     raise InputError(f"precision {profile.precision} is not available on ONNX Runtime CPU for {task} models")

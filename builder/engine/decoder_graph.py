@@ -1,7 +1,8 @@
 """Write a decoder-only language model (Llama, Mistral, Qwen2) as an ONNX graph whose KV cache stays in place.
 
-The graph is built node by node from the checkpoint's tensors, read one at a time from safetensors and
-written straight to the external-data file, so the export holds one weight at a time, not the model.
+The graph is built node by node from the checkpoint's tensors, read a block of rows at a time
+(checkpoint.py), quantized on the way when the profile asks and written straight to the external-data
+file (weight_writer.py): the export holds one block, not the model, and its graph is the engine.
 Attention is ONNX Runtime's GroupQueryAttention contrib op with rotary embedding inside it and the past
 and present caches sharing one buffer: the runtime binds each slot's preallocated cache [slots, kv_heads,
 context, head_dim] as both, and a step writes only its new positions. Each row carries its own length
@@ -21,80 +22,30 @@ Outputs: logits [B,vocab] of each row's last new position, present_key.{i}/prese
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import onnx
-import torch
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
+from builder.engine.checkpoint import Checkpoint
+from builder.engine.weight_writer import (
+    BLOCK_BYTES,
+    DATA_FILE,
+    LinearFormat,
+    LinearWriter,
+    WeightFile,
+    pack_rows,
+)
 from builder.errors import UnsupportedModel
 
-DATA_FILE = "model.onnx.data"
-ALIGN = 64
-INLINE_BYTES = 1024
 # Rope variants whose frequencies change with the sequence length would need the cache rebuilt at run time.
 STATIC_ROPE = {"default", "linear", "llama3", "yarn", "proportional"}
-
-
-class Checkpoint:
-    """The model's tensors by name, read one at a time (safetensors, else a PyTorch state dict)."""
-
-    def __init__(self, model_dir: Path, stack: ExitStack) -> None:
-        from safetensors import safe_open
-
-        self.where: dict[str, Any] = {}
-        files = sorted(model_dir.glob("*.safetensors"))
-        for path in files:
-            handle = stack.enter_context(safe_open(str(path), framework="pt"))
-            self.where.update({name: handle for name in handle.keys()})  # noqa: SIM118 (a safe_open handle is no dict)
-        if not files:
-            for path in sorted(model_dir.glob("pytorch_model*.bin")):
-                state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-                self.where.update({name: state for name in state})
-        if not self.where:
-            raise UnsupportedModel(f"no safetensors or pytorch_model.bin weights in {model_dir}")
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.where
-
-    def get(self, name: str) -> np.ndarray:
-        if name not in self.where:
-            raise UnsupportedModel(f"the checkpoint lacks tensor {name!r}", hint="is it a complete download?")
-        source = self.where[name]
-        tensor = source.get_tensor(name) if hasattr(source, "get_tensor") else source[name]
-        return np.ascontiguousarray(tensor.to(torch.float32).numpy())
-
-
-class WeightFile:
-    """Initializers written to one external-data file as they come; the graph keeps only their names."""
-
-    def __init__(self, handle: BinaryIO) -> None:
-        self.handle, self.offset = handle, 0
-        self.initializers: list[TensorProto] = []
-
-    def add(self, name: str, array: np.ndarray) -> str:
-        array = np.ascontiguousarray(array)
-        if array.nbytes < INLINE_BYTES:  # shape inference reads small constants (Slice bounds) from the graph
-            self.initializers.append(numpy_helper.from_array(array, name))
-            return name
-        tensor = TensorProto()
-        tensor.name = name
-        tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
-        tensor.dims.extend(array.shape)
-        self.handle.write(b"\0" * (-self.offset % ALIGN))
-        self.offset += -self.offset % ALIGN
-        self.handle.write(array.tobytes())  # one tensor at a time: its copy is the only one
-        tensor.data_location = TensorProto.EXTERNAL
-        for key, value in (("location", DATA_FILE), ("offset", self.offset), ("length", array.nbytes)):
-            entry = tensor.external_data.add()
-            entry.key, entry.value = key, str(value)
-        self.offset += array.nbytes
-        self.initializers.append(tensor)
-        return name
+EMBED_BLOCK = 32
 
 
 def rotary_tables(config: Any, head_dim: int, positions: int) -> tuple[np.ndarray, np.ndarray]:
@@ -114,11 +65,12 @@ def rotary_tables(config: Any, head_dim: int, positions: int) -> tuple[np.ndarra
 
 
 class GraphWriter:
-    """Nodes and initializers of the decoder; `linear` and `norm` hide the naming."""
+    """Nodes and initializers of the decoder; `linear`, `norm` and `embedding` hide the naming and the format."""
 
-    def __init__(self, weights: WeightFile, checkpoint: Checkpoint, eps: float) -> None:
-        self.weights, self.checkpoint, self.eps = weights, checkpoint, eps
+    def __init__(self, weights: WeightFile, checkpoint: Checkpoint, eps: float, form: LinearFormat) -> None:
+        self.weights, self.checkpoint, self.eps, self.form = weights, checkpoint, eps, form
         self.nodes: list[onnx.NodeProto] = []
+        self.write_linear = LinearWriter(weights, checkpoint, form)
 
     def node(self, op: str, inputs: list[str], name: str, outputs: int = 1, domain: str = "",
              **attributes: Any) -> list[str]:
@@ -128,8 +80,8 @@ class GraphWriter:
 
     def linear(self, x: str, prefixes: list[str], name: str) -> str:
         """x @ W.T (+ bias): several projections of the same input fused into one MatMul (q|k|v, gate|up)."""
-        weight = np.concatenate([self.checkpoint.get(f"{p}.weight") for p in prefixes], axis=0).T
-        out = self.node("MatMul", [x, self.weights.add(f"{name}.weight", weight)], name)[0]
+        op, weights, attributes = self.write_linear([f"{p}.weight" for p in prefixes], name)
+        out = self.node(op, [x, *weights], name, domain="" if op == "MatMul" else "com.microsoft", **attributes)[0]
         if all(f"{p}.bias" in self.checkpoint for p in prefixes):
             bias = np.concatenate([self.checkpoint.get(f"{p}.bias") for p in prefixes])
             out = self.node("Add", [out, self.weights.add(f"{name}.bias", bias)], f"{name}_bias")[0]
@@ -140,15 +92,38 @@ class GraphWriter:
         return self.node("SimplifiedLayerNormalization", [x, scale], name, axis=-1, epsilon=self.eps,
                          stash_type=1)[0]
 
+    def embedding(self, ids: str) -> str:
+        """The token table, fp32, or for quantized profiles 8-bit in blocks of 32 (llama.cpp's q8_0 layout),
+        which an 8B model needs: its table is 2 GB in fp32. Rows are looked up, then widened."""
+        source = "model.embed_tokens.weight"
+        vocab, hidden = self.checkpoint.shape(source)
+        if self.form.kind == "fp32" or hidden % EMBED_BLOCK:
+            offset = self.weights.reserve("embed_tokens", (vocab, hidden), np.dtype(np.float32))
+            for first, block in self.checkpoint.blocks([source], BLOCK_BYTES):
+                self.weights.put(offset + first * hidden * 4, block)
+            return self.node("Gather", ["embed_tokens", ids], "embed")[0]
+        offset = self.weights.reserve("embed_tokens", (vocab, hidden), np.dtype(np.uint8))
+        scales = []
+        for first, block in self.checkpoint.blocks([source], BLOCK_BYTES):
+            packed, scale = pack_rows(block, 8, EMBED_BLOCK)
+            self.weights.put(offset + first * hidden, packed)
+            scales.append(scale)
+        self.weights.add("embed_tokens.scales", np.concatenate(scales))
+        self.weights.add("embed_tokens.zero_points", np.full((vocab, hidden // EMBED_BLOCK), 128, np.uint8))
+        return self.node("GatherBlockQuantized", ["embed_tokens", ids, "embed_tokens.scales",
+                                                  "embed_tokens.zero_points"], "embed", domain="com.microsoft",
+                         bits=8, block_size=EMBED_BLOCK, gather_axis=0, quantize_axis=1)[0]
+
 
 @contextmanager
 def _opened(model_dir: Path, data_path: Path) -> Iterator[tuple[Checkpoint, WeightFile]]:
     with ExitStack() as stack:
-        handle = stack.enter_context(data_path.open("wb"))
-        yield Checkpoint(model_dir, stack), WeightFile(handle)
+        fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        stack.callback(os.close, fd)
+        yield Checkpoint(model_dir, stack), WeightFile(fd)
 
 
-def _window(config: Any, layer: int) -> int:
+def attention_window(config: Any, layer: int) -> int:
     """GroupQueryAttention's local_window_size for a layer: -1 is full attention."""
     kinds = getattr(config, "layer_types", None)
     window = getattr(config, "sliding_window", None)
@@ -165,14 +140,15 @@ def _layer(g: GraphWriter, config: Any, i: int, x: str, dims: dict[str, int]) ->
                                                "total_sequence_length", "cos_cache", "sin_cache"],
                        f"layers.{i}.attention", outputs=3, domain="com.microsoft", num_heads=dims["heads"],
                        kv_num_heads=dims["kv_heads"], do_rotary=1, scale=dims["head_dim"] ** -0.5,
-                       local_window_size=_window(config, i))
+                       local_window_size=attention_window(config, i))
     g.nodes[-1].output[1:] = [f"present_key.{i}", f"present_value.{i}"]
     out = g.linear(attention[0], [f"{prefix}.self_attn.o_proj"], f"layers.{i}.o_proj")
     x = g.node("Add", [x, out], f"layers.{i}.attn_residual")[0]
     h = g.norm(x, f"{prefix}.post_attention_layernorm.weight", f"layers.{i}.mlp_norm")
     gate_up = g.linear(h, [f"{prefix}.mlp.gate_proj", f"{prefix}.mlp.up_proj"], f"layers.{i}.gate_up")
     gate, up = g.node("Split", [gate_up], f"layers.{i}.split", outputs=2, axis=-1, num_outputs=2)
-    silu = g.node("Mul", [gate, g.node("Sigmoid", [gate], f"layers.{i}.sigmoid")[0]], f"layers.{i}.silu")[0]
+    # SiLU is QuickGelu with alpha 1 (x * sigmoid(x)), the node ONNX Runtime's optimizer would fuse it into
+    silu = g.node("QuickGelu", [gate], f"layers.{i}.silu", domain="com.microsoft", alpha=1.0)[0]
     act = g.node("Mul", [silu, up], f"layers.{i}.gated")[0]
     down = g.linear(act, [f"{prefix}.mlp.down_proj"], f"layers.{i}.down_proj")
     return g.node("Add", [x, down], f"layers.{i}.mlp_residual")[0]
@@ -185,19 +161,19 @@ def dimensions(config: Any) -> dict[str, int]:
             "head_dim": int(getattr(config, "head_dim", None) or config.hidden_size // heads)}
 
 
-def write_decoder(model_dir: Path, config: Any, out_dir: Path) -> dict[str, int]:
-    """model.onnx + model.onnx.data in out_dir; returns the cache dimensions the runtime needs."""
+def write_decoder(model_dir: Path, config: Any, out_dir: Path, form: LinearFormat | None = None) -> dict[str, int]:
+    """model.onnx + model.onnx.data in out_dir, linear layers in `form` (fp32 by default); returns the cache
+    dimensions the runtime needs."""
     if getattr(config, "hidden_act", "silu") != "silu":
         raise UnsupportedModel(f"activation {config.hidden_act!r} is not supported yet (silu is)")
     dims = dimensions(config)
     out_dir.mkdir(parents=True, exist_ok=True)
     with _opened(model_dir, out_dir / DATA_FILE) as (checkpoint, weights):
-        g = GraphWriter(weights, checkpoint, float(config.rms_norm_eps))
+        g = GraphWriter(weights, checkpoint, float(config.rms_norm_eps), form or LinearFormat())
         cos, sin = rotary_tables(config, dims["head_dim"], int(config.max_position_embeddings))
         weights.add("cos_cache", cos)
         weights.add("sin_cache", sin)
-        embed = weights.add("embed_tokens", checkpoint.get("model.embed_tokens.weight"))
-        x = g.node("Gather", [embed, "input_ids"], "embed")[0]
+        x = g.embedding("input_ids")
         for i in range(dims["layers"]):
             x = _layer(g, config, i, x, dims)
         last = g.node("Slice", [x, weights.add("last.start", np.array([-1], np.int64)),

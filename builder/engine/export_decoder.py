@@ -1,8 +1,8 @@
 """Export a decoder-only language model (Llama, Mistral, Qwen2): the graph, its tokenizer and engine.json fields.
 
 Two graphs, one per backend: ONNX Runtime gets decoder_graph.py's, written from the checkpoint's tensors
-with the KV cache updated in place; TensorRT gets decoder_torch.py's grown-cache graph. Both are checked
-by the same gate against transformers.generate.
+with the KV cache updated in place and the weights already in the profile's precision (it is the engine);
+TensorRT gets decoder_torch.py's grown-cache graph. Both are checked by the same gate against transformers.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from builder.engine.decoder_graph import write_decoder
 from builder.engine.decoder_torch import write_grown_cache_graph
 from builder.engine.exported import ExportResult
 from builder.engine.quiet import quiet_ml
+from builder.engine.weight_writer import LinearFormat
 from builder.errors import UnsupportedModel
+from builder.planning.engine_options import ort_options
+from builder.planning.profiles import Profile
 
 SUPPORTED = {"llama", "mistral", "qwen2"}
 
@@ -43,7 +46,7 @@ def _eos_ids(model_dir: Path, config: Any, tokenizer: Any) -> list[int]:
     return found
 
 
-def _export(model_dir: Path, out_dir: Path, grown_cache: bool) -> ExportResult:
+def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearFormat | None = None) -> ExportResult:
     config = AutoConfig.from_pretrained(model_dir)
     if config.model_type not in SUPPORTED:
         raise UnsupportedModel(f"language models of type {config.model_type!r} are not supported yet",
@@ -59,7 +62,7 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool) -> ExportResult:
         past, dims = write_grown_cache_graph(model_dir, config, out_dir)
         inputs: tuple[str, ...] = ("input_ids", "attention_mask", "position_ids", *past)
     else:
-        dims = write_decoder(model_dir, config, out_dir)
+        dims = write_decoder(model_dir, config, out_dir, form)
         past = [f"past_{kind}.{i}" for i in range(dims["layers"]) for kind in ("key", "value")]
         inputs = ("input_ids", "seqlens_k", "total_sequence_length", *past)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
@@ -78,9 +81,12 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool) -> ExportResult:
 
 
 @quiet_ml()  # a contextmanager is also a decorator: the whole export runs with the libraries quiet
-def export_decoder(model_dir: Path, out_dir: Path) -> ExportResult:
-    """For ONNX Runtime: the in-place KV cache graph (decoder_graph.py)."""
-    return _export(model_dir, out_dir, grown_cache=False)
+def export_decoder(model_dir: Path, out_dir: Path, profile: Profile | None = None) -> ExportResult:
+    """For ONNX Runtime: the in-place KV cache graph (decoder_graph.py), its linear layers in the profile's
+    precision (fp32 without one)."""
+    form = None if profile is None else LinearFormat.for_profile(profile.precision,
+                                                                 ort_options(profile.engine_options))
+    return _export(model_dir, out_dir, grown_cache=False, form=form)
 
 
 @quiet_ml()

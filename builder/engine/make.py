@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.engine.export_worker import run_export
 from builder.engine.exported import ExportResult
 from builder.optional import load_stage
 from builder.planning.engine_options import ort_options
@@ -25,6 +26,9 @@ class TaskStages:
     exporting: str
     validating: str
     export_tensorrt: str | None = None  # when TensorRT needs a graph of its own
+    # The ONNX Runtime export writes the engine itself, quantized as it reads the checkpoint (an 8B model
+    # never sits in memory whole); compiling then only moves it into place.
+    export_is_engine: bool = False
 
 
 TASKS = {
@@ -32,11 +36,18 @@ TASKS = {
                             "PyTorch -> ONNX with pooling", "engine vs sentence-transformers"),
     "text-generation": TaskStages("builder.engine.export_decoder:export_decoder", "builder.engine.validate_decoder",
                                   "checkpoint -> ONNX with an in-place KV cache", "engine vs transformers generate",
-                                  "builder.engine.export_decoder:export_decoder_tensorrt"),
+                                  "builder.engine.export_decoder:export_decoder_tensorrt", export_is_engine=True),
 }
 
 
-def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: ExportResult) -> EngineConfig:
+def _place(work: Path, engine_dir: Path) -> None:
+    engine_dir.mkdir(parents=True)
+    for name in ("model.onnx", "model.onnx.data"):
+        if (work / name).is_file():
+            (work / name).rename(engine_dir / name)
+
+
+def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: ExportResult, built: bool) -> EngineConfig:
     if engine_dir.exists():
         shutil.rmtree(engine_dir)
     if plan.profile.engine == "tensorrt":
@@ -46,10 +57,13 @@ def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: ExportResu
         (engine_dir / "engine.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
         return config
     level = ort_options(plan.profile.engine_options).graph_optimization
-    compiler = load_stage("builder.engine.compile_ort", "compiling with ONNX Runtime")
-    source = compiler.quantize(work / "model.onnx", work / f"model.{plan.profile.precision}.onnx", plan.profile,
-                               plan.task)
-    compiler.optimize(source, engine_dir / "model.onnx", level)
+    if built:
+        _place(work, engine_dir)
+    else:
+        compiler = load_stage("builder.engine.compile_ort", "compiling with ONNX Runtime")
+        source = compiler.quantize(work / "model.onnx", work / f"model.{plan.profile.precision}.onnx",
+                                   plan.profile, plan.task)
+        compiler.optimize(source, engine_dir / "model.onnx", level)
     shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
     options = {"max_batch": plan.profile.limits.max_batch, "graph_optimization": level,
                "max_batch_delay_ms": plan.profile.limits.max_batch_delay_ms, "precision": plan.profile.precision}
@@ -64,15 +78,20 @@ def make_engine(plan: BuildPlan, snapshot: Path, work: Path, engine_dir: Path, b
                  reporter: Reporter) -> dict[str, Any]:
     """Export, compile and validate; the engine folder ends with its gate report."""
     stages = TASKS[plan.task]
-    where = stages.export_tensorrt if plan.profile.engine == "tensorrt" and stages.export_tensorrt else stages.export
-    module, _, function = where.partition(":")
-    export = getattr(load_stage(module, "exporting to ONNX"), function)
-    with reporter.stage("export", stages.exporting):
-        exported = export(snapshot, work)
-    doing = (f"TensorRT {plan.profile.precision} engines" if plan.profile.engine == "tensorrt"
+    tensorrt = plan.profile.engine == "tensorrt"
+    where = stages.export_tensorrt if tensorrt and stages.export_tensorrt else stages.export
+    built = stages.export_is_engine and not tensorrt
+    with reporter.stage("export", f"{stages.exporting}, {plan.profile.precision}" if built else stages.exporting):
+        if built:  # in a child process: the gate that follows runs the engine without PyTorch beside it
+            exported = run_export(where, snapshot, work, plan.profile)
+        else:
+            module, _, function = where.partition(":")
+            exported = getattr(load_stage(module, "exporting to ONNX"), function)(snapshot, work)
+    doing = (f"TensorRT {plan.profile.precision} engines" if tensorrt
+             else "ONNX Runtime: the exported graph is the engine" if built
              else f"ONNX Runtime {plan.profile.precision}: quantize and optimize")
     with reporter.stage("compile", doing):
-        _compile(plan, work, engine_dir, exported)
+        _compile(plan, work, engine_dir, exported, built)
     gate = load_stage(stages.gate, "validating against the PyTorch reference")
     with reporter.stage("validate", stages.validating):
         report: dict[str, Any] = gate.run_gate(snapshot, engine_dir, plan.profile.tolerance,

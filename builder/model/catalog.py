@@ -29,6 +29,7 @@ class ModelFacts(BaseModel):
     head_dim: int = Field(gt=0)
     context: int = Field(gt=0, description="longest sequence served by default")
     vocab: int = Field(gt=0)
+    tied: bool = False  # the LM head shares the token table (tie_word_embeddings)
     source: str = "catalog"
 
 

@@ -69,7 +69,8 @@ def facts_from_config(config: dict[str, Any], task: Task) -> ModelFacts:
     embeddings = vocab * hidden * (1 if tied else 2)
     params = (layers * (attention + mlp) + embeddings) / 1e9
     return ModelFacts(task=task, params=float(f"{params:.4g}"), layers=layers, hidden=hidden, heads=heads,
-                      kv_heads=kv_heads, head_dim=head_dim, context=context, vocab=vocab, source="config.json")
+                      kv_heads=kv_heads, head_dim=head_dim, context=context, vocab=vocab, tied=tied,
+                      source="config.json")
 
 
 def model_facts(ref: ModelRef, spec: ModelSpec, offline: bool) -> ModelFacts:

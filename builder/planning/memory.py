@@ -1,5 +1,12 @@
-"""How much memory a model needs under a profile: weights at its precision, the KV cache the
-profile reserves (max_batch sequences x context tokens), and headroom; divided by tensor parallelism."""
+"""How much memory a model needs under a profile, to serve and to build.
+
+Serving: weights as the engine stores them, the KV cache the profile reserves (max_batch sequences x
+context tokens, committed as sequences grow), and headroom; divided by tensor parallelism.
+Building: CPU language-model engines are written from the checkpoint a block at a time and gated
+against a reference that holds one decoder layer (builder/engine/checkpoint.py, reference.py), so the
+build needs the engine (the gate runs it) or one fp32 layer, whichever is larger, beside the build
+process itself; other builds load the whole model in PyTorch (torch.onnx, sentence-transformers).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +14,19 @@ import math
 from dataclasses import dataclass
 
 from builder.model.catalog import ModelFacts
-from builder.planning.engine_options import trt_options
+from builder.planning.engine_options import ort_options, trt_options
 from builder.planning.precisions import PRECISIONS
 from builder.planning.profiles import Profile
 
 GPU_OVERHEAD_GB = 2.0  # CUDA context, TensorRT workspace and activations, per GPU
 CPU_OVERHEAD_GB = 1.0  # interpreter, runtime, activations
 USABLE_FRACTION = 0.95  # of what NVML (or /proc/meminfo) reports
+# Quantized CPU language models keep the token table in 8-bit blocks of 32 with an fp32 scale each.
+EMBED_BYTES_QUANTIZED = 1.125
+BUILD_BASE_GB = 0.7  # the build process: Python, PyTorch, transformers, ONNX Runtime, tokenizer (measured: 0.6-0.7)
+BLOCK_GB = 0.4  # checkpoint rows in flight while the export writes (64 MB blocks, widened and quantized)
+TORCH_BUILD_FACTOR = 2.5  # torch.onnx holds the fp32 model and the graph it writes (measured 2.1x on 600M)
+SOURCE_BYTES = 2.0  # per parameter of the checkpoint downloaded (bf16 / fp16 on the Hub)
 
 
 @dataclass(frozen=True)
@@ -22,6 +35,9 @@ class MemoryNeed:
     kv_cache_gb: float
     overhead_gb: float
     per_device_gb: float  # per GPU, or for the whole host on CPU
+    start_gb: float = 0.0  # per device before sequences grow their KV cache: weights and headroom
+    build_gb: float = 0.0  # RAM the build needs (export, compile, gate), on the build host
+    build_disk_gb: float = 0.0  # disk the build writes: the engine, and the checkpoint if not cached
 
     @property
     def rounded_gb(self) -> float:
@@ -38,15 +54,41 @@ def kv_bytes_per_value(profile: Profile) -> float:
     return 1.0 if profile.engine == "tensorrt" and trt_options(profile.engine_options).kv_cache == "fp8" else 2.0
 
 
+def _weight_bytes(facts: ModelFacts, profile: Profile) -> float:
+    """Bytes of weights as the engine stores them."""
+    per_param = PRECISIONS[profile.precision].bytes_per_param
+    if facts.task != "text-generation" or profile.engine != "onnxruntime":
+        return facts.params * 1e9 * per_param
+    options = ort_options(profile.engine_options)
+    if profile.precision == "int4":
+        per_param = 0.5 + 4 / options.block_size  # 4-bit weights and an fp32 scale per block
+    table = facts.vocab * facts.hidden
+    # The LM head is a linear layer at the profile's precision; a tied one is written as its own matrix.
+    linear = facts.params * 1e9 - (0 if facts.tied else table)
+    return linear * per_param + table * (4.0 if profile.precision == "fp32" else EMBED_BYTES_QUANTIZED)
+
+
+def _build_need(facts: ModelFacts, profile: Profile, engine_gb: float) -> tuple[float, float]:
+    """(RAM, disk) in GB for building the engine on this host."""
+    disk = engine_gb + facts.params * SOURCE_BYTES
+    if facts.task == "text-generation" and profile.engine == "onnxruntime":
+        tables = facts.vocab * facts.hidden * (1 if facts.tied else 2)
+        layer_fp32 = (facts.params * 1e9 - tables) / facts.layers * 4 / 1e9
+        return BUILD_BASE_GB + max(BLOCK_GB, engine_gb, 2 * layer_fp32), disk
+    return BUILD_BASE_GB + facts.params * 4 * TORCH_BUILD_FACTOR + engine_gb, disk
+
+
 def memory_need(facts: ModelFacts, profile: Profile) -> MemoryNeed:
-    weights = facts.params * 1e9 * PRECISIONS[profile.precision].bytes_per_param / 1e9
+    weights = _weight_bytes(facts, profile) / 1e9
     kv = 0.0
     if facts.task == "text-generation":
         context = min(profile.limits.context or facts.context, facts.context)
         per_token = 2 * facts.layers * facts.kv_heads * facts.head_dim * kv_bytes_per_value(profile)
         kv = per_token * context * profile.limits.max_batch / 1e9
     overhead = CPU_OVERHEAD_GB if profile.device == "cpu" else GPU_OVERHEAD_GB
-    return MemoryNeed(weights, kv, overhead, (weights + kv) / profile.tp + overhead)
+    build, disk = _build_need(facts, profile, weights)
+    return MemoryNeed(weights, kv, overhead, (weights + kv) / profile.tp + overhead,
+                      weights / profile.tp + overhead, build, disk)
 
 
 def fits(need: MemoryNeed, available_gb: float) -> bool:

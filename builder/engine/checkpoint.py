@@ -1,0 +1,132 @@
+"""A model's tensors read straight from its safetensors files, a block of rows at a time.
+
+The build never holds the model: a reader asks for rows [r0, r1) of one tensor and gets them in fp32,
+read with pread from the file (bf16 and fp16 widened on the way), so memory follows the block asked
+for, not the checkpoint. Reading rather than memory-mapping keeps it so: pages of a mapped file count
+in the process's resident memory until the kernel reclaims them, which an 8B model's 16 GB would fill.
+safetensors' own `safe_open` maps the file and hands whole tensors; there is no row-block read in it.
+
+Sharded checkpoints (model-0000N-of-0000M.safetensors with an index) are read through the index; a
+folder with pytorch_model*.bin instead is loaded with torch (memory-mapped), the format's only reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builder.errors import UnsupportedModel
+
+MAX_HEADER = 100 << 20  # safetensors' own reader refuses headers past 100 MB
+WIDTH = {"F32": 4, "F16": 2, "BF16": 2}
+INDEX = "model.safetensors.index.json"
+
+
+def _widen(raw: bytes | bytearray, dtype: str) -> np.ndarray:
+    if dtype == "F32":
+        return np.frombuffer(raw, np.float32).copy()
+    if dtype == "F16":
+        return np.frombuffer(raw, np.float16).astype(np.float32)
+    # bf16 is the top half of an fp32: widening is a shift
+    return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+class SafetensorsFile:
+    """One file's header, checked against the file before any tensor is read."""
+
+    def __init__(self, path: Path, stack: ExitStack) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY)
+        stack.callback(os.close, self.fd)
+        size = os.fstat(self.fd).st_size
+        head = os.pread(self.fd, 8, 0)
+        length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if not 0 < length <= min(MAX_HEADER, size - 8):
+            raise self._damaged("its header length is out of range")
+        try:
+            header = json.loads(os.pread(self.fd, length, 8))
+        except ValueError as exc:
+            raise self._damaged(f"its header is not JSON ({exc})") from exc
+        start = 8 + length
+        self.tensors: dict[str, tuple[str, tuple[int, ...], int]] = {}
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+            if dtype not in WIDTH:
+                raise UnsupportedModel(f"tensor {name!r} in {path.name} is {dtype}; mbuild reads F32, F16 and BF16")
+            if not 0 <= begin <= end <= size - start or end - begin != int(np.prod(shape)) * WIDTH[dtype]:
+                raise self._damaged(f"tensor {name!r} lies outside the file or has the wrong size")
+            self.tensors[name] = (dtype, shape, start + begin)
+
+    def _damaged(self, why: str) -> UnsupportedModel:
+        return UnsupportedModel(f"{self.path.name} is not a readable safetensors file: {why}",
+                                hint="download the model again (mbuild cache rm, then package)")
+
+    def rows(self, name: str, r0: int, r1: int) -> np.ndarray:
+        dtype, shape, offset = self.tensors[name]
+        row = int(np.prod(shape[1:])) * WIDTH[dtype]
+        raw = os.pread(self.fd, (r1 - r0) * row, offset + r0 * row)
+        return _widen(raw, dtype).reshape((r1 - r0, *shape[1:]))
+
+
+class Checkpoint:
+    """The model's tensors by name, read in fp32 a block of rows at a time."""
+
+    def __init__(self, model_dir: Path, stack: ExitStack) -> None:
+        self.files: dict[str, SafetensorsFile] = {}
+        self.state: dict[str, Any] = {}
+        index = model_dir / INDEX
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else sorted(
+            p.name for p in model_dir.glob("*.safetensors"))
+        for file_name in names:
+            path = model_dir / Path(file_name).name  # an index names files beside it, never elsewhere
+            if not path.is_file():
+                raise UnsupportedModel(f"{path.name}, named by {INDEX}, is missing", hint="is it a complete download?")
+            opened = SafetensorsFile(path, stack)
+            self.files.update({name: opened for name in opened.tensors})
+        if not names:
+            import torch
+
+            for path in sorted(model_dir.glob("pytorch_model*.bin")):
+                self.state.update(torch.load(path, map_location="cpu", mmap=True, weights_only=True))
+        if not self.files and not self.state:
+            raise UnsupportedModel(f"no safetensors or pytorch_model.bin weights in {model_dir}")
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.files or name in self.state
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        self._check(name)
+        return self.files[name].tensors[name][1] if name in self.files else tuple(self.state[name].shape)
+
+    def _check(self, name: str) -> None:
+        if name not in self:
+            raise UnsupportedModel(f"the checkpoint lacks tensor {name!r}", hint="is it a complete download?")
+
+    def rows(self, name: str, r0: int, r1: int) -> np.ndarray:
+        self._check(name)
+        if name in self.files:
+            return self.files[name].rows(name, r0, r1)
+        return np.ascontiguousarray(self.state[name][r0:r1].float().numpy())
+
+    def get(self, name: str) -> np.ndarray:
+        return self.rows(name, 0, self.shape(name)[0])
+
+    def blocks(self, names: list[str], max_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
+        """Rows of the tensors stacked along their first axis, as (first row, fp32 block) of <= max_bytes each."""
+        first = 0
+        for name in names:
+            shape = self.shape(name)
+            step = max(1, max_bytes // (4 * int(np.prod(shape[1:]))))
+            for r0 in range(0, shape[0], step):
+                block = self.rows(name, r0, min(r0 + step, shape[0]))
+                yield first + r0, block
+            first += shape[0]
