@@ -23,6 +23,8 @@ VENDOR = SDIST / "vendor" / "llama.cpp"
 BUILD = CACHE / "build-llama"
 BINARIES = ("llama-server", "llama-quantize")
 SPM_VOCAB = VENDOR / "models" / "ggml-vocab-llama-spm.gguf"
+BPE_VOCAB = VENDOR / "models" / "ggml-vocab-llama-bpe.gguf"  # Llama 3's 128256-token vocabulary
+CONVERTER = VENDOR / "convert_hf_to_gguf.py"
 CMAKE_FLAGS = ["-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF",
                "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
                "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON"]
@@ -70,13 +72,18 @@ def gguf_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
+def convert_command(model: Path, out: Path, outtype: str) -> list[str]:
+    """The vendored convert_hf_to_gguf.py writing `model` to `out` as `outtype` (f32, bf16, q8_0, ...); run it
+    with gguf_env()."""
+    return [sys.executable, str(CONVERTER), str(model), "--outfile", str(out), "--outtype", outtype]
+
+
 def convert(model: Path, out: Path) -> Path:
     """The Hugging Face folder as an f32 GGUF, with the vendored converter."""
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_suffix(".part")
-        subprocess.run([sys.executable, str(VENDOR / "convert_hf_to_gguf.py"), str(model), "--outfile",
-                        str(partial), "--outtype", "f32"], check=True, capture_output=True, env=gguf_env())
+        subprocess.run(convert_command(model, partial, "f32"), check=True, capture_output=True, env=gguf_env())
         partial.rename(out)
     return out
 

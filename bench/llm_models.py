@@ -1,17 +1,21 @@
 """The language models the LLM benchmarks run: random Llamas made on the spot (~100M with a word-level
-tokenizer; ~100M and Llama-3.2-1B-shaped with the real Llama SPM tokenizer, for the llama.cpp comparison)."""
+tokenizer; ~100M and Llama-3.2-1B-shaped with the real Llama SPM tokenizer, for the llama.cpp comparison;
+bf16 Llama-3.2-1B- and Llama-3.1-8B-shaped ones with Llama 3's BPE tokenizer, sharded as published, for the
+build-scale benchmark)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 VOCAB = 32000
@@ -63,6 +67,13 @@ LLAMA_1B = {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers":
             "num_key_value_heads": 8, "max_position_embeddings": 2048, "tie_word_embeddings": True,
             "rope_theta": 500000.0, "rms_norm_eps": 1e-5}
 SHARD_BYTES = 1 << 30
+# Llama 3's vocabulary (llama.cpp's models/ggml-vocab-llama-bpe.gguf) and the Llama-3.2-1B and Llama-3.1-8B shapes
+# on it, bf16 as published; rope_theta as published, without the 128k-context rope scaling (context capped at 4096)
+LLAMA3_VOCAB, LLAMA3_BOS, LLAMA3_EOS = 128256, 128000, 128001
+LLAMA3_1B = {**LLAMA_1B, "head_dim": 64, "max_position_embeddings": 4096}
+LLAMA3_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 4096, "tie_word_embeddings": False,
+             "rope_theta": 500000.0, "rms_norm_eps": 1e-5}
 
 
 def _gguf_module(gguf_vocab: Path) -> Any:
@@ -117,54 +128,107 @@ def save_spm_tokenizer(folder: Path, gguf_vocab: Path) -> None:
     save_spm_model(folder, gguf_vocab)
 
 
+# Llama 3's chat format (header tokens, <|eot_id|> after each turn), without its tool and date preamble.
+LLAMA3_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
+    "{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+
+
+def save_bpe_tokenizer(folder: Path, gguf_vocab: Path) -> None:
+    """Llama 3's byte-level BPE tokenizer (128256 ids), read offline from llama.cpp's vocab-only GGUF by
+    transformers' GGUF loader, with the two repairs that make it behave as the tokenizer.json Meta ships: the
+    `<|endoftext|>` the loader's GPT2Tokenizer adds by default (id 128256, one past the embedding, which
+    convert_hf_to_gguf.py rejects) is dropped, and BOS is prepended as Llama 3's post-processor does (the
+    GGUF carries no add_bos flag). The converter then recognises it by its pre-tokenizer hash as llama-bpe."""
+    _gguf_module(gguf_vocab)
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(gguf_vocab.parent, gguf_file=gguf_vocab.name)
+    spec = json.loads(loaded.backend_tokenizer.to_str())
+    spec["added_tokens"] = [token for token in spec["added_tokens"] if token["id"] < LLAMA3_VOCAB]
+    tok = Tokenizer.from_str(json.dumps(spec))
+    bos, eos = tok.id_to_token(LLAMA3_BOS), tok.id_to_token(LLAMA3_EOS)
+    tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A:0", pair=f"{bos} $A:0 {bos}:1 $B:1",
+                                                       special_tokens=[(bos, LLAMA3_BOS)])
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos,
+                            model_max_length=4096).save_pretrained(folder)
+    (folder / "chat_template.jinja").write_text(LLAMA3_CHAT_TEMPLATE)  # so the endpoint serves chat too
+
+
 def _random_tensor(name: str, shape: torch.Size, generator: torch.Generator) -> torch.Tensor:
     if name.endswith("norm.weight"):
         return torch.ones(shape)
     return torch.normal(0.0, 0.02, tuple(shape), generator=generator)  # transformers' Llama initializer
 
 
-def _shard(shapes: dict[str, torch.Size]) -> list[list[str]]:
-    """Tensor names grouped into shards of at most SHARD_BYTES (fp32), in order."""
+def _shard(shapes: dict[str, torch.Size], element_bytes: int = 4,
+           shard_bytes: int = SHARD_BYTES) -> list[list[str]]:
+    """Tensor names grouped into shards of at most `shard_bytes` at `element_bytes` a value, in order."""
     groups: list[list[str]] = [[]]
     size = 0
     for name, shape in shapes.items():
-        if groups[-1] and size + shape.numel() * 4 > SHARD_BYTES:
+        if groups[-1] and size + shape.numel() * element_bytes > shard_bytes:
             groups.append([])
             size = 0
         groups[-1].append(name)
-        size += shape.numel() * 4
+        size += shape.numel() * element_bytes
     return groups
 
 
-def save_random_weights(config: LlamaConfig, folder: Path) -> None:
-    """Random fp32 weights as transformers initializes a Llama, planned on the meta device and written one
-    ~1 GiB shard at a time: a 1B model never sits in memory whole."""
+def weight_shapes(config: LlamaConfig) -> dict[str, torch.Size]:
+    """The checkpoint's tensors (a tied lm_head left out, as transformers saves it), planned on the meta device."""
     with torch.device("meta"):
         shapes = {name: t.shape for name, t in LlamaForCausalLM(config).state_dict().items()}
     if config.tie_word_embeddings:
         shapes.pop("lm_head.weight", None)
+    return shapes
+
+
+def save_random_weights(config: LlamaConfig, folder: Path, dtype: torch.dtype = torch.float32,
+                        shard_bytes: int = SHARD_BYTES) -> None:
+    """Random weights as transformers initializes a Llama (drawn in fp32, stored as `dtype`), planned on the
+    meta device and written one shard of at most `shard_bytes` at a time, named as the Hub names them: a
+    shard's tensors are made for it and freed after it, so the model never sits in memory whole."""
+    shapes = weight_shapes(config)
+    element_bytes = torch.empty((), dtype=dtype).element_size()
     generator = torch.Generator().manual_seed(0)
-    groups = _shard(shapes)
+    groups = _shard(shapes, element_bytes, shard_bytes)
     files = ["model.safetensors"] if len(groups) == 1 else [
         f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
     for names, file in zip(groups, files, strict=True):
-        save_file({name: _random_tensor(name, shapes[name], generator) for name in names}, folder / file,
+        save_file({name: _random_tensor(name, shapes[name], generator).to(dtype) for name in names}, folder / file,
                   metadata={"format": "pt"})
     if len(groups) > 1:
-        index = {"metadata": {"total_size": sum(s.numel() * 4 for s in shapes.values())},
+        index = {"metadata": {"total_size": sum(s.numel() * element_bytes for s in shapes.values())},
                  "weight_map": {name: file for names, file in zip(groups, files, strict=True) for name in names}}
         (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
 
-def make_llama_spm(folder: Path, shape: dict[str, Any], gguf_vocab: Path) -> Path:
-    """A random Llama of `shape` with the real Llama SPM tokenizer, readable by mbuild and convert_hf_to_gguf.py."""
+def _make_llama(folder: Path, config: LlamaConfig, save_tokenizer: Callable[[Path], None], dtype: torch.dtype,
+                shard_bytes: int) -> Path:
     if (folder / "config.json").is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    save_spm_tokenizer(folder, gguf_vocab)
-    config = LlamaConfig(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, architectures=["LlamaForCausalLM"],
-                         dtype="float32", **shape)
-    save_random_weights(config, folder)
-    GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
+    save_tokenizer(folder)
+    save_random_weights(config, folder, dtype, shard_bytes)
+    GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
+                     do_sample=False).save_pretrained(folder)
     config.save_pretrained(folder)  # last: its presence marks a finished folder
     return folder
+
+
+def make_llama_spm(folder: Path, shape: dict[str, Any], gguf_vocab: Path, dtype: torch.dtype = torch.float32,
+                   shard_bytes: int = SHARD_BYTES) -> Path:
+    """A random Llama of `shape` with the real Llama SPM tokenizer, readable by mbuild and convert_hf_to_gguf.py."""
+    config = LlamaConfig(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, architectures=["LlamaForCausalLM"],
+                         dtype=str(dtype).removeprefix("torch."), **shape)
+    return _make_llama(folder, config, partial(save_spm_tokenizer, gguf_vocab=gguf_vocab), dtype, shard_bytes)
+
+
+def make_llama_bpe(folder: Path, shape: dict[str, Any], gguf_vocab: Path, dtype: torch.dtype = torch.bfloat16,
+                   shard_bytes: int = SHARD_BYTES) -> Path:
+    """A random Llama of `shape` with Llama 3's BPE tokenizer (BOS 128000, EOS 128001 as the base models)."""
+    config = LlamaConfig(vocab_size=LLAMA3_VOCAB, bos_token_id=LLAMA3_BOS, eos_token_id=LLAMA3_EOS,
+                         architectures=["LlamaForCausalLM"], dtype=str(dtype).removeprefix("torch."), **shape)
+    return _make_llama(folder, config, partial(save_bpe_tokenizer, gguf_vocab=gguf_vocab), dtype, shard_bytes)

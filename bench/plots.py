@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display here: files only
 import matplotlib.pyplot as plt  # after the backend is chosen
+from matplotlib.ticker import FuncFormatter
 
 
 def save_embedding_plot(data: dict[str, Any], path: Path) -> Path:
@@ -82,4 +83,24 @@ def save_peer_plot(panels: dict[str, dict[str, list[tuple[int, float]]]], path: 
         axis.set_xscale("log", base=2)
         axis.set_xticks(levels, [str(c) for c in levels])
         _label(axis, title, "concurrent requests", "total output tokens/s (higher is better)", 8)
+    return _save(figure, path, 110)
+
+
+def save_scale_plot(lines: dict[str, list[tuple[float, float]]], title: str, path: Path) -> Path:
+    """Peak build memory against parameter count (both log): one line per arm, a point per model shape; arms named
+    "<tool> <precision>", mbuild solid, llama.cpp dashed, a reference arm (fp32 weights) dotted grey."""
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for arm, points in lines.items():
+        points = sorted(points)
+        style: dict[str, Any] = ({"color": "grey", "linestyle": ":", "marker": "x"}
+                                 if not arm.startswith(("mbuild", "llama.cpp"))
+                                 else {"linestyle": "-" if arm.startswith("mbuild") else "--", "marker": "o"})
+        axis.plot([p[0] for p in points], [p[1] for p in points], label=arm, **style)
+    axis.set_xscale("log")
+    _label(axis, title, "parameters", "peak RSS of the process tree, GiB", 8)
+    axis.set_yscale("log")  # 0.4 GiB to tens: after _label, whose linear floor of 0 a log axis cannot take
+    axis.autoscale(axis="y")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    axis.yaxis.set_major_formatter(plain)
+    axis.yaxis.set_minor_formatter(plain)
     return _save(figure, path, 110)

@@ -1,0 +1,91 @@
+"""The serving half of build_scale: the engine a scale build made, served by `mbuild serve` on this host, its
+memory at ready and through one streamed chat completion, against what `mbuild plan` predicted (memory.start_gb:
+weights as stored, plus the serving processes; the KV cache is committed as sequences grow, so a short chat
+adds little). Random weights fail the quantized gates, so the engine is served with --allow-failed-gate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.builds import MBUILD
+from bench.rss import tree_memory
+from bench.servers import HOST, free_port
+
+READY_WITHIN_S = 1800  # an 8B engine loads from disk and prepacks its weights on two cores
+
+
+def _stream_chat(base: str, model: str) -> tuple[int, str]:
+    payload = {"model": model, "messages": [{"role": "user", "content": "Say hello in five words."}],
+               "max_tokens": 16, "min_tokens": 16, "stream": True, "temperature": 0}
+    pieces = []
+    with httpx.stream("POST", f"{base}/v1/chat/completions", json=payload, timeout=600) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"chat completion: HTTP {response.status_code} {response.read()[:300]!r}")
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                data = json.loads(line[6:])
+                if data.get("choices") and data["choices"][0]["delta"].get("content"):
+                    pieces.append(data["choices"][0]["delta"]["content"])
+    return len(pieces), "".join(pieces)
+
+
+def serve_arm(build: Path, env: dict[str, str]) -> dict[str, Any]:
+    """Serve `build`, stream one chat completion, and report the tree's RSS at ready and at its peak."""
+    port = free_port()
+    base = f"http://{HOST}:{port}"
+    started = time.perf_counter()
+    log = build.parent / f"{build.name}-serve.log"
+    with log.open("w") as sink:  # a file, not a pipe: a pipe nobody reads would stall the server when full
+        proc = subprocess.Popen([*MBUILD, "serve", str(build), "--host", HOST, "--port", str(port),
+                                 "--allow-failed-gate"], env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    root = psutil.Process(proc.pid)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], tree_memory(root)[0])
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        while time.perf_counter() - started < READY_WITHIN_S:
+            if proc.poll() is not None:
+                return {"error": f"mbuild serve exited {proc.returncode}: {log.read_text()[-600:]}"}
+            try:
+                if httpx.get(f"{base}/v1/health/ready", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        else:
+            return {"error": f"not ready within {READY_WITHIN_S}s"}
+        ready_s = time.perf_counter() - started
+        at_ready = tree_memory(root)[0]
+        model = httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
+        chat_started = time.perf_counter()
+        chunks, text = _stream_chat(base, model)
+        return {"ready_s": round(ready_s, 1), "rss_at_ready": at_ready, "peak_rss": max(peak[0], at_ready),
+                "chat_chunks": chunks, "chat_text": text, "chat_s": round(time.perf_counter() - chat_started, 1)}
+    finally:
+        done.set()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # the runtime's workers with it
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
