@@ -19,6 +19,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
+from builder.engine import decoder_graph, weight_writer
 from builder.engine.checkpoint import INDEX
 from builder.engine.decoder_graph import write_decoder
 from builder.engine.export_decoder import export_decoder_tensorrt
@@ -57,6 +58,14 @@ def sharded_bf16(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture(params=["whole tensors", "blocks of 8 rows"])
+def block_bytes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny model's tensors each fit one 64 MB block; small blocks take the path an 8B model's take."""
+    if request.param != "whole tensors":
+        for module in (weight_writer, decoder_graph):
+            monkeypatch.setattr(module, "BLOCK_BYTES", 8 * 4 * SHAPE["hidden_size"])
+
+
 def _logits(engine: DecoderEngine) -> np.ndarray:
     """Each prompt prefilled in its own row, then four decode steps of all rows together."""
     steps = [np.concatenate([engine.run(row, np.array([p])) for row, p in enumerate(PROMPTS)])]
@@ -79,6 +88,7 @@ def _shapes(folder: Path) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+@pytest.mark.usefixtures("block_bytes")
 def test_sharded_bf16_export_equals_the_torch_export_in_a_fraction_of_the_model(sharded_bf16: Path,
                                                                                tmp_path: Path) -> None:
     config = AutoConfig.from_pretrained(sharded_bf16)
@@ -113,6 +123,7 @@ def _initializers(path: Path) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("reduce_range", [False, True])
+@pytest.mark.usefixtures("block_bytes")
 def test_int8_weights_are_onnxruntime_quantize_dynamic_s(sharded_bf16: Path, tmp_path: Path,
                                                          reduce_range: bool) -> None:
     config = AutoConfig.from_pretrained(sharded_bf16)
@@ -128,6 +139,7 @@ def test_int8_weights_are_onnxruntime_quantize_dynamic_s(sharded_bf16: Path, tmp
         np.testing.assert_array_equal(ours[name], library[name], err_msg=name)
 
 
+@pytest.mark.usefixtures("block_bytes")
 def test_int4_weights_are_onnxruntime_matmulnbits_quantizer_s(sharded_bf16: Path, tmp_path: Path) -> None:
     config = AutoConfig.from_pretrained(sharded_bf16)
     write_decoder(sharded_bf16, config, tmp_path / "fp32")
