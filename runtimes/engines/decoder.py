@@ -49,9 +49,15 @@ class DecoderEngine:
         self.present = [name.replace("past", "present") for name in self.past]
         kv_type = next(i.type for i in self.session.get_inputs() if i.name == self.past[0])
         self.kv_dtype = np.dtype(np.float16 if kv_type == "tensor(float16)" else np.float32)
-        shape = (self.slots, self.kv_heads, self.context, self.head_dim)
-        self.cache = [np.zeros(shape, self.kv_dtype) for _ in self.past]
+        self.cache = self._empty_cache()
         self.lengths = np.zeros(self.slots, np.int64)
+
+    def _empty_cache(self) -> list[np.ndarray]:
+        """Zeroed buffers whose pages the kernel commits when first written. ONNX Runtime's attention commits a
+        slot's whole buffer (context x bytes per token) at its first step, so memory grows by a slot's worth
+        with each sequence running at once, up to the profile's max_batch."""
+        shape = (self.slots, self.kv_heads, self.context, self.head_dim)
+        return [np.zeros(shape, self.kv_dtype) for _ in self.past]
 
     @property
     def bytes_per_token(self) -> int:
@@ -131,5 +137,6 @@ class DecoderEngine:
             logits = self.run(0, np.array([[int(logits.argmax())], [4]], np.int64))
         for row in range(rows):
             self.release(row)
+        self.cache = self._empty_cache()  # the warm-up's slots go back: a ready server holds the weights only
         if logits.shape[0] != rows or not np.isfinite(logits).all():
             raise BundleError(f"warm-up produced logits of shape {logits.shape} or non-finite values")
