@@ -111,6 +111,8 @@ def run_sampled(command: list[str], env: dict[str, str], interval: float = 0.1, 
     wall = time.perf_counter() - started
     for reader in readers:
         reader.join()
+    proc.stdout.close()
+    proc.stderr.close()
     return Sampled(proc.returncode, wall, samples, stderr, list(stdout))
 
 

@@ -31,8 +31,8 @@ def check_memory(plan: BuildPlan) -> None:
     raise InputError(
         f"building {plan.model.repo} with {plan.profile.name} needs about {need:.1f} GB of RAM; this host has "
         f"{available:.1f} GB available",
-        hint=f"free memory or build on a larger host; `mbuild profiles {plan.model.repo}` shows each profile's "
-             f"build need; {SKIP}=0 builds anyway")
+        hint=f"free memory, build on a larger host, or pick a profile that builds in less (`mbuild profiles MODEL "
+             f"--gpu ...` shows each one's build need); {SKIP}=0 builds anyway")
 
 
 def check_disk(plan: BuildPlan, build_dir: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -87,4 +88,19 @@ def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0) -> Path
             optimizer.zero_grad()
     model.eval().save_pretrained(folder)
     GenerationConfig(bos_token_id=bos, eos_token_id=[eot, eos], do_sample=False).save_pretrained(folder)
+    return folder
+
+
+def save_random_decoder(config: Any, folder: Path, dtype: torch.dtype = torch.float32, shard: str = "5GB",
+                        seed: int = 0) -> Path:
+    """A decoder of any transformers config (Llama, Mistral, Qwen2) with random weights saved in `dtype`,
+    sharded past `shard`, and a word-level tokenizer t0..t{vocab-1} (BOS t1, EOS t2): for graph checks,
+    where ids matter and text does not."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).eval().to(dtype).save_pretrained(folder, max_shard_size=shard)
+    vocab = {f"t{i}": i for i in range(config.vocab_size)}
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
+                            bos_token="t1", eos_token="t2").save_pretrained(folder)
     return folder

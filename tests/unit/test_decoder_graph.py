@@ -18,6 +18,7 @@ from builder.engine.export_decoder import export_decoder, export_decoder_tensorr
 from builder.errors import UnsupportedModel
 from runtimes.bundle import EngineConfig
 from runtimes.engines.decoder import DecoderEngine
+from tests.support.tiny_models import save_random_decoder
 
 pytestmark = pytest.mark.slow
 COMMON: dict[str, Any] = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -35,16 +36,7 @@ NEW = 16
 
 
 def _model(kind: str, folder: Path) -> Path:
-    from tokenizers import Tokenizer, models
-
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(SHAPES[kind]).eval().save_pretrained(folder)
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {f"t{i}": i for i in range(256)}
-    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
-                            bos_token="t1", eos_token="t2").save_pretrained(folder)
-    return folder
+    return save_random_decoder(SHAPES[kind], folder)
 
 
 def _reference(folder: Path) -> list[list[int]]:

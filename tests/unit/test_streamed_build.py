@@ -30,6 +30,7 @@ from runtimes.bundle import EngineConfig
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.hardware import read_ram_gb
 from tests.support.procs import mbuild
+from tests.support.tiny_models import save_random_decoder
 
 pytestmark = pytest.mark.slow
 SHAPE: dict[str, Any] = {"vocab_size": 1000, "hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 8,
@@ -38,22 +39,10 @@ SHAPE: dict[str, Any] = {"vocab_size": 1000, "hidden_size": 128, "intermediate_s
 PROMPTS = [[1, 17, 99, 3, 250, 42, 7, 600], [1, 5, 900], [1, 200, 201, 202, 9, 9, 9, 9, 9, 30, 31, 32, 33, 34, 35]]
 
 
-def _save(config: Any, folder: Path, dtype: torch.dtype = torch.bfloat16, shard: str = "300KB") -> Path:
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config).eval().to(dtype)
-    model.save_pretrained(folder, max_shard_size=shard)
-    vocab = {f"t{i}": i for i in range(config.vocab_size)}
-    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
-                            bos_token="t1", eos_token="t2").save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def sharded_bf16(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = _save(LlamaConfig(**SHAPE), tmp_path_factory.mktemp("sharded-bf16"))
+    folder = save_random_decoder(LlamaConfig(**SHAPE), tmp_path_factory.mktemp("sharded-bf16"), torch.bfloat16,
+                                 "300KB")
     assert (folder / INDEX).is_file() and len(list(folder.glob("model-*.safetensors"))) > 3
     return folder
 
@@ -165,7 +154,7 @@ FAMILIES = {"llama": LlamaConfig(**SMALL), "mistral": MistralConfig(**SMALL, sli
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_the_layer_by_layer_reference_is_transformers_forward(family: str, tmp_path: Path) -> None:
-    folder = _save(FAMILIES[family], tmp_path / family, dtype=torch.float32, shard="100KB")
+    folder = save_random_decoder(FAMILIES[family], tmp_path / family, shard="100KB")
     sequences = [[1, 5, 9, 200, 7, 7, 33, 250, 12, 13, 14], [1, 42, 43]]  # longer than Mistral's window of 6
     ours = reference_logits(folder, sequences, [2, 1])
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
