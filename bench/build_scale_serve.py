@@ -1,7 +1,7 @@
 """The serving half of build_scale: the engine a scale build made, served by `mbuild serve` on this host, its
-memory at ready and through one streamed chat completion, against what `mbuild plan` predicted (memory.start_gb:
-weights as stored, plus the serving processes; the KV cache is committed as sequences grow, so a short chat
-adds little). Random weights fail the quantized gates, so the engine is served with --allow-failed-gate.
+memory at ready and through one streamed chat completion, against what `mbuild plan` predicts for serving one
+sequence (memory.start_gb: weights as stored, one KV slot at the full context, the serving processes). Random
+weights fail the quantized gates, so the engine is served with --allow-failed-gate.
 """
 
 from __future__ import annotations
