@@ -17,11 +17,28 @@ class SettingsError(ValueError):
     pass
 
 
+# NIM's container variables, honoured as the MBUILD_ ones they mean (an MBUILD_ one set beside wins), so a
+# deployment written for a NIM container runs an mbuild image unchanged.
+NIM_ALIASES = {"MBUILD_SERVED_MODEL_NAME": "NIM_SERVED_MODEL_NAME", "MBUILD_PORT": "NIM_SERVER_PORT",
+               "MBUILD_LOG_LEVEL": "NIM_LOG_LEVEL", "MBUILD_MAX_BATCH": "NIM_MAX_NUM_SEQS",
+               "MBUILD_LOG_FORMAT": "NIM_JSONL_LOGGING"}
+
+
 class _Env:
     """Typed reads of one environment mapping; a malformed value is a SettingsError that names it."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
-        self.env = env
+        self.env = dict(env)
+        self.alias: dict[str, str] = {}
+        for name, nim in NIM_ALIASES.items():
+            if not self.env.get(name) and self.env.get(nim):
+                value = self.env[nim]
+                if nim == "NIM_JSONL_LOGGING":  # a boolean in NIM: JSON lines or not
+                    value = "json" if value.strip().lower() in TRUE else "text"
+                self.env[name], self.alias[name] = value, nim
+
+    def _named(self, name: str) -> str:
+        return f"{self.alias[name]} (read as {name})" if name in self.alias else name
 
     def text(self, name: str, default: str | None = None) -> str | None:
         return self.env.get(name) or default
@@ -31,10 +48,10 @@ class _Env:
         if not raw:
             return default
         if not (raw.isascii() and raw.lstrip("-").isdigit()):
-            raise SettingsError(f"{name}={raw!r} is not an integer")
+            raise SettingsError(f"{self._named(name)}={raw!r} is not an integer")
         value = int(raw)
         if not low <= value <= high:
-            raise SettingsError(f"{name}={value} is outside {low}..{high}")
+            raise SettingsError(f"{self._named(name)}={value} is outside {low}..{high}")
         return value
 
     def boolean(self, name: str, default: bool = False) -> bool:
@@ -50,7 +67,7 @@ class _Env:
     def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
         value = self.env.get(name, default).strip().lower() or default
         if value not in choices:
-            raise SettingsError(f"{name}={value!r}: use one of {', '.join(choices)}")
+            raise SettingsError(f"{self._named(name)}={value!r}: use one of {', '.join(choices)}")
         return value
 
 

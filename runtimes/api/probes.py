@@ -13,6 +13,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
 from runtimes import __version__
+from runtimes.api.admission import check_model
 from runtimes.api.auth import require_key, require_key_for_metrics
 from runtimes.api.errors import OpenAIRoute
 from runtimes.state import ServiceState
@@ -43,10 +44,34 @@ async def ready(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=200 if health.ready else 503)
 
 
+def _model_card(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": _STARTED, "owned_by": "mbuild"}
+
+
 @router.get("/v1/models", tags=["models"])
 async def models(request: Request) -> dict[str, Any]:
-    name = _state(request).served_names()[0]
-    return {"object": "list", "data": [{"id": name, "object": "model", "created": _STARTED, "owned_by": "mbuild"}]}
+    return {"object": "list", "data": [_model_card(_state(request).served_names()[0])]}
+
+
+@router.get("/v1/models/{model:path}", tags=["models"], responses={404: {"description": "no such model here"}})
+async def model(model: str, request: Request) -> dict[str, Any]:
+    """One model, by any name a request may use for it (OpenAI's retrieve; org/name ids keep their slash)."""
+    check_model(_state(request), model)
+    return _model_card(model)
+
+
+@router.get("/v1/version", tags=["models"])
+async def version() -> dict[str, str]:
+    """NIM's version route: the runtime's release and the API it serves."""
+    return {"release": __version__, "api": "1.0.0"}
+
+
+@router.get("/v1/manifest", tags=["models"])
+async def manifest(request: Request) -> dict[str, Any]:
+    """NIM's manifest route: the model, the profile the image carries and what it requires of the host."""
+    meta = _state(request).metadata.get("metadata", {})
+    return {"model": meta.get("model", {}), "profiles": [meta["profile"]] if meta.get("profile") else [],
+            "requires": meta.get("requires", {}), "image": meta.get("image"), "plan_digest": meta.get("plan_digest")}
 
 
 @router.get("/v1/metadata", tags=["models"])
@@ -67,6 +92,7 @@ async def metadata(request: Request) -> dict[str, Any]:
 
 
 @metrics_router.get("/v1/metrics", tags=["health"], response_class=PlainTextResponse)
+@metrics_router.get("/metrics", tags=["health"], response_class=PlainTextResponse)  # Prometheus' default path
 async def metrics(request: Request) -> PlainTextResponse:
     state = _state(request)
     state.metrics.set("ready", 1.0 if state.health.ready else 0.0)

@@ -140,6 +140,21 @@ def test_metrics_count_requests_and_batches(client: TestClient) -> None:
     assert 'mbuild_requests_total{code="200",route="/v1/embeddings"} 1' in text
     assert "mbuild_batch_size_sum 3" in text
     assert "mbuild_ready 1" in text
+    assert "mbuild_batch_size_sum 3" in client.get("/metrics").text  # Prometheus' default path, same series
+
+
+def test_model_retrieve_version_and_manifest(client: TestClient) -> None:
+    """OpenAI's GET /v1/models/{id} by any served name (org/name keeps its slash); NIM's version and manifest."""
+    listed = client.get("/v1/models").json()["data"][0]
+    meta = client.get("/v1/metadata").json()
+    assert client.get(f"/v1/models/{listed['id']}").json() == listed
+    by_repo = client.get(f"/v1/models/{meta['model']['repo']}")
+    assert by_repo.status_code == 200 and by_repo.json()["id"] == meta["model"]["repo"]
+    missing = client.get("/v1/models/no-such/model")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+    assert client.get("/v1/version").json()["release"]
+    manifest = client.get("/v1/manifest").json()
+    assert manifest["profiles"][0]["name"] == meta["profile"]["name"] and manifest["model"] == meta["model"]
 
 
 def test_concurrent_requests_batch_and_stay_exact(client: TestClient, tiny_build: Path) -> None:
