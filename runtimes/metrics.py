@@ -14,6 +14,18 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 Labels = tuple[tuple[str, str], ...]
+# The same series under vLLM's names (with its model_name label), which existing Grafana dashboards and
+# autoscalers (KEDA, the Prometheus adapter) read: mbuild name, its labels to match -> vLLM name.
+VLLM_NAMES: tuple[tuple[str, Labels, str], ...] = (
+    ("queue_depth", (), "vllm:num_requests_waiting"),
+    ("running_sequences", (), "vllm:num_requests_running"),
+    ("kv_cache_usage_ratio", (), "vllm:gpu_cache_usage_perc"),  # a fraction, as vLLM's despite the name
+    ("kv_cache_usage_ratio", (), "vllm:kv_cache_usage_perc"),  # its newer name
+    ("tokens_total", (("kind", "prompt"),), "vllm:prompt_tokens_total"),
+    ("tokens_total", (("kind", "completion"),), "vllm:generation_tokens_total"),
+    ("time_to_first_token_seconds", (), "vllm:time_to_first_token_seconds"),
+    ("time_per_output_token_seconds", (), "vllm:time_per_output_token_seconds"),
+)
 
 
 def _fmt_labels(labels: Labels, extra: str = "") -> str:
@@ -39,6 +51,7 @@ class Histogram:
 class Metrics:
     def __init__(self, prefix: str = "mbuild") -> None:
         self.prefix = prefix
+        self.model_name = ""  # set when the model is loaded: vLLM's series carry it
         self._lock = threading.Lock()
         self._counters: dict[str, dict[Labels, float]] = defaultdict(dict)
         self._gauges: dict[str, dict[Labels, float]] = defaultdict(dict)
@@ -77,13 +90,34 @@ class Metrics:
                 full = f"{self.prefix}_{name}"
                 lines += [f"# HELP {full} {self._help.get(name, name)}", f"# TYPE {full} histogram"]
                 for key, hist in sorted(hists.items()):
-                    running = 0
-                    for bound, count in zip(hist.buckets, hist.counts, strict=False):
-                        running += count
-                        le = f'le="{bound:g}"'
-                        lines.append(f"{full}_bucket{_fmt_labels(key, le)} {running}")
-                    inf = 'le="+Inf"'
-                    lines.append(f"{full}_bucket{_fmt_labels(key, inf)} {hist.n}")
-                    lines.append(f"{full}_sum{_fmt_labels(key)} {hist.total:g}")
-                    lines.append(f"{full}_count{_fmt_labels(key)} {hist.n}")
+                    lines += _histogram_lines(full, key, hist)
+            lines += self._vllm_lines()
         return "\n".join(lines) + "\n"
+
+    def _vllm_lines(self) -> list[str]:
+        """VLLM_NAMES' series, present once mbuild's are; counters keep the _total that vLLM's names carry."""
+        lines: list[str] = []
+        label = (("model_name", self.model_name),)
+        for name, match, vllm in VLLM_NAMES:
+            for kind, series in (("counter", self._counters), ("gauge", self._gauges)):
+                if match in series.get(name, {}):
+                    family = vllm.removesuffix("_total") if kind == "counter" else vllm
+                    lines += [f"# HELP {family} mbuild_{name} under vLLM's name", f"# TYPE {family} {kind}",
+                              f"{vllm}{_fmt_labels(label)} {series[name][match]:g}"]
+            if match in self._hists.get(name, {}):
+                lines += [f"# HELP {vllm} mbuild_{name} under vLLM's name", f"# TYPE {vllm} histogram",
+                          *_histogram_lines(vllm, label, self._hists[name][match])]
+        return lines
+
+
+def _histogram_lines(full: str, key: Labels, hist: Histogram) -> list[str]:
+    lines, running = [], 0
+    for bound, count in zip(hist.buckets, hist.counts, strict=False):
+        running += count
+        le = f'le="{bound:g}"'
+        lines.append(f"{full}_bucket{_fmt_labels(key, le)} {running}")
+    inf = 'le="+Inf"'
+    lines.append(f"{full}_bucket{_fmt_labels(key, inf)} {hist.n}")
+    lines.append(f"{full}_sum{_fmt_labels(key)} {hist.total:g}")
+    lines.append(f"{full}_count{_fmt_labels(key)} {hist.n}")
+    return lines

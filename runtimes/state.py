@@ -93,6 +93,7 @@ class ServiceState:
         else:
             runtime.scheduler.start()
             self.generation = runtime
+        self.metrics.model_name = self.served_names()[0]
         self.health.move(State.READY)
         log.info("model ready: %s", ", ".join(self.served_names()))
 

@@ -170,3 +170,32 @@ def test_context_error_names_the_limit(client: TestClient) -> None:
 def test_metadata_reports_the_gate(client: TestClient) -> None:
     validation = client.get("/v1/metadata").json()["validation"]
     assert validation["passed"] is True and validation["greedy_equal"] == 4
+
+
+def vllm_series(client: TestClient) -> dict[tuple[str, str], float]:
+    """/metrics parsed as Prometheus parses it: vLLM-named samples by (name, model_name)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(sample.name, sample.labels.get("model_name", "")): sample.value
+            for family in text_string_to_metric_families(client.get("/metrics").text)
+            for sample in family.samples if sample.name.startswith("vllm:")}
+
+
+def test_vllm_named_metrics_count_what_was_served(client: TestClient) -> None:
+    name = client.get("/v1/models").json()["data"][0]["id"]
+    before = vllm_series(client)
+    whole = chat(client, max_tokens=7)
+    chunks = sse(client, "/v1/chat/completions", {"messages": CHAT, "temperature": 0, "max_tokens": 5,
+                                                  "stream": True, "stream_options": {"include_usage": True}})
+    usages = [whole["usage"], chunks[-1]["usage"]]
+    after = vllm_series(client)
+
+    def grew(series: str) -> float:
+        return after[(series, name)] - before.get((series, name), 0.0)
+
+    assert grew("vllm:prompt_tokens_total") == sum(u["prompt_tokens"] for u in usages)
+    assert grew("vllm:generation_tokens_total") == 12  # the stream's tokens counted too
+    assert grew("vllm:time_to_first_token_seconds_count") == 2
+    assert grew("vllm:time_per_output_token_seconds_count") == 12 - 2  # the gaps after each first token
+    assert after[("vllm:num_requests_running", name)] == 0 and after[("vllm:num_requests_waiting", name)] == 0
+    assert 0 <= after[("vllm:gpu_cache_usage_perc", name)] <= 1
