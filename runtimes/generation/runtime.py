@@ -54,8 +54,8 @@ class GenerationRuntime:
     def encode(self, text: str, special: bool = True) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=special).ids)
 
-    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+    def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
         if self.template is None:
             raise ChatTemplateError("this model has no chat template; use /v1/completions with a plain prompt")
         # The template writes the BOS itself, so the tokenizer must not add another.
-        return self.encode(self.template.render(messages, add_generation_prompt=True), special=False)
+        return self.encode(self.template.render(messages, add_generation_prompt=add_generation_prompt), special=False)

@@ -199,3 +199,18 @@ def test_vllm_named_metrics_count_what_was_served(client: TestClient) -> None:
     assert grew("vllm:time_per_output_token_seconds_count") == 12 - 2  # the gaps after each first token
     assert after[("vllm:num_requests_running", name)] == 0 and after[("vllm:num_requests_waiting", name)] == 0
     assert 0 <= after[("vllm:gpu_cache_usage_perc", name)] <= 1
+
+
+def test_tokenize_counts_what_the_completions_count_and_detokenize_inverts_it(client: TestClient) -> None:
+    counted = client.post("/tokenize", json={"messages": CHAT}).json()
+    assert counted["count"] == len(counted["tokens"]) == chat(client, max_tokens=1)["usage"]["prompt_tokens"]
+    assert counted["max_model_len"] > counted["count"]
+    text = "The quick brown fox"
+    plain = client.post("/tokenize", json={"prompt": text, "add_special_tokens": False}).json()
+    completion = client.post("/v1/completions", json={"prompt": text, "max_tokens": 1}).json()
+    assert completion["usage"]["prompt_tokens"] >= plain["count"]  # the completion adds BOS when the model does
+    assert client.post("/detokenize", json={"tokens": plain["tokens"]}).json() == {"prompt": text}
+    both = client.post("/tokenize", json={"prompt": text, "messages": CHAT})
+    assert both.status_code == 400 and "either 'prompt' or 'messages'" in both.json()["error"]["message"]
+    outside = client.post("/detokenize", json={"tokens": [1, 10**9]})
+    assert outside.status_code == 400 and outside.json()["error"]["code"] == "invalid_token_id"
