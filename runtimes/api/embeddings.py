@@ -31,11 +31,31 @@ def check_texts(texts: list[str], where: str = "input") -> None:
             raise ApiError(400, f"{where} {index} is an empty string", "empty_input")
 
 
+def checked_ids(runtime: EmbeddingRuntime, seqs: list[list[int]], truncate: Truncate, hint: str) -> list[list[int]]:
+    """Token-id inputs bounded as texts are: at least one, at most MAX_INPUTS, ids in the vocabulary, each
+    within the model's limit or truncated as asked."""
+    if len(seqs) > MAX_INPUTS:
+        raise ApiError(400, f"'input' holds {len(seqs)} inputs; at most {MAX_INPUTS} per request", "too_many_inputs")
+    vocab, limit = runtime.tokenizer.vocab_size, runtime.tokenizer.max_length
+    out = []
+    for index, ids in enumerate(seqs):
+        if not ids:
+            raise ApiError(400, f"input {index} holds no token ids", "empty_input")
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise ApiError(400, f"input {index} holds token ids outside 0..{vocab - 1}", "invalid_token_id")
+        if len(ids) > limit and truncate == "NONE":
+            raise ApiError(400, f"input {index} has {len(ids)} tokens; this model takes at most {limit}; shorten "
+                                f"it or {hint}", "input_too_long")
+        out.append(ids[:limit] if truncate == "END" else ids[-limit:])
+    return out
+
+
 async def embed(request: Request, runtime: EmbeddingRuntime, texts: list[str], truncate: Truncate,
-                hint: str) -> tuple[np.ndarray, int]:
-    """Tokenize, queue, and wait (under the deadline, cancelled if the client leaves): vectors and tokens."""
+                hint: str, ids: list[list[int]] | None = None) -> tuple[np.ndarray, int]:
+    """Tokenize (unless `ids` are given), queue, and wait (under the deadline, cancelled if the client leaves):
+    vectors and tokens."""
     state = served(request)
-    seqs: list[list[int]] = []
+    seqs: list[list[int]] = ids or []
     for start in range(0, len(texts), TOKENIZE_CHUNK):
         # In chunks, asking between them whether the client is still there: 50 abandoned maximal requests
         # would otherwise tokenize 100k texts for nobody while the next real request waits.
@@ -65,13 +85,21 @@ async def embeddings(request: Request) -> EmbeddingResponse:
     state: ServiceState = served(request)
     body = await parse_body(request, EmbeddingRequest)
     runtime = embedding_runtime(state, body.model)
-    texts = body.texts()
-    check_texts(texts)
+    try:
+        ids = body.token_ids()
+    except ValueError as exc:
+        raise ApiError(400, str(exc), "invalid_input") from exc
+    hint = 'send "truncate": "END"'
+    texts = [] if ids is not None else body.texts()
+    if ids is None:
+        check_texts(texts)
+    else:
+        ids = checked_ids(runtime, ids, body.truncate, hint)
     dims = runtime.engine.config.dimensions
     if body.dimensions is not None and body.dimensions != dims:
         raise ApiError(400, f"this model returns {dims} dimensions; 'dimensions' must be {dims} or left out",
                        "unsupported_dimensions")
-    vectors, tokens = await embed(request, runtime, texts, body.truncate, 'send "truncate": "END"')
+    vectors, tokens = await embed(request, runtime, texts, body.truncate, hint, ids)
     data = [EmbeddingData(index=i, embedding=_encode(v, body.encoding_format)) for i, v in enumerate(vectors)]
     return EmbeddingResponse(data=data, model=state.served_names()[0],
                              usage=Usage(prompt_tokens=tokens, total_tokens=tokens))

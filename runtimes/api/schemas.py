@@ -24,12 +24,17 @@ def list_of(kinds: tuple[type, ...], max_items: int, what: str) -> BeforeValidat
     return BeforeValidator(check)
 
 
+# A text, texts, token ids, or lists of token ids: what OpenAI's prompt and input fields take
+TEXTS_OR_IDS = list_of((str, int, list), 1 << 20,
+                       "a string, a list of strings, a list of token ids, or a list of such lists")
+
+
 class EmbeddingRequest(BaseModel):
     # A field the server does not implement is a 400 that names it, never silently ignored.
     model_config = ConfigDict(extra="forbid")
 
-    input: Annotated[str | list[str], list_of((str,), 1 << 20, "a string or a list of strings")] = Field(
-        description="A text or a list of texts to embed.")
+    input: Annotated[str | list[str] | list[int] | list[list[int]], TEXTS_OR_IDS] = Field(
+        description="A text or a list of texts to embed; or the model's token ids, one list or a list of lists.")
     model: str | None = Field(None, max_length=256, description="The served model name (see GET /v1/models).")
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1, le=1 << 20, description="Must equal the model's dimension.")
@@ -38,7 +43,17 @@ class EmbeddingRequest(BaseModel):
         "NONE", description="What to do with an input over the model's token limit: NONE rejects it (400).")
 
     def texts(self) -> list[str]:
-        return [self.input] if isinstance(self.input, str) else list(self.input)
+        return [self.input] if isinstance(self.input, str) else [t for t in self.input if isinstance(t, str)]
+
+    def token_ids(self) -> list[list[int]] | None:
+        """The input as token ids (what LangChain's OpenAIEmbeddings sends), or None when it is text."""
+        if isinstance(self.input, str) or not self.input or all(isinstance(t, str) for t in self.input):
+            return None
+        if all(isinstance(t, int) for t in self.input):
+            return [list(self.input)]  # type: ignore[arg-type]
+        if not all(isinstance(t, list) and all(type(i) is int for i in t) for t in self.input):
+            raise ValueError("'input' mixes texts and token ids, or holds lists of something other than ids")
+        return [t for t in self.input if isinstance(t, list)]
 
 
 class EmbeddingData(BaseModel):

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from runtimes.api.schemas import list_of
+from runtimes.api.schemas import TEXTS_OR_IDS
 from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
 
 MAX_STOP = 8
@@ -120,8 +120,7 @@ class ChatCompletionRequest(_Sampling):
 
 
 class CompletionRequest(_Sampling):
-    prompt: Annotated[str | list[str] | list[int] | list[list[int]], list_of(
-        (str, int, list), 1 << 20, "a string, a list of strings, a list of token ids, or a list of such lists")]
+    prompt: Annotated[str | list[str] | list[int] | list[list[int]], TEXTS_OR_IDS]
     max_tokens: int | None = Field(16, ge=1, le=MAX_TOKENS)  # OpenAI's default for this route
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=5)

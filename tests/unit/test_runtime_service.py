@@ -205,3 +205,24 @@ def test_tokenizing_inline_and_on_a_thread_agree(tiny_build: Path) -> None:
     assert asyncio.run(tokenizer.encode_async(long, "END")) == tokenizer.encode(long, "END")
     with pytest.raises(InputTooLong):
         asyncio.run(tokenizer.encode_async(long))
+
+
+def test_token_id_inputs_embed_as_their_text_does(client: TestClient, tiny_build: Path) -> None:
+    """What LangChain's OpenAIEmbeddings sends: the model's token ids, one list or a list of lists."""
+    config = load_engine_config(tiny_build / "model")
+    tokenizer = TextTokenizer(tiny_build / "model" / "tokenizer.json", config.max_seq_length)
+    texts = ["hello world", "the quick brown fox"]
+    ids = tokenizer.encode(texts)
+    by_text = client.post("/v1/embeddings", json={"input": texts}).json()
+    by_ids = client.post("/v1/embeddings", json={"input": ids}).json()
+    one = client.post("/v1/embeddings", json={"input": ids[0]}).json()
+    assert by_ids["usage"] == by_text["usage"]
+    for mine, theirs in zip(by_ids["data"], by_text["data"], strict=True):
+        np.testing.assert_allclose(mine["embedding"], theirs["embedding"], atol=1e-6)
+    np.testing.assert_allclose(one["data"][0]["embedding"], by_text["data"][0]["embedding"], atol=1e-6)
+    for bad, code in (([ids[0], "text"], "invalid_request"), ([[1, 10**9]], "invalid_token_id"), ([[]], "empty_input"),
+                      ([ids[0] * 200], "input_too_long")):
+        response = client.post("/v1/embeddings", json={"input": bad})
+        assert response.status_code == 400 and response.json()["error"]["code"] == code, (bad, response.text)
+    cut = client.post("/v1/embeddings", json={"input": [ids[0] * 200], "truncate": "END"})
+    assert cut.status_code == 200 and cut.json()["usage"]["prompt_tokens"] == config.max_seq_length
