@@ -15,10 +15,12 @@ from starlette.responses import JSONResponse, StreamingResponse
 from runtimes.api.admission import enter, fit_context, generation_runtime, off_loop, run_to_end, served
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
+from runtimes.api.completion_shapes import ChatChunks, CompletionChunks, chat_logprobs
 from runtimes.api.errors import ApiError, OpenAIRoute
 from runtimes.api.schemas_generation import MAX_PROMPTS, ChatCompletionRequest, CompletionRequest, _Sampling
 from runtimes.generation.chat_template import ChatTemplateError
 from runtimes.generation.generator import Delta, GenerationFailed, Stream, start
+from runtimes.generation.logprobs import TokenLogprob
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
 
@@ -43,7 +45,8 @@ def check_token_ids(runtime: GenerationRuntime, prompts: list[list[int]]) -> Non
 
 
 def sampling(body: _Sampling, runtime: GenerationRuntime, prompt_tokens: int, asked: int | None, choice: int,
-             index: int | None = None) -> SamplingParams:
+             index: int | None = None, logprobs: tuple[int | None, int | None] = (None, None)) -> SamplingParams:
+    """logprobs: (alternatives per generated token, per prompt token); None where not asked."""
     max_tokens = fit_context(prompt_tokens, asked, runtime.context, index)
     if body.min_tokens > max_tokens:
         raise ApiError(400, f"min_tokens ({body.min_tokens}) exceeds max_tokens ({max_tokens})", "invalid_request")
@@ -53,7 +56,7 @@ def sampling(body: _Sampling, runtime: GenerationRuntime, prompt_tokens: int, as
         seed=None if body.seed is None else body.seed + choice, repetition_penalty=body.repetition_penalty,
         presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty, stop=body.stops(),
         stop_token_ids=frozenset(body.stop_token_ids), ignore_eos=body.ignore_eos, min_tokens=body.min_tokens,
-        logit_bias=body.bias())
+        logit_bias=body.bias(), logprobs=logprobs[0], prompt_logprobs=logprobs[1])
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -100,6 +103,8 @@ class Run:
         self.text = [""] * len(self.streams)
         self.finish: list[str | None] = [None] * len(self.streams)
         self.tokens = [0] * len(self.streams)
+        self.logprobs: list[list[TokenLogprob]] = [[] for _ in self.streams]
+        self.prompt_logprobs: list[tuple[TokenLogprob | None, ...] | None] = [None] * len(self.streams)
 
     def started(self) -> bool:
         return any(stream.started for stream in self.streams)
@@ -109,6 +114,9 @@ class Run:
             async for index, delta in _merged(self.streams):
                 self.text[index] += delta.text
                 self.tokens[index] = delta.completion_tokens
+                self.logprobs[index] += delta.logprobs
+                if delta.prompt_logprobs is not None:
+                    self.prompt_logprobs[index] = delta.prompt_logprobs
                 if delta.finish:
                     self.finish[index] = delta.finish
                 yield index, delta
@@ -121,14 +129,15 @@ class Run:
             pass
 
 
-def admit_run(body: _Sampling, runtime: GenerationRuntime, prompts: list[list[int]], asked: int | None) -> Run:
+def admit_run(body: _Sampling, runtime: GenerationRuntime, prompts: list[list[int]], asked: int | None,
+              logprobs: tuple[int | None, int | None] = (None, None)) -> Run:
     """Context fit for every prompt x n, the request's size against the queue, then all of it or none."""
     sequences = len(prompts) * body.n
     if sequences > runtime.scheduler.max_queue:
         raise ApiError(400, f"this request asks for {sequences} sequences (prompts x n); this server queues at "
                             f"most {runtime.scheduler.max_queue} (MBUILD_MAX_QUEUE)", "too_many_sequences")
     indexed = len(prompts) > 1
-    jobs = [(p, sampling(body, runtime, len(p), asked, c, i if indexed else None))
+    jobs = [(p, sampling(body, runtime, len(p), asked, c, i if indexed else None, logprobs))
             for i, p in enumerate(prompts) for c in range(body.n)]
     return Run(runtime, jobs, sum(len(p) for p in prompts))
 
@@ -144,10 +153,10 @@ def _stream(run: Run, chunk: Any, include_usage: bool, timeout: float) -> Stream
                 for head in chunk.first():
                     yield _sse(head)
                 async for index, delta in run.deltas():
-                    if delta.text:
-                        yield _sse(chunk.piece(index, delta.text, None))
+                    if delta.text or delta.logprobs or delta.prompt_logprobs:
+                        yield _sse(chunk.piece(index, delta, None))
                     if delta.finish:
-                        yield _sse(chunk.piece(index, "", delta.finish))
+                        yield _sse(chunk.piece(index, None, delta.finish))
             if include_usage:
                 yield _sse(chunk.usage(_usage(run.prompt_tokens, sum(run.tokens))))
             yield _sse("[DONE]")
@@ -159,37 +168,6 @@ def _stream(run: Run, chunk: Any, include_usage: bool, timeout: float) -> Stream
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-
-class _ChatChunks:
-    def __init__(self, ident: str, model: str, created: int, n: int) -> None:
-        self.base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model}
-        self.n = n
-
-    def first(self) -> list[dict[str, Any]]:
-        return [{**self.base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
-                                           "logprobs": None, "finish_reason": None}]} for i in range(self.n)]
-
-    def piece(self, index: int, text: str, finish: str | None) -> dict[str, Any]:
-        delta = {"content": text} if text else {}
-        return {**self.base, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-
-    def usage(self, usage: dict[str, int]) -> dict[str, Any]:
-        return {**self.base, "choices": [], "usage": usage}
-
-
-class _CompletionChunks:
-    def __init__(self, ident: str, model: str, created: int) -> None:
-        self.base = {"id": ident, "object": "text_completion", "created": created, "model": model}
-
-    def first(self) -> list[dict[str, Any]]:
-        return []
-
-    def piece(self, index: int, text: str, finish: str | None) -> dict[str, Any]:
-        return {**self.base, "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]}
-
-    def usage(self, usage: dict[str, int]) -> dict[str, Any]:
-        return {**self.base, "choices": [], "usage": usage}
 
 
 async def _respond(request: Request, body: _Sampling, run: Run, chunks: Any,
@@ -211,19 +189,23 @@ async def chat_completions(request: Request) -> Any:
     state = served(request)
     body = await parse_body(request, ChatCompletionRequest)
     runtime = generation_runtime(state, body.model)
-    refuse_unsupported({"logprobs": body.logprobs, "top_logprobs": body.top_logprobs is not None,
-                        "tools": bool(body.tools), "tool_choice": body.tool_choice not in (None, "none"),
+    refuse_unsupported({"tools": bool(body.tools), "tool_choice": body.tool_choice not in (None, "none"),
                         "response_format": (body.response_format or {}).get("type", "text") != "text"})
+    if body.top_logprobs is not None and not body.logprobs:
+        raise ApiError(400, "'top_logprobs' needs 'logprobs': true", "invalid_request")
     messages = [{"role": m.role, "content": m.text()} for m in body.messages]
     try:
         prompt = await off_loop(runtime.encode_chat, messages, size=sum(len(m["content"]) for m in messages))
     except ChatTemplateError as exc:
         raise ApiError(400, str(exc), "invalid_messages") from exc
-    run = admit_run(body, runtime, [prompt], body.max_completion_tokens or body.max_tokens)
+    top = (body.top_logprobs or 0) if body.logprobs else None
+    run = admit_run(body, runtime, [prompt], body.max_completion_tokens or body.max_tokens, (top, None))
     ident, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), state.served_names()[0]
-    return await _respond(request, body, run, _ChatChunks(ident, model, created, body.n), lambda: {
+    chunks = ChatChunks(ident, model, created, body.n, runtime.tokenizer)
+    return await _respond(request, body, run, chunks, lambda: {
         "id": ident, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": i, "message": {"role": "assistant", "content": run.text[i]}, "logprobs": None,
+        "choices": [{"index": i, "message": {"role": "assistant", "content": run.text[i]},
+                     "logprobs": chat_logprobs(runtime.tokenizer, run.logprobs[i]) if body.logprobs else None,
                      "finish_reason": run.finish[i]} for i in range(len(run.text))],
     })
 
@@ -248,15 +230,22 @@ async def completions(request: Request) -> Any:
     state = served(request)
     body = await parse_body(request, CompletionRequest)
     runtime = generation_runtime(state, body.model)
-    refuse_unsupported({"echo": body.echo, "suffix": bool(body.suffix), "logprobs": body.logprobs is not None})
+    refuse_unsupported({"suffix": bool(body.suffix)})
     size = len(body.prompt) if isinstance(body.prompt, str) else sum(len(p) for p in body.prompt
                                                                       if isinstance(p, str))
     prompts = await off_loop(_prompts, runtime, body.prompt, size=size)
     check_token_ids(runtime, prompts)
-    run = admit_run(body, runtime, prompts, body.max_tokens)
+    run = admit_run(body, runtime, prompts, body.max_tokens,
+                    (body.logprobs, body.logprobs if body.echo else None))
     ident, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), state.served_names()[0]
-    return await _respond(request, body, run, _CompletionChunks(ident, model, created), lambda: {
+    # With echo, each choice (prompts x n) starts with its prompt: as sent when it was text, else decoded.
+    texts = [body.prompt] if isinstance(body.prompt, str) else [
+        p if isinstance(p, str) else runtime.tokenizer.decode(ids, skip_special_tokens=False)
+        for p, ids in zip(body.prompt if len(prompts) > 1 else [None], prompts, strict=True)]
+    echo = [(texts[i // body.n], prompts[i // body.n]) for i in range(len(prompts) * body.n)] if body.echo else None
+    chunks = CompletionChunks(ident, model, created, runtime.tokenizer, echo, body.logprobs is not None)
+    return await _respond(request, body, run, chunks, lambda: {
         "id": ident, "object": "text_completion", "created": created, "model": model,
-        "choices": [{"index": i, "text": run.text[i], "logprobs": None, "finish_reason": run.finish[i]}
+        "choices": [chunks.whole(i, run.text[i], run.logprobs[i], run.prompt_logprobs[i], run.finish[i])
                     for i in range(len(run.text))],
     })

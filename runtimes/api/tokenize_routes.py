@@ -65,5 +65,6 @@ async def detokenize(request: Request) -> dict[str, str]:
     runtime = generation_runtime(served(request), body.model)
     if body.tokens:
         check_token_ids(runtime, [body.tokens])
-    text = await off_loop(runtime.tokenizer.decode, body.tokens, size=len(body.tokens))
+    # special tokens kept, as vLLM (transformers' decode) gives them back
+    text = await off_loop(runtime.tokenizer.decode, body.tokens, False, size=len(body.tokens))
     return {"prompt": text}

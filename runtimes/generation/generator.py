@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
 from runtimes.generation.detokenize import Detokenizer
+from runtimes.generation.logprobs import TokenLogprob
 from runtimes.generation.requests import Request
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import Scheduler
@@ -23,6 +24,8 @@ class Delta:
     text: str = ""
     finish: str | None = None  # stop | length, on the last delta
     completion_tokens: int = 0
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # the tokens made since the last delta, if asked
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # on the first delta, if asked
 
 
 def _earliest_stop(text: str, stops: tuple[str, ...]) -> int:
@@ -49,27 +52,33 @@ class Stream:
         held = ""  # text that might be the start of a stop string, not sent yet
         hold = max((len(s) for s in params.stop), default=1) - 1
         tokens = 0
+        logprobs: list[TokenLogprob] = []  # of tokens whose text has not gone out yet
+        prompt: tuple[TokenLogprob | None, ...] | None = None
         try:
             while True:
                 event = await self.request.events.get()
                 if event.error:
                     raise GenerationFailed(f"generation failed: {event.error}")
+                if event.prompt_logprobs is not None:
+                    prompt = event.prompt_logprobs
                 if event.token is not None:
                     tokens += 1
                     held += detok.push(event.token)
+                    if event.logprob is not None:
+                        logprobs.append(event.logprob)
                 if event.finish is not None:
                     held += detok.flush()
                 cut = _earliest_stop(held, params.stop) if params.stop else -1
                 if cut >= 0:
-                    yield Delta(held[:cut], "stop", tokens)
+                    yield Delta(held[:cut], "stop", tokens, logprobs, prompt)
                     return
                 if event.finish is not None:
-                    yield Delta(held, "length" if event.finish == "length" else "stop", tokens)
+                    yield Delta(held, "length" if event.finish == "length" else "stop", tokens, logprobs, prompt)
                     return
                 ready = len(held) - hold if params.stop else len(held)
                 if ready > 0:
-                    yield Delta(held[:ready], None, tokens)
-                    held = held[ready:]
+                    yield Delta(held[:ready], None, tokens, logprobs, prompt)
+                    held, logprobs, prompt = held[ready:], [], None
         finally:
             self.cancel()
 

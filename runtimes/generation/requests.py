@@ -9,7 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from runtimes.generation.sampling import SamplingParams
+from runtimes.generation.logprobs import TokenLogprob
+from runtimes.generation.sampling import SamplerState, SamplingParams
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 _ids = itertools.count()
@@ -20,6 +21,8 @@ class Event:
     token: int | None = None
     finish: FinishReason | None = None
     error: str | None = None
+    logprob: TokenLogprob | None = None  # the token's, when the request asked for logprobs
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # once, before the first token (echo)
 
 
 @dataclass
@@ -36,3 +39,15 @@ class Request:
     def emit(self, event: Event) -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
             self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+
+@dataclass
+class Row:
+    """A request in the scheduler: its sampler, the cache it has filled, and what it has emitted."""
+
+    request: Request
+    state: SamplerState
+    last: int = 0
+    filled: int = 0  # prompt tokens in the slot's cache
+    last_time: float = field(default_factory=time.perf_counter)
+    prompt_logprobs: list[TokenLogprob | None] = field(default_factory=lambda: [None])  # the first has none

@@ -26,6 +26,8 @@ class SamplingParams:
     ignore_eos: bool = False
     min_tokens: int = 0
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, -100..100) added to the logits, as OpenAI does
+    logprobs: int | None = None  # each generated token's log-probability and this many alternatives
+    prompt_logprobs: int | None = None  # the same for every prompt token after the first (echo)
 
 
 @dataclass

@@ -20,26 +20,17 @@ import collections
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from runtimes.engines.decoder import DecoderEngine
+from runtimes.generation.logprobs import token_logprob
 from runtimes.generation.prefix_cache import PrefixCache
-from runtimes.generation.requests import Event, FinishReason, Request
+from runtimes.generation.requests import Event, FinishReason, Request, Row
 from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS, SamplerState, next_token
 from runtimes.metrics import BATCH_BUCKETS, Metrics
 
 log = logging.getLogger("mbuild.runtime")
-
-
-@dataclass
-class _Row:
-    request: Request
-    state: SamplerState
-    last: int = 0
-    filled: int = 0  # prompt tokens in the slot's cache
-    last_time: float = field(default_factory=time.perf_counter)
 
 
 class SchedulerFull(Exception):
@@ -60,8 +51,8 @@ class Scheduler:
         self.metrics = metrics
         self.waiting: collections.deque[Request] = collections.deque()
         self._ready = threading.Condition()
-        self.rows: list[_Row] = []  # rows[i] holds slot i
-        self.filling: _Row | None = None  # the prompt being prefilled, in slot len(rows)
+        self.rows: list[Row] = []  # rows[i] holds slot i
+        self.filling: Row | None = None  # the prompt being prefilled, in slot len(rows)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="generation", daemon=True)
         metrics.describe("batch_size", "Sequences per engine step", BATCH_BUCKETS)
@@ -139,12 +130,14 @@ class Scheduler:
             if request is None:
                 return False
             try:  # one request's bad sampler settings end that request alone
-                row = _Row(request, SamplerState.start(request.params, request.prompt))
+                row = Row(request, SamplerState.start(request.params, request.prompt))
             except Exception as exc:
                 log.error("request %d: sampler setup failed: %s", request.id, exc)
                 request.emit(Event(finish="error", error=f"sampler setup failed: {exc}"))
                 continue
-            row.filled = self.prefix.restore(self.engine, len(self.rows), request.prompt)
+            # Prompt logprobs need every prompt position's logits: such a prompt takes nothing from the cache.
+            if request.params.prompt_logprobs is None:
+                row.filled = self.prefix.restore(self.engine, len(self.rows), request.prompt)
             self._count_prefix(len(request.prompt), row.filled)
             self.filling = row
         return True
@@ -168,7 +161,10 @@ class Scheduler:
             if row.request.cancelled:
                 self._end_filling(Event(finish="cancelled"))
                 continue
-            piece = prompt[row.filled:row.filled + budget]
+            # A prompt whose logprobs are asked for goes one token a step (the engine gives the last position's
+            # logits), each step counted as 16 tokens of the budget so the running rows still decode.
+            each = row.request.params.prompt_logprobs
+            piece = prompt[row.filled:row.filled + (budget if each is None else 1)]
             try:
                 logits = self.engine.run(slot, np.array([piece], np.int64))
             except Exception as exc:  # the running rows are untouched: only this prompt fails
@@ -176,7 +172,9 @@ class Scheduler:
                 self._end_filling(Event(finish="error", error=f"prefill failed: {exc}"))
                 continue
             row.filled += len(piece)
-            budget -= len(piece)
+            budget -= len(piece) if each is None else 16
+            if each is not None and row.filled < len(prompt):
+                row.prompt_logprobs.append(token_logprob(logits[0], prompt[row.filled], each))
             if row.filled == len(prompt):
                 self._join(row, logits)
         self.refresh_metrics()
@@ -187,12 +185,14 @@ class Scheduler:
         self.engine.release(len(self.rows))
         self.filling = None
 
-    def _join(self, row: _Row, logits: np.ndarray) -> None:
+    def _join(self, row: Row, logits: np.ndarray) -> None:
         self.prefix.store(self.engine, len(self.rows), row.request.prompt)
         self.filling = None
         row.request.admitted = True
         self.metrics.observe("time_to_first_token_seconds", time.perf_counter() - row.request.enqueued)
         self.metrics.inc("tokens_total", len(row.request.prompt), kind="prompt")
+        if row.request.params.prompt_logprobs is not None:
+            row.request.emit(Event(prompt_logprobs=tuple(row.prompt_logprobs)))
         self.rows.append(row)
         self._emit_and_prune(logits, range(len(self.rows) - 1, len(self.rows)))
 
@@ -249,7 +249,7 @@ class Scheduler:
             self._remove(finished)
         self.refresh_metrics()
 
-    def _advance(self, row: _Row, logits: np.ndarray, now: float) -> FinishReason | None:
+    def _advance(self, row: Row, logits: np.ndarray, now: float) -> FinishReason | None:
         """One row's next token and event; the reason it finished, if it did."""
         request, params = row.request, row.request.params
         if request.cancelled:
@@ -270,7 +270,8 @@ class Scheduler:
         if token in params.stop_token_ids or (token in self.eos_ids and not params.ignore_eos):
             request.emit(Event(finish="stop"))
             return "stop"
-        request.emit(Event(token=token))  # stop strings are matched on text by the consumer, which cancels
+        chosen = None if params.logprobs is None else token_logprob(logits, token, params.logprobs)
+        request.emit(Event(token=token, logprob=chosen))  # stop strings are matched on text by the consumer
         if len(row.state.generated) >= params.max_tokens:
             request.emit(Event(finish="length"))
             return "length"

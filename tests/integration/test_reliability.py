@@ -86,7 +86,7 @@ CHAT_CASES = [
     Case("chat: over the context", "/v1/chat/completions", j(messages=MSG, max_tokens=100000), 400),
     Case("chat: n 100", "/v1/chat/completions", j(messages=MSG, n=100), 400),
     Case("chat: 20 stop strings", "/v1/chat/completions", j(messages=MSG, stop=["x"] * 20), 400),
-    Case("chat: logprobs", "/v1/chat/completions", j(messages=MSG, logprobs=True), 400),
+    Case("chat: top_logprobs 21", "/v1/chat/completions", j(messages=MSG, logprobs=True, top_logprobs=21), 400),
     Case("chat: tools", "/v1/chat/completions", j(messages=MSG, tools=[{"type": "function"}]), 400),
     Case("chat: json response_format", "/v1/chat/completions",
          j(messages=MSG, response_format={"type": "json_object"}), 400),
@@ -96,7 +96,7 @@ CHAT_CASES = [
     noauth(Case("chat: no API key", "/v1/chat/completions", j(messages=MSG), 401)),
     Case("completions: empty prompt list", "/v1/completions", j(prompt=[]), 400),
     Case("completions: token id out of the vocabulary", "/v1/completions", j(prompt=[10**9]), 400),
-    Case("completions: echo", "/v1/completions", j(prompt="a", echo=True), 400),
+    Case("completions: logprobs 6", "/v1/completions", j(prompt="a", logprobs=6), 400),
     Case("completions: prompt is a dict", "/v1/completions", j(prompt={"text": "a"}), 400),
     Case("embeddings on a language model", "/v1/embeddings", j(input="a"), 404),
 ]

@@ -66,7 +66,7 @@ def test_logit_bias_is_applied(client: TestClient, tiny_llm_build: Path) -> None
     ("/v1/completions", "best_of", 2),
     ("/v1/completions", "guided_json", {"type": "object"}),
     ("/v1/completions", "nvext", {"guided_json": {}}),
-    ("/v1/completions", "echo", True),
+    ("/v1/completions", "logprobs", 6),
     ("/v1/chat/completions", "top_logprobs", 2),
     ("/v1/chat/completions", "parallel_tool_calls", True),
     ("/v1/chat/completions", "logit_bias", {"abc": 1}),

@@ -149,7 +149,7 @@ def test_token_id_prompts_and_eos_stop(client: TestClient, tiny_llama: Path) -> 
     ("/v1/chat/completions", {"messages": []}, 400, "invalid_request"),
     ("/v1/chat/completions", {"messages": CHAT, "temperature": 3}, 400, "invalid_request"),
     ("/v1/chat/completions", {"messages": CHAT, "model": "other/model"}, 404, "model_not_found"),
-    ("/v1/chat/completions", {"messages": CHAT, "logprobs": True}, 400, "unsupported_parameter"),
+    ("/v1/chat/completions", {"messages": CHAT, "top_logprobs": 2}, 400, "invalid_request"),  # needs logprobs
     ("/v1/chat/completions", {"messages": CHAT, "tools": [{"type": "function"}]}, 400, "unsupported_parameter"),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "invalid_request"),
     ("/v1/completions", {"prompt": [999999], "max_tokens": 2}, 400, "invalid_token_id"),

@@ -1,0 +1,102 @@
+"""The generation routes' streamed chunks, and log-probabilities in OpenAI's two shapes: the completions route's
+parallel lists (tokens, token_logprobs, top_logprobs, text_offset; with echo, the prompt's tokens first, the
+very first without a value), and the chat route's list of entries with their bytes and top alternatives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from runtimes.generation.generator import Delta
+from runtimes.generation.logprobs import TokenLogprob
+
+
+def _text(tokenizer: Tokenizer, token: int) -> str:
+    return tokenizer.decode([token], skip_special_tokens=False)
+
+
+def completion_logprobs(tokenizer: Tokenizer, entries: list[tuple[int, TokenLogprob | None]],
+                        offset: int = 0) -> dict[str, Any]:
+    """entries: (token, its logprob or None) in order; offset: where the first token's text starts."""
+    out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for token, entry in entries:
+        text = _text(tokenizer, token)
+        out["tokens"].append(text)
+        out["token_logprobs"].append(None if entry is None else entry.logprob)
+        out["top_logprobs"].append(None if entry is None else {_text(tokenizer, t): lp for t, lp in entry.top})
+        out["text_offset"].append(offset)
+        offset += len(text)
+    return out
+
+
+def _chat_entry(tokenizer: Tokenizer, token: int, logprob: float) -> dict[str, Any]:
+    text = _text(tokenizer, token)
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+
+def chat_logprobs(tokenizer: Tokenizer, entries: list[TokenLogprob]) -> dict[str, Any]:
+    return {"content": [{**_chat_entry(tokenizer, e.token, e.logprob),
+                         "top_logprobs": [_chat_entry(tokenizer, t, lp) for t, lp in e.top]} for e in entries],
+            "refusal": None}
+
+
+class ChatChunks:
+    def __init__(self, ident: str, model: str, created: int, n: int, tokenizer: Tokenizer) -> None:
+        self.base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model}
+        self.n, self.tokenizer = n, tokenizer
+
+    def first(self) -> list[dict[str, Any]]:
+        return [{**self.base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
+                                           "logprobs": None, "finish_reason": None}]} for i in range(self.n)]
+
+    def piece(self, index: int, delta: Delta | None, finish: str | None) -> dict[str, Any]:
+        text, logprobs = (delta.text, delta.logprobs) if delta else ("", [])
+        return {**self.base, "choices": [{"index": index, "delta": {"content": text} if text else {},
+                                          "logprobs": chat_logprobs(self.tokenizer, logprobs) if logprobs else None,
+                                          "finish_reason": finish}]}
+
+    def usage(self, usage: dict[str, int]) -> dict[str, Any]:
+        return {**self.base, "choices": [], "usage": usage}
+
+
+class CompletionChunks:
+    """With echo, a choice's first chunk starts with its prompt (and the prompt's logprobs, if asked)."""
+
+    def __init__(self, ident: str, model: str, created: int, tokenizer: Tokenizer,
+                 echo: list[tuple[str, list[int]]] | None, wants_logprobs: bool) -> None:
+        self.base = {"id": ident, "object": "text_completion", "created": created, "model": model}
+        self.tokenizer, self.echo, self.wants = tokenizer, echo, wants_logprobs
+        self.offsets: dict[int, int] = {}
+
+    def first(self) -> list[dict[str, Any]]:
+        return []
+
+    def piece(self, index: int, delta: Delta | None, finish: str | None) -> dict[str, Any]:
+        text = delta.text if delta else ""
+        entries: list[tuple[int, TokenLogprob | None]] = [(e.token, e) for e in delta.logprobs] if delta else []
+        if index not in self.offsets:
+            self.offsets[index] = 0
+            if self.echo is not None:
+                prompt_text, prompt_ids = self.echo[index]
+                text = prompt_text + text
+                entries = prompt_entries(prompt_ids, delta.prompt_logprobs if delta else None) + entries
+        logprobs = completion_logprobs(self.tokenizer, entries, self.offsets[index]) if self.wants else None
+        self.offsets[index] += len(text)
+        return {**self.base, "choices": [{"index": index, "text": text, "logprobs": logprobs,
+                                          "finish_reason": finish}]}
+
+    def usage(self, usage: dict[str, int]) -> dict[str, Any]:
+        return {**self.base, "choices": [], "usage": usage}
+
+    def whole(self, index: int, text: str, logprobs: list[TokenLogprob],
+              prompt: tuple[TokenLogprob | None, ...] | None, finish: str | None) -> dict[str, Any]:
+        """A non-streamed choice: the same text and logprobs as its chunks joined."""
+        whole = Delta(text, None, 0, logprobs, prompt)
+        return {**self.piece(index, whole, finish)["choices"][0]}
+
+
+def prompt_entries(prompt: list[int], logprobs: tuple[TokenLogprob | None, ...] | None
+                   ) -> list[tuple[int, TokenLogprob | None]]:
+    values = logprobs or (None,) * len(prompt)
+    return list(zip(prompt, values, strict=False))
