@@ -65,3 +65,31 @@ def test_openai_sdk_chat_and_stream_against_the_image(llm_image: str, random_lla
                 usage = chunk.usage
         assert "".join(deltas) == whole.choices[0].message.content
         assert usage is not None and usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_openai_sdk_logprobs_and_echo_against_the_image(llm_image: str, random_llama: Path) -> None:
+    """Chat logprobs' top-1 is the greedy token; completions' echo gives the prompt's logprobs; both match
+    transformers' fp32 log-softmax within 1e-4 (the image is fp32)."""
+    tokenizer = AutoTokenizer.from_pretrained(random_llama)
+    model = AutoModelForCausalLM.from_pretrained(random_llama).eval()
+    prompt = tokenizer("The quick brown fox jumps").input_ids
+    with torch.no_grad():
+        reference = torch.log_softmax(model(torch.tensor([prompt])).logits[0].double(), dim=-1)
+    with docker_run(llm_image) as url, OpenAI(base_url=f"{url}/v1", api_key="unused") as client:
+        name = client.models.list().data[0].id
+        assert client.models.retrieve(name).id == name
+        chat = client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=8,  # type: ignore
+                                              temperature=0, logprobs=True, top_logprobs=3)
+        content = chat.choices[0].logprobs.content  # type: ignore[union-attr]
+        assert content is not None and len(content) == 8
+        for entry in content:
+            assert entry.top_logprobs[0].token == entry.token and entry.top_logprobs[0].logprob == entry.logprob
+        echo = client.completions.create(model=name, prompt=prompt, max_tokens=1, temperature=0, logprobs=1,
+                                         echo=True)
+        logprobs = echo.choices[0].logprobs
+        assert logprobs is not None and logprobs.token_logprobs is not None
+        assert logprobs.token_logprobs[0] is None and len(logprobs.token_logprobs) == len(prompt) + 1
+        for position in range(1, len(prompt) + 1):
+            # position p's value is the log-probability of token p given the tokens before it
+            want = reference[position - 1][prompt[position]] if position < len(prompt) else reference[-1].max()
+            assert abs(logprobs.token_logprobs[position] - float(want)) < 1e-4
