@@ -1,6 +1,7 @@
-"""A language model's CPU build, measured: a random ~100M Llama (bf16, sharded like a Hub checkpoint) packaged
-at int8 peaks under the build memory `mbuild plan` predicts for it, and under twice its fp32 weights, which a
-build holding the model in fp32 passed. The scaled-down `python -m bench build_scale`."""
+"""A language model's CPU build, measured: a random ~0.5B Llama (bf16, sharded like a Hub checkpoint) packaged
+at int8 peaks under the build memory `mbuild plan` predicts for it, and under its fp32 weights, which a build
+holding the model in fp32 (as the export and the gate did before: 2.1x) passes by far. The scaled-down
+`python -m bench build_scale`: wide enough that the weights, not the build process (~0.6 GiB), set the bound."""
 
 from __future__ import annotations
 
@@ -19,33 +20,32 @@ from builder.errors import ValidationFailed
 from tests.support.procs import mbuild
 from tests.support.tiny_models import save_random_decoder
 
-# bench.llm_models' ~100M shape on a 32000-id vocabulary
-SHAPE: dict[str, Any] = {"vocab_size": 32000, "hidden_size": 640, "intermediate_size": 1728, "num_hidden_layers": 12,
-                         "num_attention_heads": 10, "num_key_value_heads": 5, "max_position_embeddings": 2048,
+# ~0.49B parameters: 1.8 GiB in fp32, 0.9 GiB of bf16 checkpoint
+SHAPE: dict[str, Any] = {"vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 8,
+                         "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 2048,
                          "bos_token_id": 1, "eos_token_id": 2, "architectures": ["LlamaForCausalLM"]}
 GIB = 2**30
 
 
 @pytest.fixture(scope="module")
-def llama_100m(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_random_decoder(LlamaConfig(**SHAPE), tmp_path_factory.mktemp("llama-100m"), torch.bfloat16, "50MB")
+def llama_half_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_random_decoder(LlamaConfig(**SHAPE), tmp_path_factory.mktemp("llama-0.5b"), torch.bfloat16, "300MB")
 
 
-def test_an_int8_build_peaks_under_its_prediction(llama_100m: Path, tmp_path: Path) -> None:
+def test_an_int8_build_peaks_under_its_prediction(llama_half_b: Path, tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MBUILD_ENGINE_CACHE": str(tmp_path / "engines")}
-    plan = mbuild("plan", str(llama_100m), "--gpu", "cpu", "--precision", "int8", "--json")
+    plan = mbuild("plan", str(llama_half_b), "--gpu", "cpu", "--precision", "int8", "--json")
     assert plan.returncode == 0, plan.stderr
     predicted = json.loads(plan.stdout)["memory"]["build_gb"] * 1e9
-    run = run_sampled([sys.executable, "-m", "builder.cli", "package", str(llama_100m), "--backend", "none",
+    run = run_sampled([sys.executable, "-m", "builder.cli", "package", str(llama_half_b), "--backend", "none",
                        "--gpu", "cpu", "--precision", "int8", "--output", str(tmp_path / "out")], env)
     # Random weights may miss int8's gate (exit 8) after every stage that takes memory has run.
     assert run.rc in (0, ValidationFailed.exit_code), run.tail()
     assert (tmp_path / "out" / "report.json").is_file()
     peak = run.peak()[0]
     export = run.peak(*run.windows()["export"])[0]
-    fp32_weights = 2 * sum(p.stat().st_size for p in llama_100m.glob("*.safetensors"))  # bf16: 2 bytes a weight
+    fp32_weights = 2 * sum(p.stat().st_size for p in llama_half_b.glob("*.safetensors"))  # bf16: 2 bytes a weight
     print(f"peak {peak / GIB:.2f} GiB (predicted {predicted / GIB:.2f}), export stage {export / GIB:.2f} GiB, "
           f"fp32 weights {fp32_weights / GIB:.2f} GiB")
     assert peak <= predicted
-    # Holding the model in fp32, as the export and the gate did before, took 2.1-2.9x its fp32 weights.
-    assert peak < 2 * fp32_weights
+    assert peak < fp32_weights
