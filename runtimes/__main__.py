@@ -1,6 +1,8 @@
 """Container entry point: check the model bundle, then hand the process to BentoML's server.
 
 `python -m runtimes [--model-dir DIR] [--host H] [--port P]`; flags override MBUILD_* variables.
+`python -m runtimes --list-model-profiles` prints the profiles the image carries and whether this host can
+run them (NIM's list-model-profiles); MBUILD_MODEL_PROFILE (or NIM_MODEL_PROFILE) picks one at start.
 """
 
 from __future__ import annotations
@@ -35,6 +37,32 @@ def preflight(model_dir: Path, site: str | None = None) -> None:
     TextTokenizer(model_dir / config.tokenizer_file, config.max_seq_length)
 
 
+def carried_profiles(model_dir: Path) -> list[dict[str, str]]:
+    """The profiles in the bundle: one per image today (a build is one profile's engine)."""
+    profile = load_metadata(model_dir).get("metadata", {}).get("profile")
+    return [profile] if profile else []
+
+
+def choose_profile(model_dir: Path, wanted: str | None) -> None:
+    """MBUILD_MODEL_PROFILE / NIM_MODEL_PROFILE, by name, id or an id prefix of 12+ characters."""
+    if not wanted:
+        return
+    profiles = carried_profiles(model_dir)
+    if not any(wanted in (p.get("name"), p.get("id")) or (len(wanted) >= 12 and str(p.get("id", "")).startswith(
+            wanted)) for p in profiles):
+        carried = ", ".join(f"{p.get('name')} ({str(p.get('id', ''))[:12]})" for p in profiles) or "none"
+        raise BundleError(f"the model profile {wanted!r} (MBUILD_MODEL_PROFILE / NIM_MODEL_PROFILE) is not in this "
+                          f"image; it carries: {carried}")
+
+
+def list_profiles(model_dir: Path) -> int:
+    problems = hardware_problems(model_dir)
+    for profile in carried_profiles(model_dir):
+        fit = "runnable here" if not problems else "not runnable here: " + "; ".join(problems)
+        print(f"{profile.get('id', '')[:12]}  {profile.get('name')}  ({fit})")
+    return 0
+
+
 def hardware_problems(model_dir: Path) -> list[str]:
     requires = load_metadata(model_dir).get("metadata", {}).get("requires", {})
     gpus = detect_gpus() if requires.get("device") == "gpu" else ()
@@ -46,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir")
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
+    parser.add_argument("--list-model-profiles", action="store_true", help="print the image's profiles and exit")
     args = parser.parse_args(argv)
     for option, variable in (("model_dir", "MBUILD_MODEL_DIR"), ("host", "MBUILD_HOST"), ("port", "MBUILD_PORT")):
         if getattr(args, option) is not None:
@@ -54,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.from_env()
         os.environ["MBUILD_MODEL_DIR"] = str(settings.model_dir.resolve())
         preflight(settings.model_dir, settings.site)
+        if args.list_model_profiles:
+            return list_profiles(settings.model_dir)
+        choose_profile(settings.model_dir, settings.model_profile)
         problems = hardware_problems(settings.model_dir)
     except (SettingsError, BundleError) as exc:
         print(f"mbuild runtime: {exc}", file=sys.stderr)

@@ -21,7 +21,7 @@ class SettingsError(ValueError):
 # deployment written for a NIM container runs an mbuild image unchanged.
 NIM_ALIASES = {"MBUILD_SERVED_MODEL_NAME": "NIM_SERVED_MODEL_NAME", "MBUILD_PORT": "NIM_SERVER_PORT",
                "MBUILD_LOG_LEVEL": "NIM_LOG_LEVEL", "MBUILD_MAX_BATCH": "NIM_MAX_NUM_SEQS",
-               "MBUILD_LOG_FORMAT": "NIM_JSONL_LOGGING"}
+               "MBUILD_LOG_FORMAT": "NIM_JSONL_LOGGING", "MBUILD_MODEL_PROFILE": "NIM_MODEL_PROFILE"}
 
 
 class _Env:
@@ -104,6 +104,7 @@ class Settings:
     site: str | None = None  # the image's own packages folder (tied to one Python version)
     skip_hardware_check: bool = False
     trt_build_at_start: bool = False
+    model_profile: str | None = None  # the profile to serve, by name or id (prefix): must be one the image carries
 
     @property
     def in_flight_seconds(self) -> float:
@@ -149,6 +150,7 @@ class Settings:
             site=env.text("MBUILD_SITE"),
             skip_hardware_check=env.boolean("MBUILD_SKIP_HARDWARE_CHECK"),
             trt_build_at_start=env.boolean("MBUILD_TRT_BUILD_AT_START"),
+            model_profile=env.text("MBUILD_MODEL_PROFILE"),
         )
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from runtimes.__main__ import choose_profile
 from runtimes.fit import misfits
 from runtimes.hardware import GpuInfo
 
@@ -56,3 +57,22 @@ def test_a_broken_bundle_exits_3(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "runtimes"], capture_output=True, text=True, env=env,
                             timeout=60, check=False)
     assert result.returncode == 3 and "does not exist" in result.stderr
+
+
+def test_the_image_lists_its_profiles_and_refuses_one_it_does_not_carry(tiny_build: Path) -> None:
+    """NIM's list-model-profiles and NIM_MODEL_PROFILE, on the image's entry point."""
+    profile = json.loads((tiny_build / "model" / "metadata.json").read_text())["profile"]
+    env = {**os.environ, "MBUILD_MODEL_DIR": str(tiny_build / "model")}
+
+    def runtime(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "runtimes", *args], capture_output=True, text=True,
+                              env={**env, **extra}, timeout=60, check=False)
+
+    listed = runtime("--list-model-profiles")
+    assert listed.returncode == 0 and profile["id"][:12] in listed.stdout and profile["name"] in listed.stdout
+    assert "runnable here" in listed.stdout
+    for carried in (profile["name"], profile["id"], profile["id"][:12]):
+        choose_profile(tiny_build / "model", carried)  # the image's own profile: no complaint
+    other = runtime(NIM_MODEL_PROFILE="tensorrt-h100-fp8-tp1-latency", MBUILD_PORT="1")
+    assert other.returncode == 3 and "is not in this image; it carries: " + profile["name"] in other.stderr
+    assert "Traceback" not in other.stderr
