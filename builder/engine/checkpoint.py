@@ -54,17 +54,27 @@ class SafetensorsFile:
             header = json.loads(os.pread(self.fd, length, 8))
         except ValueError as exc:
             raise self._damaged(f"its header is not JSON ({exc})") from exc
+        if not isinstance(header, dict):
+            raise self._damaged("its header is not a JSON object")
         start = 8 + length
         self.tensors: dict[str, tuple[str, tuple[int, ...], int]] = {}
         for name, entry in header.items():
-            if name == "__metadata__":
-                continue
-            dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
-            if dtype not in WIDTH:
-                raise UnsupportedModel(f"tensor {name!r} in {path.name} is {dtype}; mbuild reads F32, F16 and BF16")
-            if not 0 <= begin <= end <= size - start or end - begin != int(np.prod(shape)) * WIDTH[dtype]:
-                raise self._damaged(f"tensor {name!r} lies outside the file or has the wrong size")
-            self.tensors[name] = (dtype, shape, start + begin)
+            if name != "__metadata__":
+                dtype, shape, begin = self._entry(name, entry, size - start)
+                self.tensors[name] = (dtype, shape, start + begin)
+
+    def _entry(self, name: str, entry: Any, data_size: int) -> tuple[str, tuple[int, ...], int]:
+        """(dtype, shape, offset in the data section), checked; other dtypes than WIDTH's are refused when
+        read, not for being in the file (a checkpoint may carry an int buffer mbuild never reads)."""
+        try:
+            dtype, shape = str(entry["dtype"]), tuple(int(d) for d in entry["shape"])
+            begin, end = (int(v) for v in entry["data_offsets"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._damaged(f"its entry for {name!r} is malformed ({exc})") from exc
+        size_ok = dtype not in WIDTH or end - begin == int(np.prod(shape)) * WIDTH[dtype]
+        if not (0 <= begin <= end <= data_size and size_ok and all(d >= 0 for d in shape)):
+            raise self._damaged(f"tensor {name!r} lies outside the file or has the wrong size")
+        return dtype, shape, begin
 
     def _damaged(self, why: str) -> UnsupportedModel:
         return UnsupportedModel(f"{self.path.name} is not a readable safetensors file: {why}",
@@ -72,6 +82,9 @@ class SafetensorsFile:
 
     def rows(self, name: str, r0: int, r1: int) -> np.ndarray:
         dtype, shape, offset = self.tensors[name]
+        if dtype not in WIDTH:
+            raise UnsupportedModel(f"tensor {name!r} in {self.path.name} is {dtype}; mbuild reads F32, F16 and BF16",
+                                   hint="quantized checkpoints (GPTQ, AWQ) are not supported; use the original")
         row = int(np.prod(shape[1:])) * WIDTH[dtype]
         raw = os.pread(self.fd, (r1 - r0) * row, offset + r0 * row)
         return _widen(raw, dtype).reshape((r1 - r0, *shape[1:]))

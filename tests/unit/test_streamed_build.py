@@ -7,7 +7,9 @@ transformers' whole-model forward pass. A host that cannot build is refused up f
 from __future__ import annotations
 
 import json
+import struct
 import tracemalloc
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +19,16 @@ import pytest
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+from safetensors.numpy import save_file
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
 from builder.engine import decoder_graph, weight_writer
-from builder.engine.checkpoint import INDEX
+from builder.engine.checkpoint import INDEX, Checkpoint
 from builder.engine.decoder_graph import write_decoder
 from builder.engine.export_decoder import export_decoder_tensorrt
 from builder.engine.reference import reference_logits
 from builder.engine.weight_writer import LinearFormat
-from builder.errors import InputError
+from builder.errors import InputError, UnsupportedModel
 from runtimes.bundle import EngineConfig
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.hardware import read_ram_gb
@@ -187,3 +190,32 @@ def test_a_host_that_cannot_build_is_refused_before_the_download(tmp_path: Path)
     assert result.returncode == InputError.exit_code, result.stderr
     assert f"needs about {needs['h100']:.1f} GB of RAM; this host has" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "out" / "model").exists()
+
+
+@pytest.mark.parametrize(("header", "why"), [
+    (b"\xff" * 8, "header length is out of range"),
+    (None, "is not JSON"),
+    ([1, 2], "not a JSON object"),
+    ({"w": {"dtype": "F32", "shape": [4]}}, "malformed"),
+    ({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 999]}}, "outside the file or has the wrong size"),
+    ({"w": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 0]}}, "outside the file or has the wrong size"),
+])
+def test_a_damaged_safetensors_file_is_refused_by_name(tmp_path: Path, header: Any, why: str) -> None:
+    if isinstance(header, bytes):
+        raw = header
+    else:
+        text = b"{not json" if header is None else json.dumps(header).encode()
+        raw = struct.pack("<Q", len(text)) + text + b"\0" * 16
+    (tmp_path / "model.safetensors").write_bytes(raw)
+    with ExitStack() as stack, pytest.raises(UnsupportedModel, match=why):
+        Checkpoint(tmp_path, stack)
+
+
+def test_a_tensor_of_another_type_is_refused_only_when_read(tmp_path: Path) -> None:
+    save_file({"w": np.ones((2, 3), np.float32), "steps": np.arange(3, dtype=np.int64)},
+              str(tmp_path / "model.safetensors"))
+    with ExitStack() as stack:
+        checkpoint = Checkpoint(tmp_path, stack)
+        assert checkpoint.get("w").tolist() == [[1.0] * 3] * 2
+        with pytest.raises(UnsupportedModel, match="is I64; mbuild reads F32, F16 and BF16"):
+            checkpoint.get("steps")
