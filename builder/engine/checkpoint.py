@@ -90,6 +90,15 @@ class SafetensorsFile:
         return _widen(raw, dtype).reshape((r1 - r0, *shape[1:]))
 
 
+def _indexed(index: Path) -> list[str]:
+    """The shard files a sharded checkpoint's index names."""
+    try:
+        return sorted({str(file) for file in json.loads(index.read_text())["weight_map"].values()})
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UnsupportedModel(f"{INDEX} is not a readable index ({exc!r})",
+                               hint="download the model again (mbuild cache rm, then package)") from exc
+
+
 class Checkpoint:
     """The model's tensors by name, read in fp32 a block of rows at a time."""
 
@@ -97,8 +106,7 @@ class Checkpoint:
         self.files: dict[str, SafetensorsFile] = {}
         self.state: dict[str, Any] = {}
         index = model_dir / INDEX
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else sorted(
-            p.name for p in model_dir.glob("*.safetensors"))
+        names = _indexed(index) if index.is_file() else sorted(p.name for p in model_dir.glob("*.safetensors"))
         for file_name in names:
             path = model_dir / Path(file_name).name  # an index names files beside it, never elsewhere
             if not path.is_file():

@@ -137,8 +137,10 @@ class LinearWriter:
         offset = self.weights.reserve(f"{name}.weight_quantized", (k, n), np.dtype(np.int8))
         scales = []
         for first, block in self.checkpoint.blocks(names, BLOCK_BYTES):
-            rows = scale if scale is not None else int8_scales(np.abs(block).max(axis=1), form.reduce_range)
-            scales.append(np.broadcast_to(rows, (block.shape[0],)))
+            rows = scale
+            if rows is None:  # per channel: each output row's own scale
+                rows = int8_scales(np.abs(block).max(axis=1), form.reduce_range)
+                scales.append(rows)
             quantized = int8_rows(block, rows.reshape(-1, 1))
             self.weights.put_columns(offset, np.ascontiguousarray(quantized.T), first, n)
         scale_all = np.concatenate(scales) if scale is None else scale.reshape(())

@@ -92,8 +92,8 @@ class CompletionChunks:
     def whole(self, index: int, text: str, logprobs: list[TokenLogprob],
               prompt: tuple[TokenLogprob | None, ...] | None, finish: str | None) -> dict[str, Any]:
         """A non-streamed choice: the same text and logprobs as its chunks joined."""
-        whole = Delta(text, None, 0, logprobs, prompt)
-        return {**self.piece(index, whole, finish)["choices"][0]}
+        choice: dict[str, Any] = self.piece(index, Delta(text, None, 0, logprobs, prompt), finish)["choices"][0]
+        return choice
 
 
 def prompt_entries(prompt: list[int], logprobs: tuple[TokenLogprob | None, ...] | None

@@ -210,19 +210,24 @@ async def chat_completions(request: Request) -> Any:
     })
 
 
-def _prompts(runtime: GenerationRuntime, prompt: str | list[str] | list[int] | list[list[int]]) -> list[list[int]]:
-    if isinstance(prompt, str):
-        return [runtime.encode(prompt)]
-    if not prompt:
+Prompt = str | list[str] | list[int] | list[list[int]]
+
+
+def _items(prompt: Prompt) -> list[str | list[int]]:
+    """The prompt field as one item per prompt: a text, or token ids."""
+    if isinstance(prompt, str) or (prompt and all(isinstance(p, int) for p in prompt)):
+        return [prompt]  # type: ignore[list-item]
+    return [p for p in prompt if isinstance(p, str | list)]
+
+
+def _prompts(runtime: GenerationRuntime, prompt: Prompt) -> list[list[int]]:
+    items = _items(prompt)
+    if not items:
         raise ApiError(400, "'prompt' is empty", "empty_input")
-    if all(isinstance(p, int) for p in prompt):
-        return [list(prompt)]  # type: ignore[arg-type]
-    if len(prompt) > MAX_PROMPTS:
-        raise ApiError(400, f"'prompt' holds {len(prompt)} prompts; at most {MAX_PROMPTS} per request",
+    if len(items) > MAX_PROMPTS:
+        raise ApiError(400, f"'prompt' holds {len(items)} prompts; at most {MAX_PROMPTS} per request",
                        "too_many_inputs")
-    if all(isinstance(p, str) for p in prompt):
-        return [runtime.encode(p) for p in prompt]  # type: ignore[arg-type]
-    return [list(p) for p in prompt]  # type: ignore[arg-type]
+    return [runtime.encode(item) if isinstance(item, str) else list(item) for item in items]
 
 
 @router.post("/v1/completions", tags=["inference"], openapi_extra=openapi_body(CompletionRequest))
@@ -239,9 +244,8 @@ async def completions(request: Request) -> Any:
                     (body.logprobs, body.logprobs if body.echo else None))
     ident, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), state.served_names()[0]
     # With echo, each choice (prompts x n) starts with its prompt: as sent when it was text, else decoded.
-    texts = [body.prompt] if isinstance(body.prompt, str) else [
-        p if isinstance(p, str) else runtime.tokenizer.decode(ids, skip_special_tokens=False)
-        for p, ids in zip(body.prompt if len(prompts) > 1 else [None], prompts, strict=True)]
+    texts = [item if isinstance(item, str) else runtime.tokenizer.decode(ids, skip_special_tokens=False)
+             for item, ids in zip(_items(body.prompt), prompts, strict=True)]
     echo = [(texts[i // body.n], prompts[i // body.n]) for i in range(len(prompts) * body.n)] if body.echo else None
     chunks = CompletionChunks(ident, model, created, runtime.tokenizer, echo, body.logprobs is not None)
     return await _respond(request, body, run, chunks, lambda: {

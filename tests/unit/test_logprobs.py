@@ -121,3 +121,10 @@ def test_chat_logprobs_shape_streamed_and_whole(client: TestClient) -> None:
     assert streamed == content
     plain = client.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 2}).json()
     assert plain["choices"][0]["logprobs"] is None
+
+
+def test_echo_returns_a_text_prompt_as_sent(client: TestClient) -> None:
+    for prompt in (PROMPT, [PROMPT], [PROMPT, "Hello"]):
+        choices = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 2, "echo": True}).json()
+        sent = [prompt] if isinstance(prompt, str) else prompt
+        assert [c["text"][:len(s)] for c, s in zip(choices["choices"], sent, strict=True)] == sent

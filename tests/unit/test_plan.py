@@ -84,3 +84,18 @@ def test_bad_image_names(name: str) -> None:
 def test_bad_versions(version: str) -> None:
     with pytest.raises(InputError):
         _plan(version=version)
+
+
+def test_a_disk_too_small_for_the_engine_is_refused_with_both_numbers(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk cannot be made here: the free space is what shutil reports, faked at that one edge."""
+    from builder.build import host_fit
+
+    plan = _plan()
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(host_fit.shutil, "disk_usage", lambda _: usage._replace(free=1000))
+    with pytest.raises(InputError, match=r"takes about [\d.]+ GB; .* has 0\.0 GB free") as refused:
+        host_fit.check_disk(plan, tmp_path)
+    assert "MBUILD_BUILD_CHECK=0" in (refused.value.hint or "")
+    monkeypatch.setenv("MBUILD_BUILD_CHECK", "0")
+    host_fit.check_disk(plan, tmp_path)  # the override builds anyway

@@ -114,16 +114,17 @@ def _initializers(path: Path) -> dict[str, np.ndarray]:
     return {t.name: onnx.numpy_helper.to_array(t, str(path.parent)) for t in model.graph.initializer}
 
 
-@pytest.mark.parametrize("reduce_range", [False, True])
+@pytest.mark.parametrize(("reduce_range", "per_channel"), [(False, True), (True, True), (False, False)])
 @pytest.mark.usefixtures("block_bytes")
 def test_int8_weights_are_onnxruntime_quantize_dynamic_s(sharded_bf16: Path, tmp_path: Path,
-                                                         reduce_range: bool) -> None:
+                                                         reduce_range: bool, per_channel: bool) -> None:
     config = AutoConfig.from_pretrained(sharded_bf16)
     write_decoder(sharded_bf16, config, tmp_path / "fp32")
     quantize_dynamic(tmp_path / "fp32" / "model.onnx", tmp_path / "library.onnx", weight_type=QuantType.QInt8,
-                     per_channel=True, reduce_range=reduce_range, op_types_to_quantize=["MatMul"],
+                     per_channel=per_channel, reduce_range=reduce_range, op_types_to_quantize=["MatMul"],
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-    write_decoder(sharded_bf16, config, tmp_path / "int8", LinearFormat("int8", reduce_range=reduce_range))
+    write_decoder(sharded_bf16, config, tmp_path / "int8", LinearFormat("int8", per_channel=per_channel,
+                                                                            reduce_range=reduce_range))
     ours, library = _initializers(tmp_path / "int8" / "model.onnx"), _initializers(tmp_path / "library.onnx")
     quantized = [n for n in ours if n.endswith(("_quantized", "_scale"))]
     assert len(quantized) == 2 * (4 * config.num_hidden_layers + 1)  # qkv, o, gate|up, down per layer; lm head
@@ -208,6 +209,13 @@ def test_a_damaged_safetensors_file_is_refused_by_name(tmp_path: Path, header: A
         raw = struct.pack("<Q", len(text)) + text + b"\0" * 16
     (tmp_path / "model.safetensors").write_bytes(raw)
     with ExitStack() as stack, pytest.raises(UnsupportedModel, match=why):
+        Checkpoint(tmp_path, stack)
+
+
+@pytest.mark.parametrize("index", ["{not json", "[]", '{"weight_map": 5}'])
+def test_a_damaged_index_is_refused_by_name(tmp_path: Path, index: str) -> None:
+    (tmp_path / INDEX).write_text(index)
+    with ExitStack() as stack, pytest.raises(UnsupportedModel, match="is not a readable index"):
         Checkpoint(tmp_path, stack)
 
 
