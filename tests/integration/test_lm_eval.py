@@ -12,7 +12,9 @@ import pytest
 
 from tests.support.procs import served
 
-pytestmark = pytest.mark.slow
+# lm_eval's own HTTP sessions leave sockets for the garbage collector; that is the harness's, not the server's.
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+              pytest.mark.filterwarnings("ignore::ResourceWarning")]
 ITEMS = [{"context": f"The {noun} is", "choices": [" red", " blue", " green", " quick"], "label": i % 4}
          for i, noun in enumerate(["fox", "dog", "sky", "sea", "grass", "box", "car", "cat", "hat", "sun",
                                    "moon", "tree", "leaf", "bird", "fish", "door", "wall", "book", "cup", "pen",
