@@ -6,7 +6,8 @@ precision and quantizer), `llm_context` (decode-step time against the cached con
 (mbuild against llama.cpp's llama-server, which it builds into ~/.cache/mbuild-bench when missing) and
 `build_scale` (a build's peak memory, time and output size for ~100M, Llama-3.2-1B- and Llama-3.1-8B-shaped
 models, beside llama.cpp's converter; options --shapes 100m,1b,8b --precisions fp32,int8,int4 --gguf
-q8_0,bf16,f32 --report-only) run on their own.
+q8_0,bf16,f32 --report-only) and `structured` (tokens/s and TPOT with and without a JSON schema, mbuild and
+llama.cpp) run on their own.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import time
 # Imported on demand: a scenario's peer (onnxruntime-genai, infinity-emb, ...) is needed only when it runs.
 SCENARIOS = {"embeddings": "bench.embeddings", "llm_served": "bench.llm_served", "builds": "bench.build_times",
              "serving": "bench.serving", "llm": "bench.llm", "llm_kernels": "bench.llm_kernels",
-             "llm_context": "bench.llm_context", "llm_peer": "bench.llm_peer", "build_scale": "bench.build_scale"}
+             "llm_context": "bench.llm_context", "llm_peer": "bench.llm_peer", "build_scale": "bench.build_scale",
+             "structured": "bench.structured"}
 ALL = ("embeddings", "llm_served", "builds")
 
 

@@ -93,6 +93,17 @@ def try_build(model: Path, work: Path, precision: str) -> Path | str:
         return reason
 
 
+def build_or_engine(model: Path, work: Path, precision: str) -> tuple[Path | str, str | None]:
+    """The bundle, or why it did not build; when only its gate failed, the engine it built (served with
+    --allow-failed-gate) and the gate's summary."""
+    build = try_build(model, work, precision)
+    engine = work / f"mbuild-{model.name}-{precision}-{source_hash()}"
+    gate = engine / "report.json"
+    if isinstance(build, str) and gate.is_file() and (engine / "model" / "engine.json").is_file():
+        return engine, str(json.loads(gate.read_text())["summary"])
+    return build, None
+
+
 def context_of(builds: dict[str, Path | str], model: Path) -> int:
     """Tokens per sequence in mbuild's engine (its profile's limits.context, capped by the model)."""
     for build in builds.values():
@@ -190,13 +201,11 @@ def _checks(shape: Shape, pair: tuple[str, str], base: dict[str, str], served: s
 def measure_shape(shape: Shape, work: Path, repeats: int, results: dict[str, Any]) -> None:
     model = make_llama_spm(work / f"llama-{shape.key}-spm", shape.config, llamacpp.SPM_VOCAB)
     files = llamacpp.ggufs(model, work / "gguf")
-    builds = {mine: try_build(model, work, mine) for mine, _ in PAIRS}
-    for mine, build in builds.items():  # the engine mbuild built, served although its gate failed
-        engine = work / f"mbuild-{model.name}-{mine}-{source_hash()}"
-        gate = engine / "report.json"
-        if isinstance(build, str) and gate.is_file() and (engine / "model" / "engine.json").is_file():
-            results["ungated"].setdefault(shape.key, {})[mine] = json.loads(gate.read_text())["summary"]
-            builds[mine] = engine
+    builds: dict[str, Path | str] = {}
+    for mine, _ in PAIRS:
+        builds[mine], gate = build_or_engine(model, work, mine)
+        if gate is not None:
+            results["ungated"].setdefault(shape.key, {})[mine] = gate
     results["builds"][shape.key] = {p: str(b) if isinstance(b, Path) else f"did not build: {b}"
                                     for p, b in builds.items()}
     results["prefix_pair"][shape.key] = next((p for p in PREFIX_PAIR if isinstance(builds[p], Path)), None)

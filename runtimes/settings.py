@@ -13,6 +13,9 @@ from pathlib import Path
 TRUE, FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
 
+TOOL_PARSERS = ("llama3_json", "hermes", "mistral")  # runtimes/generation/tools.py reads each
+
+
 class SettingsError(ValueError):
     pass
 
@@ -21,7 +24,8 @@ class SettingsError(ValueError):
 # deployment written for a NIM container runs an mbuild image unchanged.
 NIM_ALIASES = {"MBUILD_SERVED_MODEL_NAME": "NIM_SERVED_MODEL_NAME", "MBUILD_PORT": "NIM_SERVER_PORT",
                "MBUILD_LOG_LEVEL": "NIM_LOG_LEVEL", "MBUILD_MAX_BATCH": "NIM_MAX_NUM_SEQS",
-               "MBUILD_LOG_FORMAT": "NIM_JSONL_LOGGING", "MBUILD_MODEL_PROFILE": "NIM_MODEL_PROFILE"}
+               "MBUILD_LOG_FORMAT": "NIM_JSONL_LOGGING", "MBUILD_MODEL_PROFILE": "NIM_MODEL_PROFILE",
+               "MBUILD_TOOL_CALL_PARSER": "NIM_TOOL_CALL_PARSER"}
 
 
 class _Env:
@@ -105,6 +109,7 @@ class Settings:
     skip_hardware_check: bool = False
     trt_build_at_start: bool = False
     model_profile: str | None = None  # the profile to serve, by name or id (prefix): must be one the image carries
+    tool_call_parser: str = "auto"  # the tool-call format; auto: the one the chat template renders
 
     @property
     def in_flight_seconds(self) -> float:
@@ -151,6 +156,7 @@ class Settings:
             skip_hardware_check=env.boolean("MBUILD_SKIP_HARDWARE_CHECK"),
             trt_build_at_start=env.boolean("MBUILD_TRT_BUILD_AT_START"),
             model_profile=env.text("MBUILD_MODEL_PROFILE"),
+            tool_call_parser=env.choice("MBUILD_TOOL_CALL_PARSER", "auto", ("auto", "none", *TOOL_PARSERS)),
         )
 
 

@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 
 from runtimes.generation.generator import Delta
 from runtimes.generation.logprobs import TokenLogprob
+from runtimes.generation.tools import ToolCall, ToolFormat, ToolText
 
 
 def _text(tokenizer: Tokenizer, token: int) -> str:
@@ -42,22 +43,52 @@ def chat_logprobs(tokenizer: Tokenizer, entries: list[TokenLogprob]) -> dict[str
 
 
 class ChatChunks:
-    def __init__(self, ident: str, model: str, created: int, n: int, tokenizer: Tokenizer) -> None:
+    """A chat stream's chunks; with tools, content goes out as it comes and each tool call whole at the end."""
+
+    def __init__(self, ident: str, model: str, created: int, n: int, tokenizer: Tokenizer,
+                 tools: ToolFormat | None = None) -> None:
         self.base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model}
         self.n, self.tokenizer = n, tokenizer
+        self.texts = {i: ToolText(tools) for i in range(n)} if tools else None
 
     def first(self) -> list[dict[str, Any]]:
         return [{**self.base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
                                            "logprobs": None, "finish_reason": None}]} for i in range(self.n)]
 
-    def piece(self, index: int, delta: Delta | None, finish: str | None) -> dict[str, Any]:
-        text, logprobs = (delta.text, delta.logprobs) if delta else ("", [])
-        return {**self.base, "choices": [{"index": index, "delta": {"content": text} if text else {},
-                                          "logprobs": chat_logprobs(self.tokenizer, logprobs) if logprobs else None,
-                                          "finish_reason": finish}]}
+    def _chunk(self, index: int, delta: dict[str, Any], logprobs: list[TokenLogprob], finish: str | None
+               ) -> dict[str, Any]:
+        return {**self.base, "choices": [{"index": index, "delta": delta, "finish_reason": finish,
+                                          "logprobs": chat_logprobs(self.tokenizer, logprobs) if logprobs else None}]}
+
+    def pieces(self, index: int, delta: Delta) -> list[dict[str, Any]]:
+        text, calls = delta.text, list[ToolCall]()
+        if self.texts is not None:
+            text = self.texts[index].feed(text)
+            if delta.finish:
+                rest, calls = self.texts[index].end()
+                text += rest
+        out = [self._chunk(index, {"content": text} if text else {}, delta.logprobs, None)
+               ] if text or delta.logprobs else []
+        for number, call in enumerate(calls):  # OpenAI's shape: id and name first, then the arguments
+            opening = {"index": number, "id": call.id, "type": "function",
+                       "function": {"name": call.name, "arguments": ""}}
+            out.append(self._chunk(index, {"tool_calls": [opening]}, [], None))
+            out.append(self._chunk(index, {"tool_calls": [{"index": number, "function": {
+                "arguments": call.arguments}}]}, [], None))
+        if delta.finish:
+            out.append(self._chunk(index, {}, [], "tool_calls" if calls else delta.finish))
+        return out
 
     def usage(self, usage: dict[str, int]) -> dict[str, Any]:
         return {**self.base, "choices": [], "usage": usage}
+
+
+def chat_message(text: str, tools: ToolFormat | None, finish: str | None) -> tuple[dict[str, Any], str | None]:
+    """A whole reply as OpenAI's assistant message, and its finish reason (tool_calls when it made calls)."""
+    content, calls = tools.split(text) if tools else (text, [])
+    if not calls:
+        return {"role": "assistant", "content": text}, finish
+    return {"role": "assistant", "content": content, "tool_calls": [c.openai() for c in calls]}, "tool_calls"
 
 
 class CompletionChunks:
@@ -71,6 +102,10 @@ class CompletionChunks:
 
     def first(self) -> list[dict[str, Any]]:
         return []
+
+    def pieces(self, index: int, delta: Delta) -> list[dict[str, Any]]:
+        out = [self.piece(index, delta, None)] if delta.text or delta.logprobs or delta.prompt_logprobs else []
+        return out + ([self.piece(index, None, delta.finish)] if delta.finish else [])
 
     def piece(self, index: int, delta: Delta | None, finish: str | None) -> dict[str, Any]:
         text = delta.text if delta else ""

@@ -1,4 +1,4 @@
-"""POST /v1/chat/completions and /v1/completions in the OpenAI shape, streamed as server-sent events."""
+"""POST /v1/completions, and what both generation routes share: admission, runs of sequences, SSE streaming."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from starlette.responses import JSONResponse, StreamingResponse
 from runtimes.api.admission import enter, fit_context, generation_runtime, off_loop, run_to_end, served
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
-from runtimes.api.completion_shapes import ChatChunks, CompletionChunks, chat_logprobs
+from runtimes.api.completion_shapes import CompletionChunks
 from runtimes.api.errors import ApiError, OpenAIRoute
-from runtimes.api.schemas_generation import MAX_PROMPTS, ChatCompletionRequest, CompletionRequest, _Sampling
-from runtimes.generation.chat_template import ChatTemplateError
+from runtimes.api.schemas_generation import MAX_PROMPTS, CompletionRequest, _Sampling
+from runtimes.api.structured import compile_constraint, guide_spec
 from runtimes.generation.generator import Delta, GenerationFailed, Stream, start
+from runtimes.generation.guided import Grammar
 from runtimes.generation.logprobs import TokenLogprob
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
@@ -45,7 +46,8 @@ def check_token_ids(runtime: GenerationRuntime, prompts: list[list[int]]) -> Non
 
 
 def sampling(body: _Sampling, runtime: GenerationRuntime, prompt_tokens: int, asked: int | None, choice: int,
-             index: int | None = None, logprobs: tuple[int | None, int | None] = (None, None)) -> SamplingParams:
+             index: int | None = None, logprobs: tuple[int | None, int | None] = (None, None),
+             grammar: Grammar | None = None) -> SamplingParams:
     """logprobs: (alternatives per generated token, per prompt token); None where not asked."""
     max_tokens = fit_context(prompt_tokens, asked, runtime.context, index)
     if body.min_tokens > max_tokens:
@@ -56,7 +58,8 @@ def sampling(body: _Sampling, runtime: GenerationRuntime, prompt_tokens: int, as
         seed=None if body.seed is None else body.seed + choice, repetition_penalty=body.repetition_penalty,
         presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty, stop=body.stops(),
         stop_token_ids=frozenset(body.stop_token_ids), ignore_eos=body.ignore_eos, min_tokens=body.min_tokens,
-        logit_bias=body.bias(), logprobs=logprobs[0], prompt_logprobs=logprobs[1])
+        logit_bias=body.bias(), logprobs=logprobs[0], prompt_logprobs=logprobs[1], grammar=grammar,
+        skip_special_tokens=body.skip_special_tokens)
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -130,14 +133,14 @@ class Run:
 
 
 def admit_run(body: _Sampling, runtime: GenerationRuntime, prompts: list[list[int]], asked: int | None,
-              logprobs: tuple[int | None, int | None] = (None, None)) -> Run:
+              logprobs: tuple[int | None, int | None] = (None, None), grammar: Grammar | None = None) -> Run:
     """Context fit for every prompt x n, the request's size against the queue, then all of it or none."""
     sequences = len(prompts) * body.n
     if sequences > runtime.scheduler.max_queue:
         raise ApiError(400, f"this request asks for {sequences} sequences (prompts x n); this server queues at "
                             f"most {runtime.scheduler.max_queue} (MBUILD_MAX_QUEUE)", "too_many_sequences")
     indexed = len(prompts) > 1
-    jobs = [(p, sampling(body, runtime, len(p), asked, c, i if indexed else None, logprobs))
+    jobs = [(p, sampling(body, runtime, len(p), asked, c, i if indexed else None, logprobs, grammar))
             for i, p in enumerate(prompts) for c in range(body.n)]
     return Run(runtime, jobs, sum(len(p) for p in prompts))
 
@@ -153,15 +156,15 @@ def _stream(run: Run, chunk: Any, include_usage: bool, timeout: float) -> Stream
                 for head in chunk.first():
                     yield _sse(head)
                 async for index, delta in run.deltas():
-                    if delta.text or delta.logprobs or delta.prompt_logprobs:
-                        yield _sse(chunk.piece(index, delta, None))
-                    if delta.finish:
-                        yield _sse(chunk.piece(index, None, delta.finish))
+                    for piece in chunk.pieces(index, delta):
+                        yield _sse(piece)
             if include_usage:
                 yield _sse(chunk.usage(_usage(run.prompt_tokens, sum(run.tokens))))
             yield _sse("[DONE]")
         except GenerationFailed as exc:  # the engine failed this stream: say so in the stream, then end it
-            yield _sse({"error": {"message": str(exc), "type": "server_error", "code": "generation_failed"}})
+            kind = ("invalid_request_error", "constraint_failed") if exc.refused else ("server_error",
+                                                                                       "generation_failed")
+            yield _sse({"error": {"message": str(exc), "type": kind[0], "code": kind[1]}})
         except TimeoutError:
             yield _sse({"error": {"message": f"the stream ran longer than {timeout:g} s (MBUILD_STREAM_TIMEOUT) "
                                              "and was stopped", "type": "timeout_error", "code": "deadline_exceeded"}})
@@ -170,8 +173,8 @@ def _stream(run: Run, chunk: Any, include_usage: bool, timeout: float) -> Stream
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _respond(request: Request, body: _Sampling, run: Run, chunks: Any,
-                   whole: Callable[[], dict[str, Any]]) -> Any:
+async def respond(request: Request, body: _Sampling, run: Run, chunks: Any,
+                  whole: Callable[[], dict[str, Any]]) -> Any:
     """Stream the run as SSE chunks when asked; else wait for all of it and answer once, usage added."""
     settings = served(request).settings
     if body.stream:
@@ -180,34 +183,10 @@ async def _respond(request: Request, body: _Sampling, run: Run, chunks: Any,
     try:
         await run_to_end(request, run.drain(), settings.request_timeout, run.started)
     except GenerationFailed as exc:
+        if exc.refused:
+            raise ApiError(400, f"{exc}; simplify the output constraint", "constraint_failed") from exc
         raise ApiError(500, str(exc), "generation_failed") from exc
     return JSONResponse({**whole(), "usage": _usage(run.prompt_tokens, sum(run.tokens))})
-
-
-@router.post("/v1/chat/completions", tags=["inference"], openapi_extra=openapi_body(ChatCompletionRequest))
-async def chat_completions(request: Request) -> Any:
-    state = served(request)
-    body = await parse_body(request, ChatCompletionRequest)
-    runtime = generation_runtime(state, body.model)
-    refuse_unsupported({"tools": bool(body.tools), "tool_choice": body.tool_choice not in (None, "none"),
-                        "response_format": (body.response_format or {}).get("type", "text") != "text"})
-    if body.top_logprobs is not None and not body.logprobs:
-        raise ApiError(400, "'top_logprobs' needs 'logprobs': true", "invalid_request")
-    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-    try:
-        prompt = await off_loop(runtime.encode_chat, messages, size=sum(len(m["content"]) for m in messages))
-    except ChatTemplateError as exc:
-        raise ApiError(400, str(exc), "invalid_messages") from exc
-    top = (body.top_logprobs or 0) if body.logprobs else None
-    run = admit_run(body, runtime, [prompt], body.max_completion_tokens or body.max_tokens, (top, None))
-    ident, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), state.served_names()[0]
-    chunks = ChatChunks(ident, model, created, body.n, runtime.tokenizer)
-    return await _respond(request, body, run, chunks, lambda: {
-        "id": ident, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": i, "message": {"role": "assistant", "content": run.text[i]},
-                     "logprobs": chat_logprobs(runtime.tokenizer, run.logprobs[i]) if body.logprobs else None,
-                     "finish_reason": run.finish[i]} for i in range(len(run.text))],
-    })
 
 
 Prompt = str | list[str] | list[int] | list[list[int]]
@@ -236,19 +215,20 @@ async def completions(request: Request) -> Any:
     body = await parse_body(request, CompletionRequest)
     runtime = generation_runtime(state, body.model)
     refuse_unsupported({"suffix": bool(body.suffix)})
+    grammar = await compile_constraint(runtime, guide_spec(body))
     size = len(body.prompt) if isinstance(body.prompt, str) else sum(len(p) for p in body.prompt
                                                                       if isinstance(p, str))
     prompts = await off_loop(_prompts, runtime, body.prompt, size=size)
     check_token_ids(runtime, prompts)
     run = admit_run(body, runtime, prompts, body.max_tokens,
-                    (body.logprobs, body.logprobs if body.echo else None))
+                    (body.logprobs, body.logprobs if body.echo else None), grammar)
     ident, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), state.served_names()[0]
     # With echo, each choice (prompts x n) starts with its prompt: as sent when it was text, else decoded.
     texts = [item if isinstance(item, str) else runtime.tokenizer.decode(ids, skip_special_tokens=False)
              for item, ids in zip(_items(body.prompt), prompts, strict=True)]
     echo = [(texts[i // body.n], prompts[i // body.n]) for i in range(len(prompts) * body.n)] if body.echo else None
     chunks = CompletionChunks(ident, model, created, runtime.tokenizer, echo, body.logprobs is not None)
-    return await _respond(request, body, run, chunks, lambda: {
+    return await respond(request, body, run, chunks, lambda: {
         "id": ident, "object": "text_completion", "created": created, "model": model,
         "choices": [chunks.whole(i, run.text[i], run.logprobs[i], run.prompt_logprobs[i], run.finish[i])
                     for i in range(len(run.text))],

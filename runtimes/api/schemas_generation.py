@@ -7,11 +7,13 @@ metadata (refusal, annotations) that does not change what is generated.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runtimes.api.schemas import TEXTS_OR_IDS
+from runtimes.generation.guided import MAX_CHOICES
 from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
 
 MAX_STOP = 8
@@ -21,12 +23,80 @@ MAX_MESSAGES = 4096
 MAX_NAME = 256
 MAX_TOKENS = 1 << 20
 INT64 = 1 << 63
+MAX_TOOLS = 128
+MAX_DESCRIPTION = 4096
+MAX_GRAMMAR = 16384
 STRICT = ConfigDict(extra="forbid")
 
 
 class StreamOptions(BaseModel):
     model_config = STRICT
     include_usage: bool = False
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")  # OpenAI's rule for names
+    description: str | None = Field(None, max_length=MAX_DESCRIPTION)
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = STRICT
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionName(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(max_length=64)
+
+
+class NamedToolChoice(BaseModel):
+    model_config = STRICT
+    type: Literal["function"]
+    function: FunctionName
+
+
+class CalledFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(max_length=64)
+    arguments: str = Field(max_length=MAX_DESCRIPTION * 16)
+
+
+class AssistantToolCall(BaseModel):
+    """A tool call sent back in an assistant message of the conversation."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str = Field(max_length=MAX_NAME)
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field("response", max_length=64)
+    description: str | None = Field(None, max_length=MAX_DESCRIPTION)
+    schema_: dict[str, Any] = Field(default_factory=lambda: {"type": "object"}, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = STRICT
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class Guided(BaseModel):
+    """vLLM's guided decoding fields (also NIM's, inside "nvext")."""
+
+    model_config = STRICT
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = Field(None, max_length=MAX_GRAMMAR)
+    guided_choice: list[Annotated[str, Field(min_length=1, max_length=MAX_NAME)]] | None = Field(
+        None, min_length=1, max_length=MAX_CHOICES)
+    guided_grammar: str | None = Field(None, max_length=MAX_GRAMMAR)  # llguidance's Lark syntax
 
 
 class TextPart(BaseModel):
@@ -40,14 +110,35 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | Annotated[list[TextPart], Field(max_length=256)] | None = None
     name: str | None = Field(None, max_length=MAX_NAME)
+    tool_calls: list[AssistantToolCall] | None = Field(None, max_length=MAX_TOOLS)
+    tool_call_id: str | None = Field(None, max_length=MAX_NAME)
 
     def text(self) -> str:
         if self.content is None:
             return ""
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
 
+    def for_template(self) -> dict[str, Any]:
+        """The message as transformers hands it to a chat template: a tool call's arguments as an object."""
+        out: dict[str, Any] = {"role": self.role, "content": self.text()}
+        if self.name:
+            out["name"] = self.name
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        if self.tool_calls:
+            out["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                "name": c.function.name, "arguments": _object(c.function.arguments)}} for c in self.tool_calls]
+        return out
 
-class _Sampling(BaseModel):
+
+def _object(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments  # a template shows it as sent
+
+
+class _Sampling(Guided):
     """Fields both routes share."""
 
     model_config = STRICT
@@ -71,6 +162,9 @@ class _Sampling(BaseModel):
     ignore_eos: bool = False
     repetition_penalty: float = Field(1.0, ge=0.01, le=10)
     stop_token_ids: list[int] = Field(default_factory=list, max_length=MAX_STOP_TOKEN_IDS)
+    skip_special_tokens: bool = True
+    response_format: ResponseFormat | None = None
+    nvext: Guided | None = None  # NIM's extension object
 
     @field_validator("stop_token_ids")
     @classmethod
@@ -110,13 +204,11 @@ class _Sampling(BaseModel):
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    # Known to OpenAI clients but not implemented here: accepted only at their inert values (validated in
-    # the route, which names the field), so a client that sends the default still works.
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    tools: list[dict[str, Any]] | None = Field(None, max_length=128)
-    tool_choice: str | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
+    tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
 
 
 class CompletionRequest(_Sampling):

@@ -48,7 +48,7 @@ async def tokenize(request: Request) -> dict[str, Any]:
     body = await parse_body(request, TokenizeRequest)
     runtime = generation_runtime(served(request), body.model)
     if body.messages is not None:
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        messages = [m.for_template() for m in body.messages]
         try:
             ids = await off_loop(runtime.encode_chat, messages, body.add_generation_prompt,
                                  size=sum(len(m["content"]) for m in messages))

@@ -31,14 +31,17 @@ class ChatTemplate:
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         try:
             self.template = env.from_string(source)
+            self.source = source
         except TemplateError as exc:
             raise ChatTemplateError(f"the model's chat template does not compile: {exc}") from exc
         self.special_tokens = special_tokens
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+               tools: list[dict[str, Any]] | None = None) -> str:
+        """tools: OpenAI's tool list, passed as transformers passes it (templates that know tools read it)."""
         try:
             return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                        **self.special_tokens)
+                                        tools=tools, **self.special_tokens)
         except ChatTemplateError:
             raise
         except TemplateError as exc:

@@ -14,8 +14,8 @@ class Detokenizer:
     The first new tokens are decoded after the prompt's last few: a SentencePiece decoder drops the space
     that opens a sequence, so " Paris" decoded alone would come back as "Paris"."""
 
-    def __init__(self, tokenizer: Tokenizer, prompt: list[int] | None = None) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer: Tokenizer, prompt: list[int] | None = None, skip_special: bool = True) -> None:
+        self.tokenizer, self.skip = tokenizer, skip_special
         self.ids: list[int] = list((prompt or [])[-CONTEXT_TOKENS:])
         self.prefix = 0  # decode from here, so merges with earlier tokens render right
         self.read = len(self.ids)  # text up to here was already returned (or is the prompt's)
@@ -23,8 +23,8 @@ class Detokenizer:
 
     def push(self, token: int) -> str:
         self.ids.append(token)
-        before = self.tokenizer.decode(self.ids[self.prefix:self.read], skip_special_tokens=True)
-        after = self.tokenizer.decode(self.ids[self.prefix:], skip_special_tokens=True)
+        before = self.tokenizer.decode(self.ids[self.prefix:self.read], skip_special_tokens=self.skip)
+        after = self.tokenizer.decode(self.ids[self.prefix:], skip_special_tokens=self.skip)
         if after.endswith("\ufffd") or len(after) <= len(before):
             return ""  # an incomplete character, or a token that renders as nothing yet
         delta = after[len(before):]
@@ -34,8 +34,8 @@ class Detokenizer:
 
     def flush(self) -> str:
         """Whatever is still held back once the sequence ends."""
-        before = self.tokenizer.decode(self.ids[self.prefix:self.read], skip_special_tokens=True)
-        after = self.tokenizer.decode(self.ids[self.prefix:], skip_special_tokens=True)
+        before = self.tokenizer.decode(self.ids[self.prefix:self.read], skip_special_tokens=self.skip)
+        after = self.tokenizer.decode(self.ids[self.prefix:], skip_special_tokens=self.skip)
         delta = after[len(before):] if after.startswith(before) else ""
         self.prefix = self.read = len(self.ids)
         self.text += delta

@@ -16,7 +16,12 @@ from runtimes.generation.scheduler import Scheduler
 
 
 class GenerationFailed(RuntimeError):
-    """The engine or the sampler failed this sequence; the server goes on."""
+    """The engine or the sampler failed this sequence; the server goes on. refused: the request's own output
+    constraint could not go on (a 400), not the server (a 500)."""
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 @dataclass
@@ -48,7 +53,7 @@ class Stream:
 
     async def deltas(self) -> AsyncIterator[Delta]:
         params = self.request.params
-        detok = Detokenizer(self.tokenizer, self.request.prompt)
+        detok = Detokenizer(self.tokenizer, self.request.prompt, params.skip_special_tokens)
         held = ""  # text that might be the start of a stop string, not sent yet
         hold = max((len(s) for s in params.stop), default=1) - 1
         tokens = 0
@@ -58,7 +63,7 @@ class Stream:
             while True:
                 event = await self.request.events.get()
                 if event.error:
-                    raise GenerationFailed(f"generation failed: {event.error}")
+                    raise GenerationFailed(f"generation failed: {event.error}", event.refused)
                 if event.prompt_logprobs is not None:
                     prompt = event.prompt_logprobs
                 if event.token is not None:

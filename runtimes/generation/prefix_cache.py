@@ -16,6 +16,8 @@ from typing import Protocol
 
 import numpy as np
 
+from runtimes.metrics import Metrics
+
 BLOCK = 16  # tokens: the reuse granularity, as vLLM's default block (llama.cpp reuses per token)
 
 
@@ -65,6 +67,16 @@ class PrefixCache:
                 self.entries.move_to_end(owner)
                 return entry, length
         return None, 0
+
+    def count(self, metrics: Metrics, prompt: int, reused: int) -> None:
+        """One lookup in the metrics: prompt tokens asked for, and how many came from the cache."""
+        metrics.inc("prefix_cache_queries_total")
+        metrics.inc("prefix_cache_query_tokens_total", prompt)
+        metrics.inc("prefix_cache_hits_total", 1 if reused else 0)
+        metrics.inc("prefix_cache_hit_tokens_total", reused)
+        self.queried += prompt
+        self.reused += reused
+        metrics.set("prefix_cache_hit_rate", self.reused / self.queried)
 
     def restore(self, cache: SlotCache, row: int, prompt: list[int]) -> int:
         """Fill the slot with the longest cached prefix of the prompt; returns the tokens it now holds."""

@@ -21,6 +21,7 @@ class Event:
     token: int | None = None
     finish: FinishReason | None = None
     error: str | None = None
+    refused: bool = False  # the error is the request's own (its output constraint failed), not the server's
     logprob: TokenLogprob | None = None  # the token's, when the request asked for logprobs
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # once, before the first token (echo)
 

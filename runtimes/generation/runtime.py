@@ -12,7 +12,9 @@ from runtimes.bundle import BundleError, EngineConfig
 from runtimes.engines import decoder_for
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.generation.chat_template import ChatTemplate, ChatTemplateError
+from runtimes.generation.guided import Grammars
 from runtimes.generation.scheduler import Scheduler
+from runtimes.generation.tools import TOOL_FORMATS, ToolFormat, detect_format
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 
@@ -25,6 +27,8 @@ class GenerationRuntime:
     scheduler: Scheduler
     context: int
     eos_ids: tuple[int, ...]
+    grammars: Grammars
+    tool_format: ToolFormat | None  # how this model writes tool calls; None: it was not taught to
 
     @classmethod
     def load(cls, model_dir: Path, config: EngineConfig, settings: Settings, metrics: Metrics) -> GenerationRuntime:
@@ -49,13 +53,25 @@ class GenerationRuntime:
         scheduler = Scheduler(engine, eos, engine.slots, settings.max_queue, metrics, context=engine.context,
                               vocab=config.dimensions, prefill_chunk=chunk,
                               prefix_cache_bytes=settings.prefix_cache_mb << 20 if engine.in_place else 0)
-        return cls(engine, tokenizer, template, scheduler, config.max_seq_length, eos)
+        parser = settings.tool_call_parser
+        found = detect_format(template.source) if template and parser == "auto" else None
+        tools = TOOL_FORMATS.get(found or parser)
+        return cls(engine, tokenizer, template, scheduler, config.max_seq_length, eos,
+                   Grammars(tokenizer, config.dimensions, eos), tools)
+
+    def tool_tokens(self) -> dict[str, int]:
+        """The tool format's markers that are single tokens of this vocabulary (grammars name them by id)."""
+        if self.tool_format is None:
+            return {}
+        found = {s: self.tokenizer.token_to_id(s) for s in (*self.tool_format.starts, "</tool_call>")}
+        return {s: i for s, i in found.items() if i is not None}
 
     def encode(self, text: str, special: bool = True) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=special).ids)
 
-    def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
+    def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                    tools: list[dict[str, Any]] | None = None) -> list[int]:
         if self.template is None:
             raise ChatTemplateError("this model has no chat template; use /v1/completions with a plain prompt")
         # The template writes the BOS itself, so the tokenizer must not add another.
-        return self.encode(self.template.render(messages, add_generation_prompt=add_generation_prompt), special=False)
+        return self.encode(self.template.render(messages, add_generation_prompt, tools), special=False)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from runtimes.generation.guided import Grammar, Guide
+
 MAX_STOP_TOKEN_IDS = 64
 MAX_LOGIT_BIAS = 300  # OpenAI's own limit on logit_bias entries
 
@@ -28,6 +30,8 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, -100..100) added to the logits, as OpenAI does
     logprobs: int | None = None  # each generated token's log-probability and this many alternatives
     prompt_logprobs: int | None = None  # the same for every prompt token after the first (echo)
+    grammar: Grammar | None = None  # constrained decoding: only tokens the grammar allows are sampled
+    skip_special_tokens: bool = True  # as vLLM: False keeps markers such as [TOOL_CALLS] in the text
 
 
 @dataclass
@@ -39,12 +43,26 @@ class SamplerState:
     rng: np.random.Generator
     generated: list[int] = field(default_factory=list)
     counts: Counter[int] = field(default_factory=Counter)
+    guide: Guide | None = None
 
     @classmethod
     def start(cls, params: SamplingParams, prompt: list[int]) -> SamplerState:
         # Any integer seeds: negative and 64-bit ones map onto the generator's non-negative seeds.
         seed = None if params.seed is None else params.seed % (1 << 64)
-        return cls(params, prompt, np.random.default_rng(seed))
+        guide = params.grammar.guide() if params.grammar is not None else None
+        return cls(params, prompt, np.random.default_rng(seed), guide=guide)
+
+    @property
+    def complete(self) -> bool:
+        """The grammar, if any, can take nothing more: the sequence is done."""
+        return self.guide is not None and self.guide.finished
+
+    def record(self, token: int) -> int:
+        self.generated.append(token)
+        self.counts[token] += 1
+        if self.guide is not None:
+            self.guide.consume(token)
+        return token
 
 
 def _penalize(logits: np.ndarray, state: SamplerState) -> np.ndarray:
@@ -73,9 +91,15 @@ def _next_token(logits: np.ndarray, state: SamplerState, eos_ids: tuple[int, ...
     if p.logit_bias:
         ids, bias = zip(*p.logit_bias, strict=True)
         logits[list(ids)] += np.asarray(bias, dtype=np.float32)
+    allowed = state.guide.allowed() if state.guide is not None else None
+    if allowed is not None:
+        logits[~allowed[: logits.shape[0]]] = -np.inf
     if len(state.generated) < p.min_tokens:
         banned = [t for t in (*eos_ids, *p.stop_token_ids) if 0 <= t < logits.shape[0]]
+        kept = logits.copy()
         logits[banned] = -np.inf
+        if allowed is not None and not np.isfinite(logits).any():
+            logits = kept  # the grammar allows only an end here: it outranks min_tokens
     if p.temperature <= 0:
         token = int(np.argmax(logits))
     else:
@@ -86,10 +110,7 @@ def _next_token(logits: np.ndarray, state: SamplerState, eos_ids: tuple[int, ...
         probs = np.exp(scaled - np.max(scaled))
         total = probs.sum()
         if not np.isfinite(total) or total <= 0:  # extreme settings overflowed: fall back to the best token
-            token = int(np.nanargmax(np.where(np.isfinite(logits), logits, -np.inf)))
-            state.generated.append(token)
-            state.counts[token] += 1
-            return token
+            return state.record(int(np.nanargmax(np.where(np.isfinite(logits), logits, -np.inf))))
         probs /= total
         if p.top_p < 1.0:
             order = np.argsort(-probs)
@@ -99,6 +120,4 @@ def _next_token(logits: np.ndarray, state: SamplerState, eos_ids: tuple[int, ...
             trimmed[keep] = probs[keep]
             probs = trimmed / trimmed.sum()
         token = int(state.rng.choice(probs.shape[0], p=probs))
-    state.generated.append(token)
-    state.counts[token] += 1
-    return token
+    return state.record(token)

@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from runtimes.engines.decoder import DecoderEngine
+from runtimes.generation.guided import GuideError
 from runtimes.generation.logprobs import token_logprob
 from runtimes.generation.prefix_cache import PrefixCache
 from runtimes.generation.requests import Event, FinishReason, Request, Row
@@ -138,18 +139,9 @@ class Scheduler:
             # Prompt logprobs need every prompt position's logits: such a prompt takes nothing from the cache.
             if request.params.prompt_logprobs is None:
                 row.filled = self.prefix.restore(self.engine, len(self.rows), request.prompt)
-            self._count_prefix(len(request.prompt), row.filled)
+            self.prefix.count(self.metrics, len(request.prompt), row.filled)
             self.filling = row
         return True
-
-    def _count_prefix(self, prompt: int, reused: int) -> None:
-        self.metrics.inc("prefix_cache_queries_total")
-        self.metrics.inc("prefix_cache_query_tokens_total", prompt)
-        self.metrics.inc("prefix_cache_hits_total", 1 if reused else 0)
-        self.metrics.inc("prefix_cache_hit_tokens_total", reused)
-        self.prefix.queried += prompt
-        self.prefix.reused += reused
-        self.metrics.set("prefix_cache_hit_rate", self.prefix.reused / self.prefix.queried)
 
     def admit(self, block: bool = False) -> None:
         """Prefill up to prefill_chunk prompt tokens; prompts whose last chunk is in join the running rows."""
@@ -259,7 +251,7 @@ class Scheduler:
             token = next_token(logits, row.state, self.eos_ids)
         except Exception as exc:  # one request's sampling failure ends that request only
             log.error("request %d: sampling failed: %s", request.id, exc)
-            request.emit(Event(finish="error", error=f"sampling failed: {exc}"))
+            request.emit(Event(finish="error", error=f"sampling failed: {exc}", refused=isinstance(exc, GuideError)))
             return "error"
         row.last = token
         self.metrics.inc("tokens_total", 1, kind="completion")
@@ -272,10 +264,11 @@ class Scheduler:
             return "stop"
         chosen = None if params.logprobs is None else token_logprob(logits, token, params.logprobs)
         request.emit(Event(token=token, logprob=chosen))  # stop strings are matched on text by the consumer
-        if len(row.state.generated) >= params.max_tokens:
-            request.emit(Event(finish="length"))
-            return "length"
-        return None
+        ended: FinishReason | None = "stop" if row.state.complete else None  # the grammar's output is whole
+        ended = ended or ("length" if len(row.state.generated) >= params.max_tokens else None)
+        if ended:
+            request.emit(Event(finish=ended))
+        return ended
 
     # --- running --------------------------------------------------------------------------
     def start(self) -> None:

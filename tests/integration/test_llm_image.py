@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
 import torch
 from openai import OpenAI
@@ -93,3 +96,59 @@ def test_openai_sdk_logprobs_and_echo_against_the_image(llm_image: str, random_l
             # position p's value is the log-probability of token p given the tokens before it
             want = reference[position - 1][prompt[position]] if position < len(prompt) else reference[-1].max()
             assert abs(logprobs.token_logprobs[position] - float(want)) < 1e-4
+
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
+           "additionalProperties": False}
+ZONE = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET", "JST"]}}, "required": ["zone"],
+        "additionalProperties": False}
+TOOLS: list[Any] = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+                    {"type": "function", "function": {"name": "get_time", "parameters": ZONE}}]
+ORDER = {"type": "object", "additionalProperties": False, "required": ["item", "qty", "rush"],
+         "properties": {"item": {"type": "string", "maxLength": 16}, "qty": {"type": "integer", "minimum": 1,
+                                                                              "maximum": 99},
+                        "rush": {"type": "boolean"}}}
+
+
+def test_openai_sdk_tools_and_structured_output_against_the_image(llm_image: str) -> None:
+    """Two tools offered, calls made and answered, a final reply; the same calls streamed as deltas; json_schema
+    answers that validate on 20 samples at temperature 1."""
+    schemas = {"get_weather": WEATHER, "get_time": ZONE}
+    ask: list[Any] = [{"role": "user", "content": "Weather in Oslo and the time in Tokyo?"}]
+    with docker_run(llm_image) as url, OpenAI(base_url=f"{url}/v1", api_key="unused") as client:
+        name = client.models.list().data[0].id
+        first = client.chat.completions.create(model=name, messages=ask, tools=TOOLS, tool_choice="required",
+                                               temperature=0, max_tokens=160)
+        calls = first.choices[0].message.tool_calls or []
+        assert first.choices[0].finish_reason == "tool_calls" and calls
+        for call in calls:
+            jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])  # type: ignore[union-attr]
+        results = [{"role": "tool", "tool_call_id": c.id, "content": json.dumps({"ok": True})} for c in calls]
+        history: list[Any] = [*ask, first.choices[0].message, *results]
+        final = client.chat.completions.create(model=name, messages=history, tools=TOOLS, max_tokens=8,
+                                               temperature=0, extra_body={"min_tokens": 8})
+        assert final.choices[0].message.content and not final.choices[0].message.tool_calls
+
+        streamed: dict[int, dict[str, str]] = {}
+        finish = None
+        for chunk in client.chat.completions.create(model=name, messages=ask, tools=TOOLS, tool_choice="required",
+                                                    temperature=0, max_tokens=160, stream=True):
+            for delta in chunk.choices[0].delta.tool_calls or []:
+                entry = streamed.setdefault(delta.index, {"name": "", "arguments": ""})
+                entry["name"] += (delta.function and delta.function.name) or ""
+                entry["arguments"] += (delta.function and delta.function.arguments) or ""
+            finish = chunk.choices[0].finish_reason or finish
+        assert finish == "tool_calls"
+        assert list(streamed.values()) == [{"name": c.function.name, "arguments": c.function.arguments}  # type: ignore[union-attr]
+                                           for c in calls]
+
+        form: Any = {"type": "json_schema", "json_schema": {"name": "order", "schema": ORDER, "strict": True}}
+        answers = []
+        for seed in range(5):
+            reply = client.chat.completions.create(model=name, messages=[{"role": "user", "content": "An order"}],
+                                                   response_format=form, temperature=1, n=4, seed=seed,
+                                                   max_tokens=80)
+            answers += [(c.message.content or "", c.finish_reason) for c in reply.choices]
+        assert len(answers) == 20 and all(finish == "stop" for _, finish in answers)
+        for text, _ in answers:
+            jsonschema.validate(json.loads(text), ORDER)

@@ -105,8 +105,12 @@ ENCODER_CASES = [
     *metadata_cases("encoder"),
 ]
 
-UNIMPLEMENTED = {"best_of": 2, "top_logprobs": 3, "guided_json": {"type": "object"},
+UNIMPLEMENTED = {"best_of": 2, "top_logprobs": 3, "guided_decoding_backend": "xgrammar",
                  "nvext": {"top_k": 5}}
+NESTED_SCHEMA: dict[str, object] = {"type": "object"}
+for _ in range(150):
+    NESTED_SCHEMA = {"type": "object", "properties": {"a": NESTED_SCHEMA}}
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 LLM_CASES = [
     Case("chat: 100k nested lists as content", CHAT, raw(messages=b'[{"role":"user","content":' + DEEP + b"}]"),
          400),

@@ -45,9 +45,18 @@ def make_tiny_encoder(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
+# Llama 3.1's conventions: tools listed for the model in a system turn, a call written as {"name": ...,
+# "parameters": ...}, a tool's result in an "ipython" turn. Without tools it renders as Llama 3's template.
 CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
-    "{{ message['content'] | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+    "{{ bos_token }}{% if tools %}<|start_header_id|>system<|end_header_id|>\n\nTo call a function, reply with "
+    "JSON {\"name\": its name, \"parameters\": its arguments}.\n{% for tool in tools %}{{ tool | tojson }}\n"
+    "{% endfor %}<|eot_id|>{% endif %}{% for message in messages %}{% if message['role'] == 'tool' %}"
+    "<|start_header_id|>ipython<|end_header_id|>\n\n{{ message['content'] | trim }}<|eot_id|>"
+    "{% elif message.get('tool_calls') %}<|start_header_id|>assistant<|end_header_id|>\n\n"
+    "{% for call in message['tool_calls'] %}{% if not loop.first %}; {% endif %}{\"name\": "
+    "{{ call['function']['name'] | tojson }}, \"parameters\": {{ call['function']['arguments'] | tojson }}}"
+    "{% endfor %}<|eot_id|>{% else %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
+    "{{ message['content'] | trim }}<|eot_id|>{% endif %}{% endfor %}{% if add_generation_prompt %}"
     "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
 TRAINING_TEXT = ("The quick brown fox jumps over the lazy dog. Containers package software with everything it needs. "
                  "Hello, world! How are you today? I am a tiny language model that talks about containers. "
@@ -71,11 +80,11 @@ def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0) -> Path
     tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
                                                        special_tokens=[("<|begin_of_text|>", bos)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
-                                   pad_token="<|end_of_text|>", chat_template=CHAT_TEMPLATE, model_max_length=512)
+                                   pad_token="<|end_of_text|>", chat_template=CHAT_TEMPLATE, model_max_length=1024)
     fast.save_pretrained(folder)
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, bos_token_id=bos,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, bos_token_id=bos,
                          eos_token_id=eot, tie_word_embeddings=False)
     model = LlamaForCausalLM(config)
     if train_steps:

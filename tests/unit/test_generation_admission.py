@@ -64,11 +64,11 @@ def test_logit_bias_is_applied(client: TestClient, tiny_llm_build: Path) -> None
 
 @pytest.mark.parametrize(("path", "field", "value"), [
     ("/v1/completions", "best_of", 2),
-    ("/v1/completions", "guided_json", {"type": "object"}),
-    ("/v1/completions", "nvext", {"guided_json": {}}),
+    ("/v1/completions", "guided_decoding_backend", "xgrammar"),
+    ("/v1/completions", "guided_whitespace_pattern", " "),
     ("/v1/completions", "logprobs", 6),
     ("/v1/chat/completions", "top_logprobs", 2),
-    ("/v1/chat/completions", "parallel_tool_calls", True),
+    ("/v1/chat/completions", "functions", [{"name": "f"}]),  # OpenAI's deprecated form of tools
     ("/v1/chat/completions", "logit_bias", {"abc": 1}),
     ("/v1/chat/completions", "logit_bias", {"5": 500}),
 ])

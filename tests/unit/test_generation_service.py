@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +28,20 @@ def settings(model_dir: Path) -> Settings:
                     log_format="text", threads=1, max_queue=64, served_name=None)
 
 
-@pytest.fixture(scope="module")
-def client(tiny_llm_build: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(settings(tiny_llm_build / "model"))) as test_client:
+@contextmanager
+def serving(model_dir: Path, **overrides: Any) -> Iterator[TestClient]:
+    """The app on the bundle, in-process, once it reports ready."""
+    with TestClient(create_app(dataclasses.replace(settings(model_dir), **overrides))) as test_client:
         deadline = time.monotonic() + 60
         while test_client.get("/v1/health/ready").status_code != 200:
             assert time.monotonic() < deadline, test_client.get("/v1/health/ready").json()
             time.sleep(0.05)
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def client(tiny_llm_build: Path) -> Iterator[TestClient]:
+    with serving(tiny_llm_build / "model") as test_client:
         yield test_client
 
 
@@ -145,12 +154,12 @@ def test_token_id_prompts_and_eos_stop(client: TestClient, tiny_llama: Path) -> 
 
 @pytest.mark.parametrize(("path", "body", "status", "code"), [
     ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 5000}, 400, "context_length_exceeded"),
-    ("/v1/completions", {"prompt": "x " * 600, "max_tokens": 4}, 400, "context_length_exceeded"),
+    ("/v1/completions", {"prompt": "x " * 1200, "max_tokens": 4}, 400, "context_length_exceeded"),
     ("/v1/chat/completions", {"messages": []}, 400, "invalid_request"),
     ("/v1/chat/completions", {"messages": CHAT, "temperature": 3}, 400, "invalid_request"),
     ("/v1/chat/completions", {"messages": CHAT, "model": "other/model"}, 404, "model_not_found"),
     ("/v1/chat/completions", {"messages": CHAT, "top_logprobs": 2}, 400, "invalid_request"),  # needs logprobs
-    ("/v1/chat/completions", {"messages": CHAT, "tools": [{"type": "function"}]}, 400, "unsupported_parameter"),
+    ("/v1/chat/completions", {"messages": CHAT, "tools": [{"type": "function"}]}, 400, "invalid_request"),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "invalid_request"),
     ("/v1/completions", {"prompt": [999999], "max_tokens": 2}, 400, "invalid_token_id"),
     ("/v1/completions", {"prompt": "x", "max_tokens": 2, "min_tokens": 5}, 400, "invalid_request"),
@@ -164,7 +173,7 @@ def test_bad_requests(client: TestClient, path: str, body: dict[str, Any], statu
 
 def test_context_error_names_the_limit(client: TestClient) -> None:
     message = client.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 5000}).json()
-    assert "maximum context length is 512 tokens" in message["error"]["message"]
+    assert "maximum context length is 1024 tokens" in message["error"]["message"]
 
 
 def test_metadata_reports_the_gate(client: TestClient) -> None:

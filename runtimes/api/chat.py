@@ -1,0 +1,62 @@
+"""POST /v1/chat/completions: messages through the model's chat template, with tools and structured output."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from runtimes.api.admission import generation_runtime, off_loop, served
+from runtimes.api.auth import require_key
+from runtimes.api.bodies import openapi_body, parse_body
+from runtimes.api.completion_shapes import ChatChunks, chat_logprobs, chat_message
+from runtimes.api.errors import ApiError, OpenAIRoute
+from runtimes.api.generation import admit_run, respond
+from runtimes.api.schemas_generation import ChatCompletionRequest
+from runtimes.api.structured import compile_constraint, guide_spec, tool_use, tools_for_template
+from runtimes.generation.chat_template import ChatTemplateError
+from runtimes.generation.guided import GuideSpec
+
+router = APIRouter(route_class=OpenAIRoute, dependencies=[Depends(require_key)])
+
+
+@router.post("/v1/chat/completions", tags=["inference"], openapi_extra=openapi_body(ChatCompletionRequest))
+async def chat_completions(request: Request) -> Any:
+    state = served(request)
+    body = await parse_body(request, ChatCompletionRequest)
+    runtime = generation_runtime(state, body.model)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise ApiError(400, "'top_logprobs' needs 'logprobs': true", "invalid_request")
+    tools = tool_use(body, runtime)
+    constraint: tuple[str, GuideSpec | str] | None = guide_spec(body)
+    if tools is not None and tools.forced is not None:
+        if constraint is not None:
+            raise ApiError(400, f"'tool_choice' requires a tool call, which {constraint[0]!r} contradicts; send one",
+                           "conflicting_constraints")
+        constraint = ("tools", tools.forced)
+    grammar = await compile_constraint(runtime, constraint)
+    if tools is not None:  # a tool call's markers may be special tokens ([TOOL_CALLS]): the parser reads them
+        body.skip_special_tokens = False
+    messages = [m.for_template() for m in body.messages]
+    try:
+        prompt = await off_loop(runtime.encode_chat, messages, True, tools_for_template(body),
+                                size=sum(len(m["content"]) for m in messages))
+    except ChatTemplateError as exc:
+        raise ApiError(400, str(exc), "invalid_messages") from exc
+    top = (body.top_logprobs or 0) if body.logprobs else None
+    run = admit_run(body, runtime, [prompt], body.max_completion_tokens or body.max_tokens, (top, None), grammar)
+    ident, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), state.served_names()[0]
+    form = tools.form if tools else None
+    chunks = ChatChunks(ident, model, created, body.n, runtime.tokenizer, form)
+
+    def whole() -> dict[str, Any]:
+        choices = []
+        for i, text in enumerate(run.text):
+            message, finish = chat_message(text, form, run.finish[i])
+            choices.append({"index": i, "message": message, "finish_reason": finish,
+                            "logprobs": chat_logprobs(runtime.tokenizer, run.logprobs[i]) if body.logprobs else None})
+        return {"id": ident, "object": "chat.completion", "created": created, "model": model, "choices": choices}
+
+    return await respond(request, body, run, chunks, whole)

@@ -1,0 +1,111 @@
+"""Constrained decoding: a grammar (a JSON schema, a regex, a choice, a Lark grammar) applied as a token mask
+in the sampler, one matcher per sequence, inside continuous batching.
+
+The grammar engine is llguidance (the one vLLM, llama.cpp and onnxruntime-genai use). Measured on this
+project's 2-core CPU with a 128k-token vocabulary: a mask costs 19 us at the median, 122 us at p90, and the
+library needs neither PyTorch nor a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import llguidance
+import llguidance.numpy
+import numpy as np
+from tokenizers import Tokenizer
+
+GuideKind = Literal["json_schema", "json_object", "regex", "choice", "lark"]
+MAX_CHOICES = 256
+# Compact JSON (no free whitespace): what OpenAI's structured outputs give, and a model cannot pad the output
+# with whitespace until max_tokens cuts it into an invalid document.
+_JSON_OPTIONS: Any = {"whitespace_flexible": False}
+
+
+class GuideError(ValueError):
+    """The grammar or schema a request sent cannot be compiled; the message says why."""
+
+
+@dataclass(frozen=True)
+class GuideSpec:
+    kind: GuideKind
+    value: Any  # the schema (a dict), the regex or Lark text, or the list of choices
+
+
+def lark_string(text: str) -> str:
+    """A Lark string literal (JSON's escapes) that matches `text` exactly."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def grammar_text(spec: GuideSpec) -> str:
+    """The llguidance grammar for a request's constraint."""
+    if spec.kind == "json_schema":
+        return llguidance.LLMatcher.grammar_from_json_schema(spec.value, overrides=_JSON_OPTIONS)
+    if spec.kind == "json_object":
+        return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=_JSON_OPTIONS)
+    if spec.kind == "regex":
+        return llguidance.LLMatcher.grammar_from_regex(spec.value)
+    if spec.kind == "choice":
+        return llguidance.LLMatcher.grammar_from_lark("start: " + " | ".join(lark_string(c) for c in spec.value))
+    return llguidance.LLMatcher.grammar_from_lark(spec.value)
+
+
+class Grammars:
+    """One model's grammar compiler: its vocabulary as llguidance sees it, built once."""
+
+    def __init__(self, tokenizer: Tokenizer, vocab: int, eos_ids: tuple[int, ...]) -> None:
+        self.vocab = vocab
+        self.tokenizer = llguidance.LLTokenizer(tokenizer.to_str(), n_vocab=vocab, eos_token=list(eos_ids) or None)
+        # Errors name the grammar's fault, never the parser's internal state. The lexer's fuel bounds the work a
+        # mask may take (measured here: a hostile regex's first mask took 0.9 s at the library's defaults, which
+        # would stall every stream of the batch; 0.12 s with these, and every realistic schema still compiles).
+        self.limits = llguidance.LLParserLimits(verbose_errors=False, initial_lexer_fuel=200_000,
+                                                step_lexer_fuel=50_000)
+
+    def compile(self, spec: GuideSpec | str) -> Grammar:
+        """A compiled grammar; GuideError when it is invalid. Can take milliseconds: call it off the event loop."""
+        try:
+            text = spec if isinstance(spec, str) else grammar_text(spec)
+        except ValueError as exc:
+            raise GuideError(str(exc)) from exc
+        matcher = llguidance.LLMatcher(self.tokenizer, text, log_level=0, limits=self.limits)
+        if not matcher.is_error():
+            Guide(matcher, self.vocab).allowed()  # the first mask builds the lexer: here, not in the batch's step
+        if matcher.is_error():
+            raise GuideError(matcher.get_error().strip().splitlines()[0][:500])
+        return Grammar(matcher, self.vocab)
+
+
+class Grammar:
+    """A compiled constraint; each sequence that follows it gets its own copy of the matcher."""
+
+    def __init__(self, prototype: llguidance.LLMatcher, vocab: int) -> None:
+        self.prototype, self.vocab = prototype, vocab
+
+    def guide(self) -> Guide:
+        return Guide(self.prototype.deep_copy(), self.vocab)
+
+
+class Guide:
+    """One sequence's place in its grammar."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, vocab: int) -> None:
+        self.matcher, self.vocab = matcher, vocab
+        self.bits = llguidance.numpy.allocate_token_bitmask(1, vocab)
+
+    def allowed(self) -> np.ndarray:
+        """The tokens the grammar allows next, as a boolean row over the vocabulary."""
+        llguidance.numpy.fill_next_token_bitmask(self.matcher, self.bits)
+        return np.unpackbits(self.bits[0].view(np.uint8), bitorder="little")[: self.vocab].astype(bool)
+
+    def consume(self, token: int) -> None:
+        if not self.matcher.consume_token(token):
+            reason = self.matcher.get_error().strip().splitlines()[0][:200]
+            raise GuideError(f"the grammar could not go on at token {token}: {reason}")
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more can follow: the output is complete."""
+        return bool(self.matcher.is_stopped())

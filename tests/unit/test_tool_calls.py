@@ -1,0 +1,182 @@
+"""Tool calling: the three formats read from model text, the grammars that force a call, and the OpenAI shapes
+served in-process by the real engine on the tiny Llama (whose chat template renders tools as Llama 3.1 does)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from fastapi.testclient import TestClient
+from tokenizers import Tokenizer
+
+from runtimes.generation.guided import Grammars
+from runtimes.generation.tools import TOOL_FORMATS, ToolText, detect_format
+from runtimes.settings import TOOL_PARSERS
+from tests.support.tiny_models import CHAT_TEMPLATE
+from tests.unit.test_generation_service import serving, sse
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"],
+           "additionalProperties": False}
+ZONE = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
+        "additionalProperties": False}
+FUNCTIONS: list[dict[str, Any]] = [{"name": "weather", "parameters": WEATHER}, {"name": "time", "parameters": ZONE}]
+TOOLS = [{"type": "function", "function": f} for f in FUNCTIONS]
+PARAMETERS = {"weather": WEATHER, "time": ZONE}
+ASK = [{"role": "user", "content": "Weather in Paris, and the time?"}]
+
+
+def test_every_settings_name_has_a_format() -> None:
+    assert set(TOOL_FORMATS) == set(TOOL_PARSERS)
+
+
+@pytest.mark.parametrize(("template", "found"), [
+    (CHAT_TEMPLATE, "llama3_json"), ("{{ '<tool_call>' }}", "hermes"), ("[TOOL_CALLS] {{ tools }}", "mistral"),
+    ("{{ messages }}", None)])
+def test_the_format_comes_from_the_chat_template(template: str, found: str | None) -> None:
+    assert detect_format(template) == found
+
+
+@pytest.mark.parametrize(("form", "text", "content", "calls"), [
+    ("llama3_json", ' {"name": "f", "parameters": {"a": 1}}', None, [("f", {"a": 1})]),
+    ("llama3_json", '<|python_tag|>{"name": "f", "parameters": {}}; {"name": "g", "parameters": {"b": "x"}}', None,
+     [("f", {}), ("g", {"b": "x"})]),
+    ("llama3_json", 'The answer is {"name": "f"}', 'The answer is {"name": "f"}', []),
+    ("llama3_json", '{"name": "f", "parameters": {"a": 1', '{"name": "f", "parameters": {"a": 1', []),
+    ("hermes", 'Let me look.\n<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>\n'
+               '<tool_call>{"name": "g", "arguments": {}}</tool_call>', "Let me look.", [("f", {"a": 1}), ("g", {})]),
+    ("hermes", "<tool_call>{not json}</tool_call>", "<tool_call>{not json}</tool_call>", []),
+    ("mistral", 'Sure.[TOOL_CALLS][{"name": "f", "arguments": {"x": "y"}}, {"name": "g", "arguments": {}}]', "Sure.",
+     [("f", {"x": "y"}), ("g", {})]),
+    ("mistral", "No calls here.", "No calls here.", []),
+])
+def test_calls_are_read_from_each_formats_text(form: str, text: str, content: str | None,
+                                               calls: list[tuple[str, dict[str, Any]]]) -> None:
+    got_content, got = TOOL_FORMATS[form].split(text)
+    assert got_content == content
+    assert [(c.name, json.loads(c.arguments)) for c in got] == calls
+    assert len({c.id for c in got}) == len(got)
+
+
+@pytest.mark.parametrize(("form", "pieces", "sent", "calls"), [
+    ("hermes", ["Hi <to", "ol_c", 'all>{"name": "f",', ' "arguments": {}}</tool_call>'], "Hi ", ["f"]),
+    ("hermes", ["a <", "b"], "a <b", []),
+    ("llama3_json", [" ", '{"na', 'me": "f", "parameters": {}}'], "", ["f"]),
+    ("llama3_json", [" ", "Hel", "lo {"], " Hello {", []),
+    ("mistral", ["ok [TOOL_", 'CALLS][{"name": "f", "arguments": {}}]'], "ok ", ["f"]),
+])
+def test_a_stream_sends_content_at_once_and_holds_calls(form: str, pieces: list[str], sent: str,
+                                                        calls: list[str]) -> None:
+    text = ToolText(TOOL_FORMATS[form])
+    out = "".join(text.feed(piece) for piece in pieces)
+    rest, got = text.end()
+    assert out + rest == sent and [c.name for c in got] == calls
+
+
+@pytest.fixture(scope="module")
+def marked_tokenizer(tiny_llama: Path) -> Tokenizer:
+    """The tiny vocabulary plus the formats' markers as special tokens, as Qwen2's and Mistral's have them."""
+    tokenizer = Tokenizer.from_file(str(tiny_llama / "tokenizer.json"))
+    tokenizer.add_special_tokens(["<tool_call>", "</tool_call>", "[TOOL_CALLS]"])
+    return tokenizer
+
+
+@pytest.mark.parametrize(("form", "call"), [
+    ("hermes", '<tool_call>\n{"name": "time", "arguments": {"zone": "CET"}}\n</tool_call>'),
+    ("mistral", '[TOOL_CALLS][{"name": "weather", "arguments": {"city": "Oslo"}}]'),
+    ("llama3_json", '{"name": "weather", "parameters": {"city": "Oslo"}}'),
+])
+def test_forced_grammars_accept_a_call_and_nothing_else(marked_tokenizer: Tokenizer, form: str, call: str) -> None:
+    ids = {s: marked_tokenizer.token_to_id(s) or 0 for s in ("<tool_call>", "</tool_call>", "[TOOL_CALLS]")}
+    grammars = Grammars(marked_tokenizer, marked_tokenizer.get_vocab_size(), (4,))
+    grammar = grammars.compile(TOOL_FORMATS[form].forced(FUNCTIONS, True, ids))
+    tokens = marked_tokenizer.encode(call, add_special_tokens=False).ids
+    guide = grammar.guide()
+    for token in tokens:
+        assert guide.allowed()[token], marked_tokenizer.decode(tokens[:tokens.index(token) + 1])
+        guide.consume(token)
+    assert guide.matcher.is_accepting()
+    other = grammar.guide()
+    wrong = marked_tokenizer.encode('{"name": "nope"', add_special_tokens=False).ids
+    assert not all(other.matcher.consume_token(t) for t in wrong)
+
+
+@pytest.fixture(scope="module")
+def client(tiny_llm_build: Path) -> Iterator[TestClient]:
+    with serving(tiny_llm_build / "model") as test_client:
+        yield test_client
+
+
+def ask(client: TestClient, **body: Any) -> dict[str, Any]:
+    response = client.post("/v1/chat/completions", json={"messages": ASK, "tools": TOOLS, "max_tokens": 120,
+                                                          "temperature": 0, **body})
+    assert response.status_code == 200, response.text
+    choice: dict[str, Any] = response.json()["choices"][0]
+    return choice
+
+
+def check_calls(calls: list[dict[str, Any]]) -> None:
+    assert calls
+    for call in calls:
+        assert call["type"] == "function" and call["id"].startswith("call_")
+        jsonschema.validate(json.loads(call["function"]["arguments"]), PARAMETERS[call["function"]["name"]])
+
+
+def test_required_and_named_choices_give_calls_that_match_the_schemas(client: TestClient) -> None:
+    for seed in range(3):
+        choice = ask(client, tool_choice="required", temperature=1, seed=seed)
+        assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+        check_calls(choice["message"]["tool_calls"])
+    named = ask(client, tool_choice={"type": "function", "function": {"name": "time"}})
+    assert [c["function"]["name"] for c in named["message"]["tool_calls"]] == ["time"]
+
+
+def test_streamed_tool_call_deltas_add_up_to_the_whole_answer(client: TestClient) -> None:
+    whole = ask(client, tool_choice="required")
+    chunks = sse(client, "/v1/chat/completions", {"messages": ASK, "tools": TOOLS, "max_tokens": 120,
+                                                  "temperature": 0, "tool_choice": "required", "stream": True})
+    calls: dict[int, dict[str, str]] = {}
+    for chunk in chunks:
+        for delta in chunk["choices"][0]["delta"].get("tool_calls", []):
+            call = calls.setdefault(delta["index"], {"name": "", "arguments": ""})
+            call["name"] += delta.get("function", {}).get("name", "")
+            call["arguments"] += delta["function"].get("arguments", "")
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert list(calls.values()) == [{k: c["function"][k] for k in ("name", "arguments")}
+                                    for c in whole["message"]["tool_calls"]]
+
+
+def test_a_round_trip_sends_results_back_and_gets_an_answer(client: TestClient) -> None:
+    first = ask(client, tool_choice="required")
+    results = [{"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"ok": c["function"]["name"]})}
+               for c in first["message"]["tool_calls"]]
+    final = ask(client, messages=[*ASK, first["message"], *results], tool_choice="none", max_tokens=16)
+    assert final["finish_reason"] == "length" and final["message"]["content"]
+    assert "tool_calls" not in final["message"]
+
+
+def test_auto_without_a_call_is_plain_content(client: TestClient) -> None:
+    choice = ask(client, max_tokens=12)  # the tiny model answers in prose
+    assert choice["message"]["content"] and choice["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize(("body", "code"), [
+    ({"tool_choice": "required"}, "invalid_tools"),  # no tools
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "invalid_tools"),
+    ({"tools": TOOLS, "tool_choice": "required", "guided_regex": "a"}, "conflicting_constraints"),
+    ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "invalid_request"),
+    ({"tools": TOOLS, "tool_choice": "sometimes"}, "invalid_request"),
+])
+def test_tool_requests_that_cannot_work_are_400s(client: TestClient, body: dict[str, Any], code: str) -> None:
+    response = client.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 4, **body})
+    assert (response.status_code, response.json()["error"]["code"]) == (400, code), response.text
+
+
+def test_a_model_without_a_tool_format_refuses_tools(tiny_llm_build: Path) -> None:
+    with serving(tiny_llm_build / "model", tool_call_parser="none") as client:
+        response = client.post("/v1/chat/completions", json={"messages": ASK, "tools": TOOLS, "max_tokens": 4})
+        assert (response.status_code, response.json()["error"]["code"]) == (400, "tools_unsupported")
+        assert "MBUILD_TOOL_CALL_PARSER" in response.json()["error"]["message"]
