@@ -8,7 +8,9 @@ library needs neither PyTorch nor a GPU.
 
 from __future__ import annotations
 
+import collections
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,6 +21,7 @@ from tokenizers import Tokenizer
 
 GuideKind = Literal["json_schema", "json_object", "regex", "choice", "lark"]
 MAX_CHOICES = 256
+CACHED_GRAMMARS = 32  # compiled grammars kept, least recently used dropped first
 # Compact JSON (no free whitespace): what OpenAI's structured outputs give, and a model cannot pad the output
 # with whitespace until max_tokens cuts it into an invalid document.
 _JSON_OPTIONS: Any = {"whitespace_flexible": False}
@@ -61,20 +64,37 @@ class Grammars:
         # Errors name the grammar's fault, never the parser's internal state. The lexer's fuel bounds the work a
         # mask may take (measured here: a hostile regex's first mask took 0.9 s at the library's defaults, which
         # would stall every stream of the batch; 0.12 s with these, and every realistic schema still compiles).
+        # Lexer states bound a grammar's memory (1-2 kB each), kept CACHED_GRAMMARS times at most.
         self.limits = llguidance.LLParserLimits(verbose_errors=False, initial_lexer_fuel=200_000,
-                                                step_lexer_fuel=50_000)
+                                                step_lexer_fuel=50_000, max_lexer_states=50_000)
+        self.compiled: collections.OrderedDict[str, Grammar] = collections.OrderedDict()
+        self.lock = threading.Lock()  # compiles run in the event loop's worker threads
 
     def compile(self, spec: GuideSpec | str) -> Grammar:
-        """A compiled grammar; GuideError when it is invalid. Can take milliseconds: call it off the event loop."""
+        """A compiled grammar; GuideError when it is invalid. Can take milliseconds: call it off the event loop.
+        Kept by its text (an application sends the same schema request after request, as vLLM's cache assumes)."""
         try:
             text = spec if isinstance(spec, str) else grammar_text(spec)
         except ValueError as exc:
             raise GuideError(str(exc)) from exc
+        with self.lock:
+            if text in self.compiled:
+                self.compiled.move_to_end(text)
+                return self.compiled[text]
+        grammar = self._compile(text)
+        with self.lock:
+            self.compiled[text] = grammar
+            while len(self.compiled) > CACHED_GRAMMARS:
+                self.compiled.popitem(last=False)
+        return grammar
+
+    def _compile(self, text: str) -> Grammar:
         matcher = llguidance.LLMatcher(self.tokenizer, text, log_level=0, limits=self.limits)
         if not matcher.is_error():
             Guide(matcher, self.vocab).allowed()  # the first mask builds the lexer: here, not in the batch's step
         if matcher.is_error():
-            raise GuideError(matcher.get_error().strip().splitlines()[0][:500])
+            reason = matcher.get_error().strip().splitlines()[0][:500]
+            raise GuideError("it matches no output at all" if reason == "NoExtensionBias" else reason)
         return Grammar(matcher, self.vocab)
 
 

@@ -105,6 +105,8 @@ def test_a_constrained_sequence_leaves_its_batch_neighbours_alone(client: TestCl
     ({"guided_json": {"type": "bogus"}}, "invalid_constraint", "guided_json"),
     ({"guided_json": "{not json"}, "invalid_guided_json", "guided_json"),
     ({"guided_grammar": "start: undefined_rule"}, "invalid_constraint", "guided_grammar"),
+    ({"guided_json": {"$ref": "#"}}, "invalid_constraint", "matches no output"),
+    ({"guided_json": {"$ref": "http://169.254.169.254/latest"}}, "invalid_constraint", "guided_json"),
     ({"guided_choice": ["a"], "guided_regex": "a"}, "conflicting_constraints", "guided_choice"),
     ({"response_format": {"type": "json_object"}, "nvext": {"guided_regex": "a"}}, "conflicting_constraints",
      "nvext.guided_regex"),
