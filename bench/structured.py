@@ -7,10 +7,10 @@ llama.cpp's llama-server doing the same with its own grammar engine (json_schema
   llama.cpp  llama-server on the q8_0 GGUF of the same weights, one thread, --parallel 16, `json_schema`
 Every request streams POST /v1/completions with a 64-token prompt and decodes exactly 64 tokens (greedy; the
 schema's list needs more than 64 tokens, so no constrained answer ends early). Both servers on one pinned core,
-measured one at a time, the client on the other; the arms alternate within each round, after one warm-up run of each (mbuild
-compiles a schema once and keeps it, as vLLM does, so the rounds measure what an application that sends the
-same schema gets). The number that matters is TPOT with the schema over TPOT without, per server and
-concurrency: the mask's cost.
+measured one at a time, the client on the other; the arms alternate within each round, after one warm-up run
+of each (mbuild compiles a schema once and keeps it, as vLLM does, so the rounds measure what an application
+that sends the same schema gets). The number that matters is TPOT with the schema over TPOT without, per
+server and concurrency: the mask's cost.
 """
 
 from __future__ import annotations
