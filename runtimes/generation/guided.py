@@ -59,8 +59,8 @@ class Grammars:
     """One model's grammar compiler: its vocabulary as llguidance sees it, built once."""
 
     def __init__(self, tokenizer: Tokenizer, vocab: int, eos_ids: tuple[int, ...]) -> None:
-        self.vocab = vocab
-        self.tokenizer = llguidance.LLTokenizer(tokenizer.to_str(), n_vocab=vocab, eos_token=list(eos_ids) or None)
+        self.vocab, self.source, self.eos_ids = vocab, tokenizer, eos_ids
+        self._tokenizer: llguidance.LLTokenizer | None = None
         # Errors name the grammar's fault, never the parser's internal state. The lexer's fuel bounds the work a
         # mask may take (measured here: a hostile regex's first mask took 0.9 s at the library's defaults, which
         # would stall every stream of the batch; 0.12 s with these, and every realistic schema still compiles).
@@ -69,6 +69,20 @@ class Grammars:
                                                 step_lexer_fuel=50_000, max_lexer_states=50_000)
         self.compiled: collections.OrderedDict[str, Grammar] = collections.OrderedDict()
         self.lock = threading.Lock()  # compiles run in the event loop's worker threads
+
+    @property
+    def tokenizer(self) -> llguidance.LLTokenizer:
+        """The vocabulary as llguidance reads it, made at the first constrained request (about a second for 128k
+        tokens), so a model whose tokenizer it cannot read still serves everything else."""
+        with self.lock:
+            if self._tokenizer is None:
+                try:
+                    self._tokenizer = llguidance.LLTokenizer(self.source.to_str(), n_vocab=self.vocab,
+                                                             eos_token=list(self.eos_ids) or None)
+                except ValueError as exc:
+                    raise GuideError(f"the grammar engine cannot read this model's tokenizer ({exc}), so this "
+                                     "model serves no constrained output") from exc
+            return self._tokenizer
 
     def compile(self, spec: GuideSpec | str) -> Grammar:
         """A compiled grammar; GuideError when it is invalid. Can take milliseconds: call it off the event loop.
@@ -81,15 +95,15 @@ class Grammars:
             if text in self.compiled:
                 self.compiled.move_to_end(text)
                 return self.compiled[text]
-        grammar = self._compile(text)
+        grammar = self._compile(text, self.tokenizer)
         with self.lock:
             self.compiled[text] = grammar
             while len(self.compiled) > CACHED_GRAMMARS:
                 self.compiled.popitem(last=False)
         return grammar
 
-    def _compile(self, text: str) -> Grammar:
-        matcher = llguidance.LLMatcher(self.tokenizer, text, log_level=0, limits=self.limits)
+    def _compile(self, text: str, tokenizer: llguidance.LLTokenizer) -> Grammar:
+        matcher = llguidance.LLMatcher(tokenizer, text, log_level=0, limits=self.limits)
         if not matcher.is_error():
             Guide(matcher, self.vocab).allowed()  # the first mask builds the lexer: here, not in the batch's step
         if matcher.is_error():

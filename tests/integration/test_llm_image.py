@@ -111,44 +111,49 @@ ORDER = {"type": "object", "additionalProperties": False, "required": ["item", "
 
 
 def test_openai_sdk_tools_and_structured_output_against_the_image(llm_image: str) -> None:
-    """Two tools offered, calls made and answered, a final reply; the same calls streamed as deltas; json_schema
-    answers that validate on 20 samples at temperature 1."""
+    """Two tools offered and both called in turn (named tool_choice: the random model would not choose), each
+    result sent back, then a final reply; the same call streamed as deltas; json_schema answers that validate
+    on 20 samples at temperature 1."""
     schemas = {"get_weather": WEATHER, "get_time": ZONE}
-    ask: list[Any] = [{"role": "user", "content": "Weather in Oslo and the time in Tokyo?"}]
+    history: list[Any] = [{"role": "user", "content": "Weather in Oslo and the time in Tokyo?"}]
     with docker_run(llm_image) as url, OpenAI(base_url=f"{url}/v1", api_key="unused") as client:
         name = client.models.list().data[0].id
-        first = client.chat.completions.create(model=name, messages=ask, tools=TOOLS, tool_choice="required",
-                                               temperature=0, max_tokens=160)
-        calls = first.choices[0].message.tool_calls or []
-        assert first.choices[0].finish_reason == "tool_calls" and calls
-        for call in calls:
-            jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])  # type: ignore[union-attr]
-        results = [{"role": "tool", "tool_call_id": c.id, "content": json.dumps({"ok": True})} for c in calls]
-        history: list[Any] = [*ask, first.choices[0].message, *results]
+        made = []
+        for tool in ("get_weather", "get_time"):
+            choice: Any = {"type": "function", "function": {"name": tool}}
+            reply = client.chat.completions.create(model=name, messages=history, tools=TOOLS, tool_choice=choice,
+                                                   temperature=0, max_tokens=200)
+            calls = reply.choices[0].message.tool_calls or []
+            assert reply.choices[0].finish_reason == "tool_calls" and [c.function.name for c in calls] == [tool]  # type: ignore[union-attr]
+            jsonschema.validate(json.loads(calls[0].function.arguments), schemas[tool])  # type: ignore[union-attr]
+            made.append(calls[0])
+            history += [reply.choices[0].message,
+                        {"role": "tool", "tool_call_id": calls[0].id, "content": json.dumps({"ok": tool})}]
         final = client.chat.completions.create(model=name, messages=history, tools=TOOLS, max_tokens=8,
                                                temperature=0, extra_body={"min_tokens": 8})
         assert final.choices[0].message.content and not final.choices[0].message.tool_calls
 
         streamed: dict[int, dict[str, str]] = {}
         finish = None
-        for chunk in client.chat.completions.create(model=name, messages=ask, tools=TOOLS, tool_choice="required",
-                                                    temperature=0, max_tokens=160, stream=True):
+        for chunk in client.chat.completions.create(model=name, messages=history[:1], tools=TOOLS,
+                                                    tool_choice={"type": "function",
+                                                                 "function": {"name": "get_weather"}},
+                                                    temperature=0, max_tokens=200, stream=True):
             for delta in chunk.choices[0].delta.tool_calls or []:
                 entry = streamed.setdefault(delta.index, {"name": "", "arguments": ""})
                 entry["name"] += (delta.function and delta.function.name) or ""
                 entry["arguments"] += (delta.function and delta.function.arguments) or ""
             finish = chunk.choices[0].finish_reason or finish
         assert finish == "tool_calls"
-        assert list(streamed.values()) == [{"name": c.function.name, "arguments": c.function.arguments}  # type: ignore[union-attr]
-                                           for c in calls]
+        assert list(streamed.values()) == [{"name": "get_weather", "arguments": made[0].function.arguments}]  # type: ignore[union-attr]
 
         form: Any = {"type": "json_schema", "json_schema": {"name": "order", "schema": ORDER, "strict": True}}
         answers = []
         for seed in range(5):
             reply = client.chat.completions.create(model=name, messages=[{"role": "user", "content": "An order"}],
                                                    response_format=form, temperature=1, n=4, seed=seed,
-                                                   max_tokens=80)
+                                                   max_tokens=200)
             answers += [(c.message.content or "", c.finish_reason) for c in reply.choices]
-        assert len(answers) == 20 and all(finish == "stop" for _, finish in answers)
+        assert len(answers) == 20 and all(finish == "stop" for _, finish in answers), answers
         for text, _ in answers:
             jsonschema.validate(json.loads(text), ORDER)

@@ -13,7 +13,9 @@ from typing import Any
 import jsonschema
 import pytest
 from fastapi.testclient import TestClient
+from tokenizers import Tokenizer, models
 
+from runtimes.generation.guided import Grammars, GuideError, GuideSpec
 from tests.unit.test_generation_service import serving, sse
 
 ASK = [{"role": "user", "content": "Describe the weather as JSON"}]
@@ -139,3 +141,12 @@ def test_a_grammar_too_costly_to_follow_fails_its_request_alone(client: TestClie
     with client.stream("POST", "/v1/chat/completions", json={**hostile, "stream": True}) as response:
         last = [line for line in response.iter_lines() if line.startswith("data: ")][-1]
     assert json.loads(last[6:])["error"]["code"] == "constraint_failed"
+
+
+def test_a_tokenizer_the_grammar_engine_cannot_read_refuses_constraints_only() -> None:
+    """A word-level vocabulary has no byte decoder for llguidance: the model still loads and serves free text;
+    a constrained request gets a 400 that says why."""
+    tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(50)}, unk_token="t0"))
+    grammars = Grammars(tokenizer, 50, (2,))  # no error at load
+    with pytest.raises(GuideError, match="cannot read this model's tokenizer"):
+        grammars.compile(GuideSpec("json_object", None))
