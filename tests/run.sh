@@ -6,8 +6,8 @@
 # Every run starts from fresh state: a new HOME, new containers-storage (podman and buildah, one
 # storage.conf for every call, probes included), a new Docker data root, new registry storage and new
 # mbuild caches, all under one folder made for this run and removed after it. Only two things are
-# reused between runs, on purpose: the debootstrapped base rootfs tarball (MBUILD_CI_CACHE) and pip's
-# download cache. So a setup step that is missing fails here instead of passing on leftovers.
+# reused between runs, on purpose: the base image `mbuild base` made from the Debian mirror
+# (MBUILD_CI_CACHE) and pip's download cache. So a setup step that is missing fails here instead of passing on leftovers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +27,7 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 
 # Container tests need the real tools. Install and start them where we can (root); elsewhere those
 # tests say why they skip.
-TOOLS=(dockerd:docker.io debootstrap:debootstrap skopeo:skopeo umoci:umoci runc:runc
+TOOLS=(dockerd:docker.io mmdebstrap:mmdebstrap skopeo:skopeo umoci:umoci runc:runc
        docker-registry:docker-registry buildah:buildah podman:podman)
 MISSING=()
 for pair in "${TOOLS[@]}"; do command -v "${pair%%:*}" >/dev/null || MISSING+=("${pair##*:}"); done
@@ -61,7 +61,7 @@ export MBUILD_CACHE="$STATE/mbuild-cache"
 mkdir -p "$HOME" "$MBUILD_CACHE"
 echo "fresh state for this run in $STATE:"
 echo "  HOME=$HOME  MBUILD_CACHE=$MBUILD_CACHE  pytest --basetemp=$STATE/pytest"
-echo "  reused: base rootfs cache $MBUILD_CI_CACHE, pip cache $PIP_CACHE_DIR"
+echo "  reused: base image cache $MBUILD_CI_CACHE, pip cache $PIP_CACHE_DIR"
 
 # podman and buildah: one storage.conf (driver, graph root, run root) and one containers.conf for every
 # call, so the first probe cannot set up the storage database with another driver than later builds use.
@@ -106,6 +106,8 @@ if docker info >/dev/null 2>&1; then
   export MBUILD_TEST_BASE_OCI_DIR="$STATE/base-oci"
   bash .ci/local-base-image.sh "${MBUILD_TEST_BASE_IMAGE:-mbuild-local/python:3.11-bookworm}"
   export MBUILD_TEST_BASE_OCI="oci:$MBUILD_TEST_BASE_OCI_DIR:bookworm"
+  MBUILD_TEST_BASE_MBUILD="$(MBUILD_CACHE="$MBUILD_CI_CACHE/mbuild" .venv/bin/mbuild base 2>/dev/null)"  # cached: instant
+  export MBUILD_TEST_BASE_MBUILD
   export MBUILD_REQUIRE_CONTAINERS=1
 fi
 

@@ -17,8 +17,8 @@ from builder.engine import cache as engine_cache
 from builder.engine.expected_io import expected_export
 from builder.engine.make import make_engine
 from builder.engine.report import REPORT_FILE, GateReport
-from builder.errors import BaseImageError, InputError, ValidationFailed
-from builder.image import ImageResult, choose_backend
+from builder.errors import BaseImageError, InputError, MbuildError, ValidationFailed
+from builder.image import ImageBackend, ImageResult, choose_backend
 from builder.image.push import PushResult, push, record_image
 from builder.model.pull import pull
 from builder.model.sources import parse_model_ref
@@ -88,6 +88,19 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
     return report
 
 
+def _build_image(backend: ImageBackend, build_dir: Path, tag: str) -> ImageResult:
+    """The backend's build; a failure leaves its reason in image-build.log, which the error names."""
+    log = build_dir / "image-build.log"
+    try:
+        return backend.build(build_dir, tag, log)
+    except MbuildError as exc:
+        with log.open("a") as out:
+            out.write(f"error: {exc.message}\n" + (f"hint: {exc.hint}\n" if exc.hint else ""))
+        if str(log) not in (exc.hint or ""):
+            exc.hint = f"{exc.hint}; log: {log}" if exc.hint else f"log: {log}"
+        raise
+
+
 def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
     plan = plan_package(opts, reporter, for_plan_only=opts.plan_only)
     build_dir = (opts.output or default_build_dir(plan)).resolve()
@@ -98,11 +111,13 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
         return PackageResult(plan, build_dir, None, None, "--plan-only: no model, engine or packages",
                              timings=dict(reporter.timings))
     # Before any download or export: a backend that cannot build here fails in seconds, not after the gate.
-    backend, note = choose_backend(opts.backend, opts.image_format)
+    backend, note = choose_backend(opts.backend, opts.image_format, opts.offline)
     if backend is not None and backend.name == "docker" and parse_image_source(plan.base_image).kind != "name":
         raise BaseImageError(f"docker cannot build FROM {plan.base_image}: it reads bases from registries only",
                              hint="use --backend oci, podman or buildah (they read oci:, oci-archive: and "
                                   "docker-archive: bases), or `docker load` the base and name it")
+    if backend is not None:
+        backend.check_base(plan.base_image, plan.profile.python_version, opts.offline)
     reused = reuse.finished_digest(build_dir) == plan.digest()
     if reused:
         reporter.skipped("build", f"reused {build_dir}: plan digest {plan.digest()[:12]} unchanged, "
@@ -129,7 +144,7 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
     else:
         reporter.note(note)
         with reporter.stage("image", f"{backend.name} build {plan.tag}"):
-            image = backend.build(build_dir, plan.tag, build_dir / "image-build.log")
+            image = _build_image(backend, build_dir, plan.tag)
         record_image(build_dir, backend.name, plan.tag, image.image_id, image.digest)
     pushed = None
     if opts.push:

@@ -9,9 +9,10 @@ from typing import Any
 import click
 
 from builder import __version__
+from builder.cli.base import base
 from builder.cli.cache import cache
 from builder.cli.doctor import doctor
-from builder.cli.images import inspect, push
+from builder.cli.images import inspect, load, push
 from builder.cli.package import package
 from builder.cli.plan import plan
 from builder.cli.profiles import profiles
@@ -52,7 +53,7 @@ def cli() -> None:
     """Package Hugging Face models into optimized, validated, health-checked inference containers."""
 
 
-for command in (package, plan, profiles, serve, push, inspect, cache, doctor):
+for command in (package, plan, profiles, serve, push, load, inspect, base, cache, doctor):
     cli.add_command(command)
 
 

@@ -13,9 +13,11 @@ from huggingface_hub import get_token
 
 from builder import __version__
 from builder.image import BACKENDS
+from builder.image.debian_base import bootstrap_tool
 from builder.model.catalog import lookup_alias
 from builder.model.hubcache import hub_cache_dir, offline_requested
-from builder.planning.profiles import load_profiles
+from builder.oci.base import registry_base_status
+from builder.planning.profiles import DEFAULT_BASE_IMAGE, load_profiles
 from builder.planning.selection import evaluate
 from builder.planning.target import CPU_FLAGS_OF_INTEREST, detected_target, host_cpu_target
 from builder.versions import installed_version
@@ -31,7 +33,7 @@ def _free_gb(path: Path) -> float | None:
 def gather() -> dict[str, Any]:
     target = detected_target()
     cpu = host_cpu_target()
-    refusals = {name: factory("oci").unavailable() for name, factory in BACKENDS.items()}
+    refusals = {name: factory("oci", False).unavailable() for name, factory in BACKENDS.items()}
     backends = {name: refusal.message if refusal else "available" for name, refusal in refusals.items()}
     export_tools = {name: installed_version(name) for name in ("torch", "transformers", "sentence-transformers",
                                                                "onnx")}
@@ -42,6 +44,8 @@ def gather() -> dict[str, Any]:
     runnable_cpu = [p.name for p in load_profiles() if p.device == "cpu" and "embedding" in p.tasks
                     and evaluate(p, cpu, embedding.facts()).status == "runnable"]
     can_export = all(export_tools.values())
+    base_ok, base_why = registry_base_status(DEFAULT_BASE_IMAGE, offline_requested())
+    maker = bootstrap_tool()
     return {
         "mbuild": __version__,
         "platform": f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
@@ -61,10 +65,25 @@ def gather() -> dict[str, Any]:
             else "no: " + ("install the export extra" if not can_export else "no CPU profile fits this CPU"),
             "GPU (TensorRT) engines": "no: TensorRT is not installed" if not installed_version("tensorrt")
             else ("yes" if target.gpus else "no: no NVIDIA GPU visible"),
-            "images": next((f"yes, with {name}" for name, state in backends.items() if state == "available"),
-                           "no image backend; `--backend none` writes the build context"),
+            "images": _images(backends, base_ok, base_why, maker),
         },
+        "base_image": {"default": DEFAULT_BASE_IMAGE, "usable": base_ok, "why": base_why,
+                       "mbuild base": maker or "no: install mmdebstrap (or debootstrap and run as root)"},
     }
+
+
+def _images(backends: dict[str, str], base_ok: bool, base_why: str, maker: str | None) -> str:
+    """The truth about images: a backend, and a base it can get."""
+    backend = next((name for name, state in backends.items() if state == "available"), None)
+    if backend is None:
+        return "no image backend; `--backend none` writes the build context"
+    if base_ok:
+        return f"yes, with {backend} from {DEFAULT_BASE_IMAGE}"
+    if maker:
+        return (f"yes, with {backend}, once `mbuild base` makes a base with {maker} ({DEFAULT_BASE_IMAGE}: "
+                f"{base_why}); or --backend none")
+    return (f"no: {DEFAULT_BASE_IMAGE} is {base_why}, and `mbuild base` cannot run here; --backend none writes "
+            "the context")
 
 
 def render(info: dict[str, Any]) -> str:
@@ -82,6 +101,8 @@ def render(info: dict[str, Any]) -> str:
         ("offline", "yes (HF_HUB_OFFLINE)" if info["offline"] else "no"),
         ("export", ", ".join(f"{k} {v}" for k, v in info["export_tools"].items())),
         ("TensorRT", info["tensorrt"]),
+        ("base image", f"{info['base_image']['default']}: {info['base_image']['why']}; "
+                       f"mbuild base: {info['base_image']['mbuild base']}"),
     ]
     rows += [(f"can build {k}", v) for k, v in info["can_build"].items()]
     width = max(len(k) for k, _ in rows)

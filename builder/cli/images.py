@@ -1,4 +1,4 @@
-"""`mbuild push` and `mbuild inspect`: the image side of a build, for DevOps."""
+"""`mbuild push`, `mbuild load` and `mbuild inspect`: the image side of a build, for DevOps."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import click
 
 from builder.engine.report import GateReport
 from builder.image.inspect import inspect_target
+from builder.image.load import load as load_image
 from builder.image.push import push as push_image
 
 
@@ -24,6 +25,22 @@ def push(source: str, destination: str, fmt: str) -> None:
     result = push_image(source, destination, fmt)
     click.echo(f"pushed {result.destination} with {result.tool}")
     click.echo(f"digest {result.digest}" + (" (same as the local image)" if result.local_digest else ""))
+
+
+@click.command()
+@click.argument("source")
+@click.option("--into", "engine", type=click.Choice(["podman", "docker"]),
+              help="The engine to load into (default: podman if installed, else docker).")
+@click.option("--tag", "name", help="The name to give it there (default: the build's image tag).")
+def load(source: str, engine: str | None, name: str | None) -> None:
+    """Load an image the OCI writer built into podman's or docker's images, to run it there.
+
+    SOURCE: a build dir packaged with --backend oci, or oci:DIR[:TAG].
+    """
+    result = load_image(source, engine, name)
+    click.echo(f"loaded {result.tag} into {result.engine} (manifest {result.digest})", err=True)
+    click.echo(f"run: {result.engine} run --rm -p 8000:8000 {result.tag}", err=True)
+    click.echo(result.tag)
 
 
 def _size(n: int) -> str:

@@ -20,10 +20,10 @@ from builder.progress import Reporter
 def _run_hint(result: PackageResult) -> str:
     """How to start the image from where it now is: only docker and podman hold it under its tag."""
     tag = result.plan.tag
-    if result.image is not None and result.image.backend == "oci":
-        layout = result.build_dir / LAYOUT_DIR
-        return (f"run it:  skopeo copy oci:{layout}:{tag} docker-daemon:{tag} && docker run --rm -p 8000:8000 {tag}"
-                f"\n         (or push it: mbuild push {result.build_dir} REGISTRY/REPO:TAG)")
+    if result.image is not None and result.image.backend == "oci":  # in an OCI layout, not in any engine yet
+        return (f"run it:  mbuild load {result.build_dir} && podman run --rm -p 8000:8000 {tag}"
+                f"\n         (`mbuild load --into docker` for docker; the layout: {result.build_dir / LAYOUT_DIR};"
+                f" or push it: mbuild push {result.build_dir} REGISTRY/REPO:TAG)")
     tool = "docker" if result.image is not None and result.image.backend == "docker" else "podman"
     return f"run it:  {tool} run --rm -p 8000:8000 {tag}"
 

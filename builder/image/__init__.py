@@ -11,11 +11,12 @@ from builder.image.oci import OciBackend
 from builder.oci.media import Format
 
 # `--backend auto` tries them in this order: the tools the user already runs first, the writer last.
-# Each factory takes the manifest format; only the OCI writer has a choice (the CLIs' is fixed).
-BACKENDS: dict[str, Callable[[Format], ImageBackend]] = {
-    "docker": lambda _fmt: DockerBackend(),
-    "podman": lambda _fmt: PodmanBackend(),
-    "buildah": lambda _fmt: BuildahBackend(),
+# Each factory takes the manifest format (only the OCI writer has a choice: the CLIs' is fixed) and whether
+# the build is offline (only the OCI writer pulls bases itself).
+BACKENDS: dict[str, Callable[[Format, bool], ImageBackend]] = {
+    "docker": lambda _fmt, _offline: DockerBackend(),
+    "podman": lambda _fmt, _offline: PodmanBackend(),
+    "buildah": lambda _fmt, _offline: BuildahBackend(),
     "oci": OciBackend,
 }
 CHOICES = ("auto", "none", *BACKENDS)
@@ -23,14 +24,15 @@ CHOICES = ("auto", "none", *BACKENDS)
 __all__ = ["BACKENDS", "CHOICES", "ImageBackend", "ImageResult", "choose_backend"]
 
 
-def choose_backend(name: str, image_format: Format = "oci") -> tuple[ImageBackend | None, str]:
+def choose_backend(name: str, image_format: Format = "oci", offline: bool = False
+                   ) -> tuple[ImageBackend | None, str]:
     """The backend to build with (None: stop at the context) and a line saying why."""
     if name == "none":
         return None, "--backend none: stopping at the build context"
     if name == "auto":
         reasons = []
         for key, factory in BACKENDS.items():
-            backend = factory(image_format)
+            backend = factory(image_format, offline)
             refusal = backend.unavailable()
             if refusal is None:
                 return backend, f"--backend auto chose {key}"
@@ -38,7 +40,7 @@ def choose_backend(name: str, image_format: Format = "oci") -> tuple[ImageBacken
         return None, "no image backend available (" + "; ".join(reasons) + "); stopping at the build context"
     if name not in BACKENDS:
         raise InputError(f"unknown backend {name!r}", hint=f"choose one of {', '.join(CHOICES)}")
-    backend = BACKENDS[name](image_format)
+    backend = BACKENDS[name](image_format, offline)
     refusal = backend.unavailable()
     if refusal is not None:
         refusal.message = f"the {name} backend cannot build here: {refusal.message}"

@@ -27,6 +27,10 @@ class ImageBackend(Protocol):
         """None when this backend can build here, else the error that says why and what to do."""
         ...
 
+    def check_base(self, base_image: str, python: str | None, offline: bool) -> None:
+        """BaseImageError now, before any download or export, when the build could not get or use its base."""
+        ...
+
     def existing(self, tag: str, context: Path) -> ImageResult | None:
         """The image already built under tag from this context, if any."""
         ...

@@ -14,9 +14,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from builder.errors import ImageBuildError, StorageMismatch
+from builder.errors import BaseImageError, ImageBuildError, StorageMismatch
 from builder.image.base import ImageResult
 from builder.image.spec import ImageSpec
+from builder.oci.base import NO_REGISTRY_FIXES
 from builder.oci.refs import parse_image_source, parse_ref
 from builder.oci.registry import is_insecure
 
@@ -77,6 +78,12 @@ class DockerfileCli:
             if size.strip().isdigit() and int(size) > 0:
                 layers.append((made.strip(), int(size)))
         return layers
+
+    def check_base(self, base_image: str, python: str | None, offline: bool) -> None:
+        """Offline, a registry base must already be among this tool's images (it would pull it at build time)."""
+        if offline and parse_image_source(base_image).kind == "name" and self.image_info(base_image) is None:
+            raise BaseImageError(f"base image {base_image} is not among {self.name}'s images, and --offline forbids "
+                                 "pulling it", hint=NO_REGISTRY_FIXES)
 
     def existing(self, tag: str, context: Path | None = None) -> ImageResult | None:
         info = self.image_info(tag)
@@ -168,6 +175,12 @@ class BuildahBackend(_ContainersStorage):
     def build_command(self, context: Path, tag: str) -> list[str]:
         return ["build", "--format", "docker", "--isolation", "chroot", *self._tls(context), "--tag", tag,
                 str(context)]
+
+    def check_base(self, base_image: str, python: str | None, offline: bool) -> None:
+        """Offline, a registry base must already be among this tool's images (it would pull it at build time)."""
+        if offline and parse_image_source(base_image).kind == "name" and self.image_info(base_image) is None:
+            raise BaseImageError(f"base image {base_image} is not among {self.name}'s images, and --offline forbids "
+                                 "pulling it", hint=NO_REGISTRY_FIXES)
 
     def existing(self, tag: str, context: Path | None = None) -> ImageResult | None:
         result = self._run("inspect", "--type", "image", tag)

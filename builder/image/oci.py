@@ -88,11 +88,15 @@ def image_config(base: BaseImage, spec: ImageSpec, diff_ids: list[str], epoch: i
 class OciBackend:
     name = "oci"
 
-    def __init__(self, fmt: Format = "oci") -> None:
+    def __init__(self, fmt: Format = "oci", offline: bool = False) -> None:
         self.format: Format = fmt
+        self.offline = offline  # a registry base only as last pulled: no registry is contacted
 
     def unavailable(self) -> ImageBuildError | None:
         return None  # pure Python: it runs wherever mbuild does
+
+    def check_base(self, base_image: str, python: str | None, offline: bool) -> None:
+        check_python(load_base(base_image, offline), python)  # pulled (and kept) now, not after the gate
 
     def existing(self, tag: str, context: Path) -> ImageResult | None:
         layout = Layout(context / LAYOUT_DIR)
@@ -106,7 +110,7 @@ class OciBackend:
     def build(self, context: Path, tag: str, log_file: Path) -> ImageResult:
         spec = ImageSpec.load(context)
         epoch = source_date_epoch()
-        base = load_base(spec.base_image)
+        base = load_base(spec.base_image, self.offline)
         check_python(base, plan_python(context))  # before writing anything: a base that cannot run is no image
         out = context / LAYOUT_DIR
         shutil.rmtree(out, ignore_errors=True)

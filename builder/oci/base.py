@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.errors import BaseImageError, InputError, UnsafeInput
+from builder.errors import BaseImageError, ImageBuildError, InputError, MbuildError, UnsafeInput
 from builder.hashing import sha256_file
 from builder.oci.layers import Hashing
 from builder.oci.layout import Descriptor, Layout, canonical, is_linux_amd64
 from builder.oci.media import GZIP_LAYERS, INDEXES, OCI_CONFIG, OCI_LAYER, OCI_MANIFEST
-from builder.oci.refs import ImageSource, parse_image_source, parse_ref
+from builder.oci.refs import ImageRef, ImageSource, parse_image_source, parse_ref
 from builder.oci.registry import Registry
 from builder.resources import mbuild_cache_dir
 from builder.safepaths import inside
@@ -147,8 +147,61 @@ def _json_object(data: bytes, where: str) -> dict[str, Any]:
     return value
 
 
-def _from_registry(source: str) -> BaseImage:
+# What to do when a registry base cannot be had: named in every such error.
+NO_REGISTRY_FIXES = ("`mbuild base` makes a python3 base from a Debian mirror (then --base-image oci:DIR:TAG as it "
+                     "prints); or --base-image oci:DIR:TAG / docker-archive:FILE of a base copied to this host; or "
+                     "--base-image naming a registry mirror this host reaches; or --backend none to stop at the "
+                     "build context")
+
+
+def _pin(source: str) -> Path:
+    """Where the digest a registry reference last resolved to is kept, so --offline can use that pull."""
+    return _cache(f"pin:{source}").with_suffix(".digest")
+
+
+def _pinned(source: str) -> BaseImage:
+    """The base as last pulled, with no registry contact (--offline)."""
+    try:
+        digest = _pin(source).read_text().strip()
+    except OSError:
+        digest = ""
+    cached = _cache(f"registry:{digest}")
+    if not digest or not (cached / "index.json").is_file():
+        raise BaseImageError(f"base image {source} is not on this host, and --offline forbids pulling it from "
+                             f"{parse_ref(source).registry}", hint=NO_REGISTRY_FIXES)
+    return _from_layout(source, Layout(cached), None)
+
+
+def registry_base_status(source: str, offline: bool) -> tuple[bool, str]:
+    """Can a build get this registry base now? (usable, why), for doctor: a pull kept here, or its registry."""
+    try:
+        _pinned(source)
+        return True, "pulled before (usable offline)"
+    except MbuildError:
+        pass
+    registry = parse_ref(source).registry
+    if offline:
+        return False, f"not on this host, and offline forbids pulling it from {registry}"
+    try:
+        with Registry(parse_ref(source), timeout=5) as client:
+            client.request("GET", f"{client.base.split('/v2/')[0]}/v2/")
+        return True, f"{registry} answers"
+    except MbuildError:
+        return False, f"not on this host, and {registry} does not answer"
+
+
+def _from_registry(source: str, offline: bool = False) -> BaseImage:
+    if offline:
+        return _pinned(source)
     ref = parse_ref(source)
+    try:
+        return _pull(source, ref)
+    except ImageBuildError as exc:
+        raise BaseImageError(f"cannot pull the base image {source}: {exc.message}",
+                             hint=f"{exc.hint + '; or ' if exc.hint else ''}{NO_REGISTRY_FIXES}") from exc
+
+
+def _pull(source: str, ref: ImageRef) -> BaseImage:
     with Registry(ref) as registry:
         # get_manifest checks the bytes against a digest reference: a pinned base is the pinned base.
         data, media, digest = registry.get_manifest(ref.reference)
@@ -167,6 +220,8 @@ def _from_registry(source: str) -> BaseImage:
                 registry.get_blob(desc.digest, layout.blob_path(desc.digest))
         stored = layout.put_bytes(data, media or OCI_MANIFEST)
         layout.write_index(stored, "base")
+    _pin(source).parent.mkdir(parents=True, exist_ok=True)
+    _pin(source).write_text(digest)
     return _from_layout(source, layout, None)
 
 
@@ -184,11 +239,12 @@ def local_layout(parsed: ImageSource) -> tuple[Layout, str | None]:
     return _docker_archive_layout(parsed.text, parsed.path), None
 
 
-def load_base(source: str) -> BaseImage:
+def load_base(source: str, offline: bool = False) -> BaseImage:
+    """The base's config and layers; offline: a registry base only as it was last pulled, else an error."""
     parsed = parse_image_source(source)
     if parsed.kind == "dir":
         raise BaseImageError(f"base image {source!r} is a folder, not an image reference",
                              hint="write oci:DIR[:TAG] for an OCI layout folder")
     if parsed.kind == "name":
-        return _from_registry(source)
+        return _from_registry(source, offline)
     return _from_layout(source, *local_layout(parsed))

@@ -65,7 +65,8 @@ def check_python(base: BaseImage, version: str | None) -> None:
         raise BaseImageError(
             f"base image {base.source} has no {' or '.join(missing)} in {', '.join('/' + d for d in BIN_DIRS)} "
             f"(Pythons found: {', '.join(pythons)}); the runtime could not start in it",
-            hint=f"use a base with Python {version or '3'}, e.g. --base-image python:{version or '3.11'}-slim")
+            hint=f"use a base with Python {version or '3'}: `mbuild base` makes one from a Debian mirror, or "
+                 f"--base-image python:{version or '3.11'}-slim from a registry")
 
 
 def plan_python(context: Path) -> str | None:

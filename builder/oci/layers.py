@@ -13,6 +13,7 @@ import io
 import os
 import stat
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -85,19 +86,28 @@ def _info(name: str, source: Path, mtime: int) -> tarfile.TarInfo:
     return info
 
 
-def build_layer(context: Path, copy: Copy, out: Path, mtime: int) -> LayerBlob:
+def write_layer(out: Path, fill: Callable[[tarfile.TarFile], None]) -> LayerBlob:
+    """A gzipped tar layer at out, its entries added by fill; gzip with no name or time, so equal entries give
+    equal bytes."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("wb") as raw:
         compressed = Hashing(raw)
         with gzip.GzipFile(filename="", mode="wb", fileobj=compressed, mtime=0, compresslevel=6) as gz:
             uncompressed = Hashing(gz)  # type: ignore[arg-type]
             with tarfile.open(fileobj=uncompressed, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
-                for name, source in _entries(context, copy):
-                    info = _info(name, source, mtime)
-                    if info.type == tarfile.REGTYPE:
-                        with source.open("rb") as fh:
-                            tar.addfile(info, fh)
-                    else:
-                        tar.addfile(info)
+                fill(tar)
     return LayerBlob(out, "sha256:" + compressed.sha.hexdigest(), "sha256:" + uncompressed.sha.hexdigest(),
                      compressed.count)
+
+
+def build_layer(context: Path, copy: Copy, out: Path, mtime: int) -> LayerBlob:
+    def fill(tar: tarfile.TarFile) -> None:
+        for name, source in _entries(context, copy):
+            info = _info(name, source, mtime)
+            if info.type == tarfile.REGTYPE:
+                with source.open("rb") as fh:
+                    tar.addfile(info, fh)
+            else:
+                tar.addfile(info)
+
+    return write_layer(out, fill)

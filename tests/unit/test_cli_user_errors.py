@@ -107,7 +107,7 @@ def test_allow_failed_gate_warns_and_still_checks_the_port(tmp_path: Path, busy_
     assert result.exit_code == PortBusy.exit_code
 
 
-@pytest.mark.parametrize(("backend", "says", "never"), [("oci", "skopeo copy oci:", "run it:  docker run"),
+@pytest.mark.parametrize(("backend", "says", "never"), [("oci", "mbuild load", "run it:  docker run"),
                                                           ("docker", "docker run", "skopeo"),
                                                           ("podman", "podman run", "docker run")])
 def test_the_summary_says_how_to_run_the_image_from_where_it_is(tmp_path: Path, backend: str, says: str,

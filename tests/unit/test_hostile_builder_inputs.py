@@ -260,6 +260,7 @@ def test_a_base_without_a_usable_python_is_refused(tmp_path: Path, layers: list[
     with pytest.raises(BaseImageError) as caught:
         check_python(base, "3.11")
     assert "python" in caught.value.message and "--base-image" in (caught.value.hint or "")
+    assert "mbuild base" in (caught.value.hint or "")
 
 
 # --- cache import: links out of the model folder ---------------------------------------------------------------------
