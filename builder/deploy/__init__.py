@@ -1,0 +1,1 @@
+"""`mbuild deploy`: Kubernetes, Helm and KServe manifests written from a build's plan."""
