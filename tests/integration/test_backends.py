@@ -36,9 +36,10 @@ TAG = "mbuild-test/backends:it"
 
 
 def package(backend: str, base: str, hf_home: Path, out: Path, env: dict[str, str] | None = None) -> str:
-    result = mbuild("package", "all-minilm-l6-v2", "--offline", "--backend", backend, "--base-image", base,
+    # The Hub offline (HF_HUB_OFFLINE), the base pulled from the test registry: --offline would keep that out too.
+    result = mbuild("package", "all-minilm-l6-v2", "--backend", backend, "--base-image", base,
                     "--name", TAG.split(":")[0], "--version", "it", "--output", str(out),
-                    env={"HF_HOME": str(hf_home), "HF_TOKEN": SECRET, **(env or {})})
+                    env={"HF_HOME": str(hf_home), "HF_TOKEN": SECRET, "HF_HUB_OFFLINE": "1", **(env or {})})
     log = out / "image-build.log"
     assert result.returncode == 0, result.stderr + (log.read_text()[-3000:] if log.exists() else "")
     assert SECRET not in result.stderr + result.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from pathlib import Path
@@ -104,3 +105,19 @@ def test_doctor_never_prints_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
     assert result.exit_code == 0
     assert "hf_secret_value_123" not in result.output
     assert "HF_TOKEN" in result.output and "set" in result.output
+
+
+def test_doctor_tells_whether_the_default_base_can_be_had(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A registry that does not answer and no pull kept: images need `mbuild base`, or cannot be built at all."""
+    doctor = importlib.import_module("builder.cli.doctor")  # the module: builder.cli's `doctor` is the command
+    monkeypatch.setattr(doctor, "DEFAULT_BASE_IMAGE", "127.0.0.1:9/python:3.11-slim")
+    monkeypatch.setenv("MBUILD_INSECURE_REGISTRIES", "127.0.0.1:9")
+    monkeypatch.setenv("MBUILD_CACHE", str(tmp_path))
+    monkeypatch.setattr(doctor, "bootstrap_tool", lambda: "mmdebstrap")
+    info = doctor.gather()
+    assert info["base_image"]["usable"] is False and "does not answer" in info["base_image"]["why"]
+    images = info["can_build"]["images"]
+    assert images.startswith("no image backend") or "once `mbuild base` makes a base" in images
+    monkeypatch.setattr(doctor, "bootstrap_tool", lambda: None)
+    images = doctor.gather()["can_build"]["images"]
+    assert images.startswith(("no image backend", "no: 127.0.0.1:9/python:3.11-slim"))
