@@ -50,7 +50,7 @@ def test_runtime_service_imports_with_builder_unavailable() -> None:
 
 
 # builder/'s packages, top to bottom: each imports only its own package and those below it (docs/architecture.md).
-LAYERS = ("cli", "build", "image", "engine", "planning", "model", "oci")
+LAYERS = ("cli", "build", "deploy", "image", "engine", "planning", "model", "oci")
 COMMON = "common"  # builder/*.py: errors, hashing, resources, progress ...; below everything
 
 
