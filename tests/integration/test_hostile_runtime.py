@@ -280,22 +280,21 @@ def test_abandoned_work_is_dropped(which: str, encoder: Server, llm: Server) -> 
     server, normal = (encoder, EMBED) if which == "encoder" else (llm, CHAT)
     heavy = ("/v1/embeddings", {"input": [LONG[:200]] * 2048, "truncate": "END"}) if which == "encoder" else (
         "/v1/completions", {"prompt": [5, 6, 7, 8], "max_tokens": _context(llm.url) - 4, "ignore_eos": True})
-    timer = httpx.Client()  # one warm connection, so only the server's time is measured
-    _normal_ok(server.url, normal, timer)
-    # Measured the same way before and after: a request after SETTLE seconds idle is slower than one right
-    # after another (5-30 ms against 5-9 here), so both sides wait SETTLE and take the median of three.
-    time.sleep(SETTLE)
-    unloaded = statistics.median(_normal_ok(server.url, normal, timer) for _ in range(3))
-    data = json.dumps(heavy[1]).encode()
-    offset = server.log_size()
-    clients = [_raw(server.url, _post_head(heavy[0], len(data)), data) for _ in range(50)]  # all sent in full
-    time.sleep(0.05)
-    for sock in clients:  # and all gone ~50 ms later
-        sock.close()
-    at_once = _normal_ok(server.url, normal, timer)
-    time.sleep(SETTLE)
-    after = statistics.median(_normal_ok(server.url, normal, timer) for _ in range(3))  # as unloaded: not one sample
-    timer.close()
+    with httpx.Client() as timer:  # one warm connection, so only the server's time is measured (closed on failure)
+        _normal_ok(server.url, normal, timer)
+        # Measured the same way before and after: a request after SETTLE seconds idle is slower than one right
+        # after another (5-30 ms against 5-9 here), so both sides wait SETTLE and take the median of three.
+        time.sleep(SETTLE)
+        unloaded = statistics.median(_normal_ok(server.url, normal, timer) for _ in range(3))
+        data = json.dumps(heavy[1]).encode()
+        offset = server.log_size()
+        clients = [_raw(server.url, _post_head(heavy[0], len(data)), data) for _ in range(50)]  # all sent in full
+        time.sleep(0.05)
+        for sock in clients:  # and all gone ~50 ms later
+            sock.close()
+        at_once = _normal_ok(server.url, normal, timer)
+        time.sleep(SETTLE)
+        after = statistics.median(_normal_ok(server.url, normal, timer) for _ in range(3))  # as unloaded
     with server.log.open("rb") as handle:  # the access log: the abandoned requests the handler took up
         handle.seek(offset)
         reached = Counter(re.findall(rf"POST {heavy[0]} (\d+)", handle.read().decode("utf-8", "replace")))
