@@ -117,7 +117,7 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
                              hint="use --backend oci, podman or buildah (they read oci:, oci-archive: and "
                                   "docker-archive: bases), or `docker load` the base and name it")
     if backend is not None:
-        backend.check_base(plan.base_image, plan.profile.python_version, opts.offline)
+        backend.check_base(plan.base_image, plan.profile.python_version)
     reused = reuse.finished_digest(build_dir) == plan.digest()
     if reused:
         reporter.skipped("build", f"reused {build_dir}: plan digest {plan.digest()[:12]} unchanged, "

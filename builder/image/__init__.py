@@ -12,11 +12,11 @@ from builder.oci.media import Format
 
 # `--backend auto` tries them in this order: the tools the user already runs first, the writer last.
 # Each factory takes the manifest format (only the OCI writer has a choice: the CLIs' is fixed) and whether
-# the build is offline (only the OCI writer pulls bases itself).
+# the build is offline (no registry may be contacted for the base).
 BACKENDS: dict[str, Callable[[Format, bool], ImageBackend]] = {
-    "docker": lambda _fmt, _offline: DockerBackend(),
-    "podman": lambda _fmt, _offline: PodmanBackend(),
-    "buildah": lambda _fmt, _offline: BuildahBackend(),
+    "docker": lambda _fmt, offline: DockerBackend(offline),
+    "podman": lambda _fmt, offline: PodmanBackend(offline),
+    "buildah": lambda _fmt, offline: BuildahBackend(offline),
     "oci": OciBackend,
 }
 CHOICES = ("auto", "none", *BACKENDS)

@@ -27,7 +27,7 @@ class ImageBackend(Protocol):
         """None when this backend can build here, else the error that says why and what to do."""
         ...
 
-    def check_base(self, base_image: str, python: str | None, offline: bool) -> None:
+    def check_base(self, base_image: str, python: str | None) -> None:
         """BaseImageError now, before any download or export, when the build could not get or use its base."""
         ...
 

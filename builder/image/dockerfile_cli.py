@@ -26,6 +26,9 @@ class DockerfileCli:
     name = "docker"
     executable = "docker"
 
+    def __init__(self, offline: bool = False) -> None:
+        self.offline = offline  # --offline: the tool must not pull the base from a registry
+
     def global_args(self) -> list[str]:
         return []
 
@@ -79,9 +82,9 @@ class DockerfileCli:
                 layers.append((made.strip(), int(size)))
         return layers
 
-    def check_base(self, base_image: str, python: str | None, offline: bool) -> None:
+    def check_base(self, base_image: str, python: str | None) -> None:
         """Offline, a registry base must already be among this tool's images (it would pull it at build time)."""
-        if offline and parse_image_source(base_image).kind == "name" and self.image_info(base_image) is None:
+        if self.offline and parse_image_source(base_image).kind == "name" and self.existing(base_image) is None:
             raise BaseImageError(f"base image {base_image} is not among {self.name}'s images, and --offline forbids "
                                  "pulling it", hint=NO_REGISTRY_FIXES)
 
@@ -175,12 +178,6 @@ class BuildahBackend(_ContainersStorage):
     def build_command(self, context: Path, tag: str) -> list[str]:
         return ["build", "--format", "docker", "--isolation", "chroot", *self._tls(context), "--tag", tag,
                 str(context)]
-
-    def check_base(self, base_image: str, python: str | None, offline: bool) -> None:
-        """Offline, a registry base must already be among this tool's images (it would pull it at build time)."""
-        if offline and parse_image_source(base_image).kind == "name" and self.image_info(base_image) is None:
-            raise BaseImageError(f"base image {base_image} is not among {self.name}'s images, and --offline forbids "
-                                 "pulling it", hint=NO_REGISTRY_FIXES)
 
     def existing(self, tag: str, context: Path | None = None) -> ImageResult | None:
         result = self._run("inspect", "--type", "image", tag)

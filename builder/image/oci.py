@@ -91,12 +91,14 @@ class OciBackend:
     def __init__(self, fmt: Format = "oci", offline: bool = False) -> None:
         self.format: Format = fmt
         self.offline = offline  # a registry base only as last pulled: no registry is contacted
+        self.base: BaseImage | None = None  # the one check_base read, so build does not read it again
 
     def unavailable(self) -> ImageBuildError | None:
         return None  # pure Python: it runs wherever mbuild does
 
-    def check_base(self, base_image: str, python: str | None, offline: bool) -> None:
-        check_python(load_base(base_image, offline), python)  # pulled (and kept) now, not after the gate
+    def check_base(self, base_image: str, python: str | None) -> None:
+        self.base = load_base(base_image, self.offline)  # pulled now, not after the gate
+        check_python(self.base, python)
 
     def existing(self, tag: str, context: Path) -> ImageResult | None:
         layout = Layout(context / LAYOUT_DIR)
@@ -110,7 +112,8 @@ class OciBackend:
     def build(self, context: Path, tag: str, log_file: Path) -> ImageResult:
         spec = ImageSpec.load(context)
         epoch = source_date_epoch()
-        base = load_base(spec.base_image, self.offline)
+        base = self.base if self.base is not None and self.base.source == spec.base_image else \
+            load_base(spec.base_image, self.offline)
         check_python(base, plan_python(context))  # before writing anything: a base that cannot run is no image
         out = context / LAYOUT_DIR
         shutil.rmtree(out, ignore_errors=True)

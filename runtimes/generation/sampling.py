@@ -96,9 +96,9 @@ def _next_token(logits: np.ndarray, state: SamplerState, eos_ids: tuple[int, ...
         logits[~allowed[: logits.shape[0]]] = -np.inf
     if len(state.generated) < p.min_tokens:
         banned = [t for t in (*eos_ids, *p.stop_token_ids) if 0 <= t < logits.shape[0]]
-        kept = logits.copy()
+        kept = logits.copy() if allowed is not None else None
         logits[banned] = -np.inf
-        if allowed is not None and not np.isfinite(logits).any():
+        if kept is not None and not np.isfinite(logits).any():
             logits = kept  # the grammar allows only an end here: it outranks min_tokens
     if p.temperature <= 0:
         token = int(np.argmax(logits))

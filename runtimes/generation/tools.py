@@ -67,8 +67,8 @@ class ToolFormat:
             values = _json_sequence(text.replace("<|python_tag|>", "").replace("[TOOL_CALLS]", ""))
             if self.name == "mistral" and len(values) == 1 and isinstance(values[0], list):
                 values = values[0]
-        calls = [_call(value, self.key) for value in values]
-        return [c for c in calls if c is not None] if calls and all(calls) else []
+        calls = [c for c in (_call(value, self.key) for value in values) if c is not None]
+        return calls if len(calls) == len(values) else []  # one value that is not a call: none are
 
     def forced(self, tools: list[dict[str, Any]], parallel: bool, token_ids: dict[str, int]) -> str:
         """A Lark grammar whose every output is one (or, if parallel, several) calls of these tools."""

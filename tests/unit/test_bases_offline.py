@@ -11,6 +11,7 @@ import pytest
 from builder.build.pipeline import _build_image
 from builder.errors import BaseImageError, ImageBuildError
 from builder.image.base import ImageResult
+from builder.image.dockerfile_cli import DockerBackend
 from builder.oci.base import load_base, registry_base_status
 from tests.support.procs import mbuild
 
@@ -61,3 +62,12 @@ def test_a_failed_image_build_leaves_its_reason_in_the_log(tmp_path: Path) -> No
     log = (tmp_path / "image-build.log").read_text()
     assert log.startswith("step 1/3") and "error: the engine ran out of disk" in log and "hint: free some space" in log
     assert str(tmp_path / "image-build.log") in (caught.value.hint or "")
+
+
+def test_offline_a_cli_backend_must_already_hold_a_registry_base() -> None:
+    """docker, podman and buildah pull a missing base themselves at build time; offline, that is refused first."""
+    with pytest.raises(BaseImageError) as caught:
+        DockerBackend(offline=True).check_base("registry.invalid/python:3.11-slim", "3.11")
+    assert "--offline forbids pulling it" in caught.value.message and "mbuild base" in (caught.value.hint or "")
+    DockerBackend(offline=False).check_base("registry.invalid/python:3.11-slim", "3.11")  # it may pull
+    DockerBackend(offline=True).check_base("oci:/some/layout:tag", "3.11")  # a local base needs no registry
