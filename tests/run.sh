@@ -31,10 +31,16 @@ TOOLS=(dockerd:docker.io mmdebstrap:mmdebstrap skopeo:skopeo umoci:umoci runc:ru
        docker-registry:docker-registry buildah:buildah podman:podman)
 MISSING=()
 for pair in "${TOOLS[@]}"; do command -v "${pair%%:*}" >/dev/null || MISSING+=("${pair##*:}"); done
+# The Helm chart test renders with Go's text/template and sprig, what Helm is made of (no helm binary
+# installs here: it is on none of PyPI, npm or Debian 12).
+HELM_RENDER=(golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev)
+[ -d /usr/share/gocode/src/github.com/Masterminds/sprig ] && [ -d /usr/share/gocode/src/github.com/ghodss/yaml ] \
+  && command -v go >/dev/null || MISSING+=("${HELM_RENDER[@]}")
 if [ "$(id -u)" = 0 ] && [ ${#MISSING[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${MISSING[@]}" >/dev/null
 fi
+if [ "$(id -u)" = 0 ]; then export MBUILD_REQUIRE_HELM_RENDER=1; fi
 
 # What may be reused, resolved against the real HOME before it is replaced.
 export MBUILD_CI_CACHE="${MBUILD_CI_CACHE:-$HOME/.cache/mbuild-ci}"

@@ -7,15 +7,19 @@ from pathlib import Path
 import click
 import yaml
 
+from builder.deploy.helm import write_chart
 from builder.deploy.k8s import manifests
+from builder.deploy.kserve import inference_service
 from builder.deploy.spec import load_spec
 from builder.errors import InputError
 
 
 @click.command()
 @click.argument("source", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["k8s"]), default="k8s", show_default=True,
-              help="k8s: Deployment, Service, PodDisruptionBudget, HorizontalPodAutoscaler, ServiceMonitor.")
+@click.option("--format", "fmt", type=click.Choice(["k8s", "helm", "kserve"]), default="k8s", show_default=True,
+              help="k8s: Deployment, Service, PodDisruptionBudget, HorizontalPodAutoscaler, ServiceMonitor. "
+                   "helm: a chart of those (and an optional Ingress and Secret) with values.yaml, in a folder. "
+                   "kserve: an InferenceService (RawDeployment, a custom predictor running the image).")
 @click.option("--image", help="The image as the cluster pulls it (default: the build's, by digest).")
 @click.option("--name", help="The objects' name (default: the image's name).")
 @click.option("--namespace", help="The namespace to write into the objects (default: none, kubectl's).")
@@ -25,11 +29,13 @@ from builder.errors import InputError
 @click.option("--max-replicas", type=click.IntRange(1, 1000), default=4, show_default=True)
 @click.option("--api-key-secret", default=None,
               help="The Secret whose 'api-key' becomes MBUILD_API_KEY (default: NAME-api-key; optional).")
-@click.option("--output", "-o", type=click.Path(path_type=Path), help="Write here instead of standard output.")
+@click.option("--output", "-o", type=click.Path(path_type=Path),
+              help="k8s: a file (default: standard output). helm: the chart's folder (default: ./NAME).")
 def deploy(source: Path, fmt: str, image: str | None, name: str | None, namespace: str | None,
            replicas: int | None, min_replicas: int, max_replicas: int, api_key_secret: str | None,
            output: Path | None) -> None:
-    """Write Kubernetes manifests for SOURCE: a build directory, or a plan saved from `mbuild plan --json`.
+    """Write Kubernetes manifests or a Helm chart for SOURCE: a build directory, or a plan saved from
+    `mbuild plan --json`.
 
     The image goes by digest; memory, GPUs and the GPU's compute capability come from the profile; the probes,
     the drain and the autoscaling metrics from the runtime's routes.
@@ -37,8 +43,14 @@ def deploy(source: Path, fmt: str, image: str | None, name: str | None, namespac
     if min_replicas > max_replicas:
         raise InputError(f"--min-replicas {min_replicas} is above --max-replicas {max_replicas}")
     spec = load_spec(source, image, name, namespace)
-    objects = manifests(spec, replicas or min_replicas, min_replicas, max_replicas,
-                        api_key_secret or f"{spec.name}-api-key")
+    scale = (replicas or min_replicas, min_replicas, max_replicas, api_key_secret or f"{spec.name}-api-key")
+    if fmt == "helm":
+        folder = output or Path(spec.name)
+        files = write_chart(spec, folder, *scale)
+        click.echo(f"wrote a chart of {len(files)} files for {spec.image} to {folder}/\n"
+                   f"  helm install {spec.name} {folder} --namespace NAMESPACE", err=True)
+        return
+    objects = [inference_service(spec, *scale[1:])] if fmt == "kserve" else manifests(spec, *scale)
     text = yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False)
     if output is None:
         click.echo(text, nl=False)

@@ -11,9 +11,11 @@ from builder.deploy.spec import GRACE_SECONDS, LIVE, METRICS, PORT, READY, UID, 
 PERIOD = 5  # seconds between startup and readiness probes
 CPU_TARGET = 70  # % of the CPU request, the HPA's CPU target
 API_KEY_SECRET_KEY = "api-key"
+# A new version takes traffic only once ready: one extra pod at a time, none taken away first.
+ROLLOUT = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
 
 
-def _meta(spec: DeploySpec, name: str | None = None) -> dict[str, Any]:
+def metadata(spec: DeploySpec, name: str | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name or spec.name, "labels": spec.labels}
     if spec.namespace:
         meta["namespace"] = spec.namespace
@@ -76,29 +78,31 @@ def pod_spec(spec: DeploySpec, api_key_secret: str) -> dict[str, Any]:
     return pod
 
 
+def pod_annotations() -> dict[str, str]:
+    """The scrape annotations Prometheus' kubernetes-pods job reads (where no ServiceMonitor is used)."""
+    return {"prometheus.io/scrape": "true", "prometheus.io/path": METRICS, "prometheus.io/port": str(PORT)}
+
+
 def deployment(spec: DeploySpec, replicas: int, api_key_secret: str) -> dict[str, Any]:
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(spec),
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(spec),
         "spec": {
             "replicas": replicas, "selector": {"matchLabels": spec.selector},
-            # A new version takes traffic only once ready: one extra pod at a time, none taken away first.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {"metadata": {"labels": spec.labels,
-                                      "annotations": {"prometheus.io/scrape": "true", "prometheus.io/path": METRICS,
-                                                      "prometheus.io/port": str(PORT)}},
+            "strategy": ROLLOUT,
+            "template": {"metadata": {"labels": spec.labels, "annotations": pod_annotations()},
                          "spec": pod_spec(spec, api_key_secret)},
         },
     }
 
 
 def service(spec: DeploySpec) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec),
+    return {"apiVersion": "v1", "kind": "Service", "metadata": metadata(spec),
             "spec": {"type": "ClusterIP", "selector": spec.selector,
                      "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}]}}
 
 
 def disruption_budget(spec: DeploySpec) -> dict[str, Any]:
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(spec),
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": metadata(spec),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": spec.selector}}}
 
 
@@ -113,7 +117,7 @@ def load_metric(spec: DeploySpec) -> tuple[str, str]:
 def autoscaler(spec: DeploySpec, minimum: int, maximum: int) -> dict[str, Any]:
     metric, target = load_metric(spec)
     return {
-        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": _meta(spec),
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": metadata(spec),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": spec.name},
             "minReplicas": minimum, "maxReplicas": maximum,
@@ -130,7 +134,7 @@ def autoscaler(spec: DeploySpec, minimum: int, maximum: int) -> dict[str, Any]:
 
 
 def service_monitor(spec: DeploySpec) -> dict[str, Any]:
-    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": _meta(spec),
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": metadata(spec),
             "spec": {"selector": {"matchLabels": spec.selector},
                      "endpoints": [{"port": "http", "path": METRICS, "interval": "15s"}]}}
 

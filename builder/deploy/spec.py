@@ -34,6 +34,7 @@ class DeploySpec:
     gpus: int
     compute_capabilities: tuple[str, ...]
     max_batch: int
+    version: str  # the build's image tag: the chart's appVersion
     namespace: str | None = None
 
     @property
@@ -59,6 +60,15 @@ def dns_label(text: str) -> str:
     return label
 
 
+def split_image(ref: str) -> tuple[str, str, str]:
+    """(repository, tag, digest) as written, without the normalising parse_ref does (docker.io/library/...)."""
+    rest, _, digest = ref.partition("@")
+    tag = ""
+    if ":" in rest.rsplit("/", 1)[-1]:
+        rest, tag = rest.rsplit(":", 1)
+    return rest, tag, digest
+
+
 def _plan_and_image(source: Path) -> tuple[dict[str, Any], str | None]:
     """The plan, and the image's digest reference when the build made one."""
     if source.is_dir():
@@ -75,8 +85,7 @@ def _plan_and_image(source: Path) -> tuple[dict[str, Any], str | None]:
     if record is not None:
         raw = json.loads((source / "image.json").read_text())
         if raw.get("digest"):
-            repository = record.tag.rsplit(":", 1)[0] if ":" in record.tag.rsplit("/", 1)[-1] else record.tag
-            digest = f"{repository}@{raw['digest']}"
+            digest = f"{split_image(record.tag)[0]}@{raw['digest']}"
     return plan, digest
 
 
@@ -93,4 +102,5 @@ def load_spec(source: Path, image: str | None = None, name: str | None = None,
         profile_id=str(plan["profile"]["id"]), model=str(plan["model"]["repo"]),
         memory_gib=max(1, math.ceil(float(requires.get("memory_gb") or 1) / 1.073741824)), gpus=gpus,
         compute_capabilities=tuple(requires.get("compute_capabilities") or ()),
-        max_batch=int(content.get("limits", {}).get("max_batch") or 8), namespace=namespace)
+        max_batch=int(content.get("limits", {}).get("max_batch") or 8),
+        version=split_image(plan["tag"])[1] or "latest", namespace=namespace)

@@ -138,7 +138,8 @@ def make_plan(ref: ModelRef, facts: ModelFacts, target: Target, profile: Profile
         base_image=base_image or profile.base_image,
         runtime_requirements=tuple(runtime_requirements(profile.device)),
         runtime_code=tree_digest(runtimes_dir()),
-        templates=tree_digest(resource_dir("templates")),
+        # The image's templates only: the Helm chart's (templates/helm) go into no image.
+        templates=tree_digest(resource_dir("templates"), exclude=("__pycache__", "helm")),
         tools=tuple(sorted(tool_versions().items())),
         engines=engines,
     )

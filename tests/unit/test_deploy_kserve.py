@@ -1,0 +1,107 @@
+"""`mbuild deploy --format kserve`: the InferenceService validates with zero errors against KServe's schema (a
+fixture written from the KServe SDK's models by tests/support/kserve_schema.py, its pod parts checked against
+Kubernetes' own strict schemas), kubectl reads it, golden files pin it, and its container, probes, resources,
+GPUs and replicas are the k8s format's."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from referencing import Registry, Resource
+
+from tests.support.deploy_cases import CASES, KUBERNETES, cli, image_for, kubectl_reads, plan_file
+from tests.support.golden import assert_golden
+from tests.support.kserve_schema import FIXTURE
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads(FIXTURE.read_text())
+    k8s_dir = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{KUBERNETES}-local-strict"
+    definitions = json.loads((k8s_dir / "_definitions.json").read_text())
+    registry: Registry[Any] = Registry().with_resources(
+        [(schema["$id"], Resource.from_contents(schema)), (definitions["$id"], Resource.from_contents(definitions))])
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def deployed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("kserve")
+    plan = plan_file(request.param, folder)
+    args = ("--image", image_for(request.param), "--namespace", "models", "--min-replicas", "2",
+            "--max-replicas", "6")
+    result = cli("deploy", str(plan), "--format", "kserve", *args)
+    assert result.returncode == 0, result.stderr
+    k8s = cli("deploy", str(plan), "--format", "k8s", *args)
+    assert k8s.returncode == 0, k8s.stderr
+    deployment = next(o for o in yaml.safe_load_all(k8s.stdout) if o["kind"] == "Deployment")
+    return request.param, result.stdout, yaml.safe_load(result.stdout), deployment
+
+
+def errors(validator: jsonschema.Draft202012Validator, obj: dict[str, Any]) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
+
+
+def test_the_inference_service_validates_against_the_kserve_schema(
+        validator: jsonschema.Draft202012Validator, deployed: tuple[str, str, dict[str, Any], dict[str, Any]]) -> None:
+    _, _, isvc, _ = deployed
+    assert (isvc["apiVersion"], isvc["kind"]) == ("serving.kserve.io/v1beta1", "InferenceService")
+    assert errors(validator, isvc) == []
+
+
+def test_the_schema_refuses_what_kserve_would(
+        validator: jsonschema.Draft202012Validator, deployed: tuple[str, str, dict[str, Any], dict[str, Any]]) -> None:
+    """The check can fail: each of these is refused, down into the pod's Kubernetes types."""
+    _, _, isvc, _ = deployed
+    breakages = {
+        "an unknown predictor field": lambda o: o["spec"]["predictor"].update(replicas=2),
+        "replicas as text": lambda o: o["spec"]["predictor"].update(minReplicas="2"),
+        "no predictor": lambda o: o["spec"].pop("predictor"),
+        "a container without a name": lambda o: o["spec"]["predictor"]["containers"][0].pop("name"),
+        "a probe with a typo": lambda o: o["spec"]["predictor"]["containers"][0]["readinessProbe"].update(
+            periodSecond=5),
+        "a status": lambda o: o.update(status={}),
+    }
+    for what, breaks in breakages.items():
+        broken = copy.deepcopy(isvc)
+        breaks(broken)
+        assert errors(validator, broken), what
+
+
+def test_kubectl_reads_it(deployed: tuple[str, str, dict[str, Any], dict[str, Any]], tmp_path: Path) -> None:
+    _, text, _, _ = deployed
+    assert kubectl_reads(text, tmp_path) == ["inferenceservice.serving.kserve.io/" + yaml.safe_load(text)["metadata"]
+                                             ["name"]]
+
+
+def test_the_golden_inference_service(deployed: tuple[str, str, dict[str, Any], dict[str, Any]]) -> None:
+    case, text, _, _ = deployed
+    assert_golden(f"deploy/{case}.kserve.yaml", text)
+
+
+def test_it_runs_the_k8s_formats_pod(deployed: tuple[str, str, dict[str, Any], dict[str, Any]]) -> None:
+    """The same image, resources, GPUs, probes (by port number: KServe's port is named http1), security and
+    drain as the Deployment; replicas as asked."""
+    _, _, isvc, deployment = deployed
+    predictor = isvc["spec"]["predictor"]
+    pod = deployment["spec"]["template"]["spec"]
+    (ours,), (theirs,) = predictor["containers"], pod["containers"]
+    assert ours["name"] == "kserve-container"
+    assert ours["ports"][0]["containerPort"] == theirs["ports"][0]["containerPort"]
+    for key in ("image", "resources", "env", "securityContext", "volumeMounts"):
+        assert ours[key] == theirs[key], key
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert ours[probe]["httpGet"]["path"] == theirs[probe]["httpGet"]["path"]
+        assert ours[probe]["httpGet"]["port"] == ours["ports"][0]["containerPort"]
+    for key in ("terminationGracePeriodSeconds", "securityContext", "volumes", "nodeSelector", "tolerations"):
+        assert predictor.get(key) == pod.get(key), key
+    assert (predictor["minReplicas"], predictor["maxReplicas"]) == (2, 6)
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
