@@ -36,11 +36,13 @@ for pair in "${TOOLS[@]}"; do command -v "${pair%%:*}" >/dev/null || MISSING+=("
 HELM_RENDER=(golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev)
 [ -d /usr/share/gocode/src/github.com/Masterminds/sprig ] && [ -d /usr/share/gocode/src/github.com/ghodss/yaml ] \
   && command -v go >/dev/null || MISSING+=("${HELM_RENDER[@]}")
+# The ServiceMonitor test validates with the Prometheus operator's schema, compiled for node (npm).
+command -v node >/dev/null && command -v npm >/dev/null || MISSING+=(nodejs npm)
 if [ "$(id -u)" = 0 ] && [ ${#MISSING[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${MISSING[@]}" >/dev/null
 fi
-if [ "$(id -u)" = 0 ]; then export MBUILD_REQUIRE_HELM_RENDER=1; fi
+if [ "$(id -u)" = 0 ]; then export MBUILD_REQUIRE_DEPLOY_TOOLS=1; fi
 
 # What may be reused, resolved against the real HOME before it is replaced.
 export MBUILD_CI_CACHE="${MBUILD_CI_CACHE:-$HOME/.cache/mbuild-ci}"

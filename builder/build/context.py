@@ -13,7 +13,7 @@ from builder.engine.report import GateReport
 from builder.image.dockerfile import render_dockerfile
 from builder.image.spec import SPEC_FILE, ImageSpec, default_env, source_date_epoch, timestamp
 from builder.model.ref import ModelRef
-from builder.planning.plan import BuildPlan
+from builder.planning.plan import DEPLOY_LABEL, BuildPlan
 from builder.resources import runtimes_dir
 
 # Only what the Dockerfile copies goes to the engine: the export's work files and logs stay out.
@@ -66,6 +66,7 @@ def image_labels(plan: BuildPlan, report: GateReport | None, created: str) -> di
         "dev.mbuild.precision": plan.profile.precision,
         "dev.mbuild.plan.digest": plan.digest(),
         "dev.mbuild.version": __version__,
+        DEPLOY_LABEL: json.dumps(plan.deploy_summary(), sort_keys=True, separators=(",", ":")),
     }
     if report is not None and report.label:
         labels["dev.mbuild.validation"] = report.label

@@ -15,7 +15,7 @@ from builder.errors import InputError
 
 
 @click.command()
-@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("source")
 @click.option("--format", "fmt", type=click.Choice(["k8s", "helm", "kserve"]), default="k8s", show_default=True,
               help="k8s: Deployment, Service, PodDisruptionBudget, HorizontalPodAutoscaler, ServiceMonitor. "
                    "helm: a chart of those (and an optional Ingress and Secret) with values.yaml, in a folder. "
@@ -31,11 +31,12 @@ from builder.errors import InputError
               help="The Secret whose 'api-key' becomes MBUILD_API_KEY (default: NAME-api-key; optional).")
 @click.option("--output", "-o", type=click.Path(path_type=Path),
               help="k8s: a file (default: standard output). helm: the chart's folder (default: ./NAME).")
-def deploy(source: Path, fmt: str, image: str | None, name: str | None, namespace: str | None,
+def deploy(source: str, fmt: str, image: str | None, name: str | None, namespace: str | None,
            replicas: int | None, min_replicas: int, max_replicas: int, api_key_secret: str | None,
            output: Path | None) -> None:
-    """Write Kubernetes manifests or a Helm chart for SOURCE: a build directory, or a plan saved from
-    `mbuild plan --json`.
+    """Write Kubernetes manifests, a Helm chart or a KServe InferenceService for SOURCE: a build directory, a
+    plan saved from `mbuild plan --json`, or an image mbuild built (REGISTRY/NAME[:TAG|@DIGEST], a docker or
+    podman image, oci:DIR[:TAG]).
 
     The image goes by digest; memory, GPUs and the GPU's compute capability come from the profile; the probes,
     the drain and the autoscaling metrics from the runtime's routes.

@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.engine.report import REPORT_FILE, GateReport
 from builder.errors import InputError
+from builder.image.inspect import inspect_target
 from builder.image.push import read_record
-from builder.oci.refs import parse_ref
+from builder.oci.refs import parse_image_source, parse_ref
+from builder.planning.plan import DEPLOY_LABEL
 
 PORT = 8000
 LIVE, READY, METRICS = "/v1/health/live", "/v1/health/ready", "/v1/metrics"
@@ -36,11 +39,16 @@ class DeploySpec:
     max_batch: int
     version: str  # the build's image tag: the chart's appVersion
     namespace: str | None = None
+    load_seconds: float | None = None  # the engine's load as the build's gate measured it (report.json)
 
     @property
     def startup_seconds(self) -> int:
-        """How long the pod may take to load: a floor, plus reading the weights at 0.5 GB/s, doubled. The build
-        does not measure the image's load time yet; the image's own HEALTHCHECK allows 120 s."""
+        """How long the pod may take to become ready. Measured: 60 s (start, imports, a cold page cache) plus four
+        times the load the build's gate timed (a node slower than the build machine, weights read from a cold
+        disk). Without a measurement (a saved plan): the floor plus reading the weights at 0.5 GB/s, doubled.
+        Never under the image's own HEALTHCHECK allowance, 120 s."""
+        if self.load_seconds is not None:
+            return max(120, 60 + math.ceil(4 * self.load_seconds))
         return max(120, 2 * (60 + math.ceil(self.memory_gib * 2)))
 
     @property
@@ -69,29 +77,69 @@ def split_image(ref: str) -> tuple[str, str, str]:
     return rest, tag, digest
 
 
-def _plan_and_image(source: Path) -> tuple[dict[str, Any], str | None]:
-    """The plan, and the image's digest reference when the build made one."""
-    if source.is_dir():
-        plan_file, record = source / "plan.json", read_record(source)
-    else:
-        plan_file, record = source, None
+def _measured_load(build_dir: Path) -> float | None:
+    report = GateReport.read(build_dir / REPORT_FILE)
+    seconds = report.measurements.get("load_seconds") if report else None
+    return float(seconds) if isinstance(seconds, (int, float)) and 0 <= seconds < 86_400 else None
+
+
+def _checked_plan(text: str, source: str) -> dict[str, Any]:
     try:
-        plan = json.loads(plan_file.read_text())
-        plan["tag"], plan["requires"], plan["profile"]["content"]  # the fields read below must be there
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{source} is not a build directory or an `mbuild plan --json` file ({exc})",
-                         hint="give the folder `mbuild package` wrote, or save `mbuild plan MODEL --json`") from exc
-    digest = None
+        plan = json.loads(text)
+        plan["tag"], plan["requires"], plan["profile"]["content"], plan["profile"]["id"]  # the fields read below
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{source} is not a build directory, an `mbuild plan --json` file or an image mbuild "
+                         f"built ({exc})", hint="give the folder `mbuild package` wrote, save `mbuild plan MODEL "
+                                                "--json`, or name the image") from exc
+    if not isinstance(plan, dict):
+        raise InputError(f"{source} holds no plan")
+    return plan
+
+
+def _from_image(target: str) -> tuple[dict[str, Any], str | None]:
+    """The plan summary the image carries as a label, and the image as a cluster would pull it: by digest where
+    the registry or engine knows one. A local layout or archive is not pullable: None (--image is needed)."""
+    found = inspect_target(target)
+    label = found.labels.get(DEPLOY_LABEL)
+    if label is None:
+        raise InputError(f"{target} carries no {DEPLOY_LABEL} label: mbuild did not build it, or an older mbuild did",
+                         hint="give its build directory, or a plan saved with `mbuild plan MODEL --json`")
+    if parse_image_source(target).kind != "name":
+        return _checked_plan(label, target), None
+    pullable = f"{split_image(target)[0]}@{found.digest}" if found.digest else target
+    return _checked_plan(label, target), pullable
+
+
+def _plan_and_image(source: str) -> tuple[dict[str, Any], str | None, float | None]:
+    """The plan, the image's digest reference where known, and the load time the build measured."""
+    path = Path(source)
+    if path.is_file():
+        return _checked_plan(path.read_text(errors="replace"), source), None, None
+    if not path.is_dir():
+        if not source.startswith(("/", "./", "../", "~")):
+            plan, image = _from_image(source)
+            return plan, image, None
+        raise InputError(f"{source} does not exist", hint="give a build directory, a plan file or an image")
+    try:
+        plan = _checked_plan((path / "plan.json").read_text(), source)
+    except OSError as exc:
+        raise InputError(f"{source} is not a build directory ({exc.strerror})",
+                         hint="give the folder `mbuild package` wrote") from exc
+    digest, record = None, read_record(path)
     if record is not None:
-        raw = json.loads((source / "image.json").read_text())
+        raw = json.loads((path / "image.json").read_text())
         if raw.get("digest"):
             digest = f"{split_image(record.tag)[0]}@{raw['digest']}"
-    return plan, digest
+    return plan, digest, _measured_load(path)
 
 
-def load_spec(source: Path, image: str | None = None, name: str | None = None,
+def load_spec(source: str, image: str | None = None, name: str | None = None,
               namespace: str | None = None) -> DeploySpec:
-    plan, built = _plan_and_image(source)
+    plan, built, load_seconds = _plan_and_image(source)
+    if image is None and built is None and parse_image_source(source).kind in {"oci", "oci-archive",
+                                                                               "docker-archive"}:
+        raise InputError(f"{source} is a local image, which no cluster can pull",
+                         hint="push it (`mbuild push`, which prints the digest) and give --image REPO@sha256:...")
     chosen = image or built or plan["tag"]
     parse_ref(chosen)  # a malformed --image is an InputError here, not a manifest the cluster rejects
     requires, content = plan["requires"], plan["profile"]["content"]
@@ -103,4 +151,4 @@ def load_spec(source: Path, image: str | None = None, name: str | None = None,
         memory_gib=max(1, math.ceil(float(requires.get("memory_gb") or 1) / 1.073741824)), gpus=gpus,
         compute_capabilities=tuple(requires.get("compute_capabilities") or ()),
         max_batch=int(content.get("limits", {}).get("max_batch") or 8),
-        version=split_image(plan["tag"])[1] or "latest", namespace=namespace)
+        version=split_image(plan["tag"])[1] or "latest", namespace=namespace, load_seconds=load_seconds)

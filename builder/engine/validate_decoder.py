@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import gc
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,9 @@ def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_pat
     # whole context; an 8B model's is 1 GB a slot at 4096 tokens).
     config = dataclasses.replace(load_engine_config(engine_dir), max_seq_length=GATE_CONTEXT)
     settings = dataclasses.replace(Settings.from_env({}), model_dir=engine_dir, max_batch=max(len(PROMPTS), 1))
+    started = time.perf_counter()  # the load as the image does it: deploy sizes its startup probe from this
     runtime = GenerationRuntime.load(engine_dir, config, settings, Metrics())
+    load_seconds = time.perf_counter() - started
     prompts = [runtime.encode(text) for text in PROMPTS]  # the tokenizer the image serves with
     served, batch = asyncio.run(_served(runtime, prompts))
     engine_logits = _forced_logits(runtime, prompts, served)
@@ -126,6 +129,7 @@ def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_pat
         "greedy_equal": sum(equal),
         **forced,
         "tolerance": tolerance.model_dump(),
+        "load_seconds": round(load_seconds, 3),
         "summary": summary,
         "passed": bool(passed),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,10 @@ from builder.image.dockerfile_cli import ENGINES
 from builder.image.oci import LAYOUT_DIR
 from builder.image.push import read_record
 from builder.image.spec import SPEC_FILE, ImageSpec
-from builder.oci.base import local_layout
+from builder.oci.base import local_layout, platform_manifest
 from builder.oci.layout import Descriptor, Layout
-from builder.oci.refs import parse_image_source
+from builder.oci.refs import DOCKER_HUB, parse_image_source, parse_ref
+from builder.oci.registry import Registry
 
 
 @dataclass
@@ -61,6 +63,25 @@ def _from_engine(tool: str, image: str) -> Inspection | None:
                       image_id=info.get("Id"))
 
 
+def _from_registry(target: str) -> Inspection:
+    """The manifest and config only: a model image's layers are gigabytes, and its labels say what it is."""
+    ref = parse_ref(target)
+    with Registry(ref) as registry, tempfile.TemporaryDirectory() as tmp:
+        _, _, digest, manifest = platform_manifest(registry, ref, target)
+        config_desc = Descriptor.from_dict(manifest.get("config"), f"manifest of {target}")
+        registry.get_blob(config_desc.digest, Path(tmp) / "config.json")  # checked against its digest
+        try:
+            config = json.loads((Path(tmp) / "config.json").read_text())
+            labels = dict((config.get("config") or {}).get("Labels") or {})
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise InputError(f"{target}: its image config is not readable JSON ({exc})") from exc
+    layers = manifest.get("layers") or []
+    made = _layer_history(config, len(layers))
+    return Inspection(target, labels, [(what, int(layer.get("size", 0))) for what, layer in zip(made, layers,
+                                                                                               strict=True)],
+                      digest=digest, image_id=config_desc.digest)
+
+
 def _unbuilt(build_dir: Path) -> Inspection:
     """A build directory with no image yet: its plan's tag and the labels the image will carry."""
     try:
@@ -90,13 +111,16 @@ def inspect_target(target: str) -> Inspection:
     parsed = parse_image_source(target)
     if parsed.kind in {"oci", "oci-archive", "docker-archive"}:
         return _from_layout(*local_layout(parsed), target)
+    found_image: Inspection | None = None
     for tool in ENGINES:
-        found_engine = _from_engine(tool, target)
-        if found_engine is not None:
-            validation = found_engine.labels.get("dev.mbuild.validation")
-            if validation:
-                found_engine.validation = {"label": validation}
-            return found_engine
-    raise InputError(f"{target!r} is neither a build directory nor an image docker or podman holds",
-                     hint="give a folder `mbuild package` wrote, oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, "
-                         "or an image name")
+        found_image = found_image or _from_engine(tool, target)
+    if found_image is None and parsed.kind == "name" and parse_ref(target).registry != DOCKER_HUB:
+        found_image = _from_registry(target)  # a registry named in the reference (Docker Hub is not reachable)
+    if found_image is None:
+        raise InputError(f"{target!r} is neither a build directory nor an image docker or podman holds",
+                         hint="give a folder `mbuild package` wrote, oci:DIR[:TAG], oci-archive:FILE, "
+                              "docker-archive:FILE, an image name, or REGISTRY/NAME[:TAG|@DIGEST]")
+    validation = found_image.labels.get("dev.mbuild.validation")
+    if validation:
+        found_image.validation = {"label": validation}
+    return found_image

@@ -201,17 +201,23 @@ def _from_registry(source: str, offline: bool = False) -> BaseImage:
                              hint=f"{exc.hint + '; or ' if exc.hint else ''}{NO_REGISTRY_FIXES}") from exc
 
 
+def platform_manifest(registry: Registry, ref: ImageRef, source: str) -> tuple[bytes, str, str, dict[str, Any]]:
+    """The linux/amd64 image's manifest (through an index where there is one): bytes, media type, digest, JSON."""
+    # get_manifest checks the bytes against a digest reference: a pinned image is the pinned image.
+    data, media, digest = registry.get_manifest(ref.reference)
+    manifest = _json_object(data, f"manifest of {source}")
+    if media in INDEXES or manifest.get("mediaType") in INDEXES:
+        chosen = next((m for m in manifest.get("manifests") or [] if is_linux_amd64(m)), None)
+        if chosen is None:
+            raise BaseImageError(f"image {source} has no linux/amd64 image")
+        data, media, digest = registry.get_manifest(Descriptor.from_dict(chosen, f"index of {source}").digest)
+        manifest = _json_object(data, f"manifest of {source}")
+    return data, media, digest, manifest
+
+
 def _pull(source: str, ref: ImageRef) -> BaseImage:
     with Registry(ref) as registry:
-        # get_manifest checks the bytes against a digest reference: a pinned base is the pinned base.
-        data, media, digest = registry.get_manifest(ref.reference)
-        manifest = _json_object(data, f"manifest of {source}")
-        if media in INDEXES or manifest.get("mediaType") in INDEXES:
-            chosen = next((m for m in manifest.get("manifests") or [] if is_linux_amd64(m)), None)
-            if chosen is None:
-                raise BaseImageError(f"base {source} has no linux/amd64 image")
-            data, media, digest = registry.get_manifest(Descriptor.from_dict(chosen, f"index of {source}").digest)
-            manifest = _json_object(data, f"manifest of {source}")
+        data, media, digest, manifest = platform_manifest(registry, ref, source)
         layout = Layout(_cache(f"registry:{digest}"))
         blobs = [Descriptor.from_dict(d, f"manifest of {source}") for d in [manifest.get("config"),
                                                                               *(manifest.get("layers") or [])]]

@@ -31,6 +31,7 @@ class EngineTarget:
 
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMAGE_NAME = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+DEPLOY_LABEL = "dev.mbuild.deploy"  # the image's copy of deploy_summary()
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,14 @@ class BuildPlan:
                "gpu_models": [e.gpu_model for e in self.engines], "gpus": self.profile.tp} if self.engines else {}
         return {"device": self.profile.device, "cpu_flags": list(self.profile.match.cpu_flags),
                 "memory_gb": self.need.rounded_gb, "python": self.profile.python_version, **gpu}
+
+    def deploy_summary(self) -> dict[str, Any]:
+        """What `mbuild deploy` reads of a plan, in the same shape: the image carries it as a label, so an image
+        alone can be deployed."""
+        return {"tag": self.tag, "task": self.task, "model": {"repo": self.model.repo},
+                "profile": {"id": self.profile.id, "name": self.profile.name,
+                            "content": {"limits": {"max_batch": self.profile.limits.max_batch}}},
+                "requires": self.requires()}
 
     def to_dict(self) -> dict[str, Any]:
         inputs = self.inputs()

@@ -16,10 +16,12 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+import yaml
 
 from tests.integration.conftest import TEXTS, Bases, cosines, tool
 from tests.support.containers import docker
@@ -154,6 +156,34 @@ def test_push_keeps_the_digest_and_docker_runs_the_pulled_image(
             assert cosines(np.array([body["data"][0]["embedding"]]), reference_embeddings[:1]).min() >= 0.9999
     finally:
         docker("rmi", "-f", ref)
+
+
+def test_deploy_and_inspect_read_a_pushed_image_from_its_registry(built: Built, bases: Bases) -> None:
+    """`mbuild deploy REGISTRY/NAME:TAG` needs no build directory: the image's labels carry the plan's summary,
+    and the manifest is written with the registry's digest. Only the manifest and config are fetched."""
+    ref = f"{bases.registry}/mbuild-test/deployable:it"
+    pushed = mbuild("push", str(built.context), ref)
+    assert pushed.returncode == 0, pushed.stderr
+    local = built.records["oci"]["digest"]
+    inspected = mbuild("inspect", ref, "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    assert json.loads(inspected.stdout)["digest"] == local
+
+    def deployment(*args: str) -> dict[str, Any]:
+        result = mbuild("deploy", *args)
+        assert result.returncode == 0, result.stderr
+        return next(o for o in yaml.safe_load_all(result.stdout) if o["kind"] == "Deployment")
+
+    from_image = deployment(ref)["spec"]["template"]["spec"]["containers"][0]
+    from_build = deployment(str(built.context))["spec"]["template"]["spec"]["containers"][0]
+    assert from_image["image"] == f"{bases.registry}/mbuild-test/deployable@{local}"
+    assert from_image["resources"] == from_build["resources"]
+    assert from_image["readinessProbe"] == from_build["readinessProbe"]
+    layout = f"oci:{built.context / 'oci'}"  # a local layout: no cluster pulls it, so --image is required
+    refused = mbuild("deploy", layout)
+    assert refused.returncode == 2 and "--image" in refused.stderr
+    assert deployment(layout, "--image", from_image["image"])["spec"]["template"]["spec"]["containers"][0][
+        "image"] == from_image["image"]
 
 
 def test_inspect_shows_labels_validation_and_layers(built: Built) -> None:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import math
+import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 import tritonclient.http as tritonhttp
+import yaml
 from openai import OpenAI
 
 from tests.integration.conftest import DOCKER_TAG as TAG
 from tests.integration.conftest import TEXTS, cosines, package_docker_image
 from tests.support.containers import docker, inspect, running, wait_healthy
+from tests.support.procs import mbuild
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -65,6 +70,38 @@ def test_container_becomes_healthy_and_serves(minilm_image: str, reference_embed
         assert stop.returncode == 0
         state = inspect(container, "container")["State"]
         assert state["ExitCode"] == 0  # SIGTERM ends the server cleanly
+
+
+def test_the_deploy_startup_probe_is_sized_from_the_measured_load(image_build: Path, minilm_image: str) -> None:
+    """`mbuild deploy BUILD_DIR` sizes the startup probe from the load the build's gate timed, and the real
+    container becomes ready well inside that budget."""
+    load_seconds = json.loads((image_build / "report.json").read_text())["load_seconds"]
+    assert 0 < load_seconds < 60
+    result = mbuild("deploy", str(image_build))
+    assert result.returncode == 0, result.stderr
+    deployment = next(o for o in yaml.safe_load_all(result.stdout) if o["kind"] == "Deployment")
+    probe = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    budget = probe["periodSeconds"] * probe["failureThreshold"]
+    assert budget == probe["periodSeconds"] * math.ceil(max(120, 60 + math.ceil(4 * load_seconds))
+                                                        / probe["periodSeconds"])
+    started = time.monotonic()
+    with running(minilm_image) as (_, url):
+        while time.monotonic() - started < budget:
+            try:
+                if httpx.get(f"{url}/v1/health/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        ready = time.monotonic() - started
+    print(f"measured load {load_seconds:.2f} s in the gate; container ready in {ready:.1f} s; budget {budget} s")
+    assert ready < budget
+    # The image alone, as docker holds it: its label (through the Dockerfile's quoting) carries the plan.
+    from_image = mbuild("deploy", minilm_image)
+    assert from_image.returncode == 0, from_image.stderr
+    pod = next(o for o in yaml.safe_load_all(from_image.stdout) if o["kind"] == "Deployment")["spec"]["template"]
+    assert pod["spec"]["containers"][0]["resources"] == deployment["spec"]["template"]["spec"]["containers"][0][
+        "resources"]
 
 
 def test_an_unchanged_rebuild_reuses_build_and_image(image_build: Path, minilm_hf_home: Path) -> None:

@@ -1,10 +1,13 @@
 """`mbuild deploy --format k8s` for the MiniLM CPU plan and a GPU plan (llama-3.1-8b on h100x2): every object
-validates strictly against Kubernetes' own schemas (kubernetes-validate), kubectl's decoder reads them, golden
-files pin them, and what they say matches the profile and the runtime's routes and metrics."""
+validates strictly against Kubernetes' own schemas (kubernetes-validate), the ServiceMonitor against the
+Prometheus operator's (npm), kubectl's decoder reads them, golden files pin them, and what they say matches the
+profile and the runtime's routes and metrics."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +17,11 @@ import yaml
 from runtimes.api import probes
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
-from tests.support.deploy_cases import CASES, cli, image_for, kubectl_reads, plan_file, validate_core
+from tests.support.deploy_cases import CASES, cli, image_for, kubectl_reads, missing_tool, plan_file, validate_core
 from tests.support.golden import assert_golden
+
+PROMETHEUS_OPERATOR_MODELS = "6.0.0"  # npm: validators compiled from the Prometheus operator's CRDs
+SERVICEMONITOR_CHECK = Path(__file__).resolve().parents[1] / "support" / "servicemonitor_check.mjs"
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -36,6 +42,37 @@ def test_every_object_validates_strictly_against_the_kubernetes_schemas(
     assert {o["kind"] for o in objects} == {"Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler",
                                             "ServiceMonitor"}
     validate_core(objects)
+
+
+@pytest.fixture(scope="module")
+def prometheus_operator_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """@kubernetes-models/prometheus-operator from npm, beside the check script."""
+    if not (shutil.which("node") and shutil.which("npm")):
+        missing_tool("the ServiceMonitor check needs node and npm (tests/run.sh installs them as root)")
+    folder = tmp_path_factory.mktemp("prometheus-operator")
+    installed = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(folder),
+                                f"@kubernetes-models/prometheus-operator@{PROMETHEUS_OPERATOR_MODELS}"],
+                               capture_output=True, text=True, timeout=300, check=False)
+    assert installed.returncode == 0, installed.stderr
+    shutil.copy(SERVICEMONITOR_CHECK, folder / SERVICEMONITOR_CHECK.name)
+    return folder / SERVICEMONITOR_CHECK.name
+
+
+def check_service_monitor(script: Path, obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    (script.parent / "monitor.json").write_text(json.dumps(obj))
+    return subprocess.run(["node", str(script), str(script.parent / "monitor.json")], capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_the_service_monitor_validates_against_the_prometheus_operator_schema(
+        deployed: tuple[str, dict[str, Any], str, list[dict[str, Any]]], prometheus_operator_models: Path) -> None:
+    _, _, _, objects = deployed
+    monitor = next(o for o in objects if o["kind"] == "ServiceMonitor")
+    result = check_service_monitor(prometheus_operator_models, monitor)
+    assert result.returncode == 0 and result.stdout.strip() == "valid", result.stdout + result.stderr
+    broken = {**monitor, "spec": {**monitor["spec"], "endpoints": [{"port": "http", "interval": "15 seconds"}]}}
+    result = check_service_monitor(prometheus_operator_models, broken)  # the check can fail
+    assert result.returncode == 1 and "interval" in result.stdout
 
 
 def test_kubectl_reads_every_object(deployed: tuple[str, dict[str, Any], str, list[dict[str, Any]]],
@@ -80,10 +117,40 @@ def test_resources_probes_and_metrics_match_the_profile_and_the_runtime(
     assert pod["terminationGracePeriodSeconds"] > Settings.from_env({}).grace_seconds
 
 
+def test_the_startup_probe_follows_the_build_s_measured_load(tmp_path: Path) -> None:
+    """A build directory's report.json gives the load time; a saved plan (or a report without one) falls back to
+    the estimate from the weights."""
+    build = tmp_path / "build"
+    build.mkdir()
+    plan_file("llama-8b-h100x2", build)
+
+    def budget(report: dict[str, Any] | None) -> int:
+        if report is not None:
+            (build / "report.json").write_text(json.dumps(report))
+        result = cli("deploy", str(build), "--image", image_for("llama-8b-h100x2"))
+        assert result.returncode == 0, result.stderr
+        deployment = next(o for o in yaml.safe_load_all(result.stdout) if o["kind"] == "Deployment")
+        probe = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+        return int(probe["periodSeconds"] * probe["failureThreshold"])
+
+    estimate = budget(None)
+    assert budget({"passed": True, "summary": "", "load_seconds": 50.0}) == 260  # 60 + 4 x 50
+    assert budget({"passed": True, "summary": "", "load_seconds": 1.5}) == 120  # never under the image's own
+    assert budget({"passed": True, "summary": "", "load_seconds": "soon"}) == estimate != 260
+
+
 def test_bad_sources_are_clear_errors(tmp_path: Path) -> None:
     (tmp_path / "plan.json").write_text("{}")
-    for source, words in ((tmp_path / "plan.json", "not a build directory"), (tmp_path / "none", "not a build")):
-        result = cli("deploy", str(source))
-        assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr
+    (tmp_path / "layout").mkdir()
+    (tmp_path / "layout" / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    (tmp_path / "layout" / "index.json").write_text('{"schemaVersion": 2, "manifests": []}')
+    for source, words in ((str(tmp_path / "plan.json"), "not a build directory"),
+                          (str(tmp_path / "none"), "does not exist"),
+                          (str(tmp_path), "not a build directory"),
+                          ("nosuch/image:1", "neither a build directory nor an image"),
+                          (f"oci:{tmp_path / 'layout'}:x", "oci:"),
+                          ("Not An Image!", "not a valid image reference")):
+        result = cli("deploy", source)
+        assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr, result.stderr
     result = cli("deploy", str(tmp_path / "plan.json"), "--min-replicas", "5", "--max-replicas", "2")
     assert result.returncode == 2 and "--min-replicas" in result.stderr
