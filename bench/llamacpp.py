@@ -21,7 +21,7 @@ CACHE = Path(os.environ.get("BENCH_CACHE") or Path.home() / ".cache" / "mbuild-b
 SDIST = CACHE / f"llama_cpp_python-{VERSION}"
 VENDOR = SDIST / "vendor" / "llama.cpp"
 BUILD = CACHE / "build-llama"
-BINARIES = ("llama-server", "llama-quantize")
+BINARIES = ("llama-server", "llama-quantize", "llama-batched-bench")
 SPM_VOCAB = VENDOR / "models" / "ggml-vocab-llama-spm.gguf"
 BPE_VOCAB = VENDOR / "models" / "ggml-vocab-llama-bpe.gguf"  # Llama 3's 128256-token vocabulary
 CONVERTER = VENDOR / "convert_hf_to_gguf.py"
@@ -49,8 +49,8 @@ def ensure_source() -> Path:
 
 
 def ensure_built(jobs: int = 2) -> Path:
-    """llama-server and llama-quantize, configured as machine-notes.md says; built only when missing. The source
-    tree stays too: its converter and vocab GGUF make the models."""
+    """llama-server, llama-quantize and llama-batched-bench, configured as machine-notes.md says; built only when
+    missing. The source tree stays too: its converter and vocab GGUF make the models."""
     source = ensure_source()
     if all(binary(name).is_file() for name in BINARIES):
         return BUILD / "bin"

@@ -1,42 +1,60 @@
 """Decode-step time against the context already cached: is the KV cache copied each step?
 
-One random ~100M Llama (bench/llm_models.py), fp32 weights, two graphs run by the runtime's own
-DecoderEngine, one intra-op thread, pinned to one core:
-  in place      mbuild's ONNX Runtime graph (GroupQueryAttention, past and present bound to one buffer per
-                slot): a step writes one position per sequence
-  grown cache   the graph mbuild gives TensorRT (past in, past + 1 out, as the engine worked before), run on
-                ONNX Runtime through the same slots: every step copies each sequence's whole cache in and out
-Each row holds `context` cached positions (their values do not matter for timing) and decodes one token;
-batch 1 and 8; rounds interleaved. An in-place step still reads every cached position once (attention
-itself), so its time grows with the context by that read and no more.
+The random Llamas of `bench llm_peer` (real Llama SPM tokenizer): the ~100M one and the Llama-3.2-1B-shaped one.
+mbuild's arms run the runtime's own DecoderEngine, one intra-op thread, pinned to one core:
+  fp32 / int8   the engines `mbuild package --precision fp32` and `--precision int8` (int8 is the default CPU
+                precision) build: ONNX Runtime graphs with GroupQueryAttention, past and present bound to one
+                buffer per slot, so a step writes one position per sequence
+  grown cache   (~100M only) the fp32 graph mbuild gives TensorRT (past in, past + 1 out, as the engine worked
+                before), run on ONNX Runtime through the same slots: every step copies each sequence's cache
+Each mbuild row holds `context` cached positions (their values do not matter for timing) and decodes one token.
+llama.cpp's arms are its own `llama-batched-bench` on the f32 and q8_0 GGUFs of the same weights, one thread,
+the same core, its defaults otherwise (an f16 KV cache, flash attention auto): it prefills `context` tokens in
+each of B sequences, then times 16 decode steps of all B (from `context` to `context` + 16 cached).
+Batch 1 and 8; the mbuild arms' rounds interleaved. A step that copies nothing still reads every cached
+position once (attention itself), so its time grows with the context by that read: with fp32 weights on the
+1B shape the weights dominate that read; at batch 8 on the ~100M shape (kv width 320, 12 layers) the cache read
+is as large as the weights' (0.5 GB at context 2047), and halves only with a narrower cache (llama.cpp's f16).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from bench import llamacpp
 from bench.harness import Series, interleave, machine, write
-from bench.llm_models import make_llama_100m
+from bench.llm_models import LLAMA_1B, LLAMA_100M, make_llama_spm
+from bench.llm_peer import build_or_engine
 from builder.engine.compile_ort import optimize
-from builder.engine.export_decoder import export_decoder, export_decoder_tensorrt
-from runtimes.bundle import EngineConfig
+from builder.engine.export_decoder import export_decoder_tensorrt
+from runtimes.bundle import EngineConfig, load_engine_config
 from runtimes.engines.decoder import DecoderEngine
 
 CONTEXTS = (128, 512, 1024, 2047)  # cached positions; the step's token is the next one (2048 at most)
 BATCHES = (1, 8)
 STEPS = 10
+TG = 16  # llama-batched-bench's decode steps per row
+SHAPES: dict[str, tuple[str, dict[str, Any]]] = {"100m": ("random ~100M Llama", LLAMA_100M),
+                                               "1b": ("random Llama-3.2-1B-shaped", LLAMA_1B)}
+PEER = ("f32", "q8_0")
 
 
-def _engine(model: Path, out: Path, grown_cache: bool) -> DecoderEngine:
-    export = export_decoder_tensorrt if grown_cache else export_decoder
-    exported = export(model, out / "export")
+def _engine(folder: Path) -> DecoderEngine:
+    return DecoderEngine(folder, load_engine_config(folder), threads=1, slots=max(BATCHES))
+
+
+def _grown_cache_engine(model: Path, out: Path) -> DecoderEngine:
+    exported = export_decoder_tensorrt(model, out / "export")
     if not (out / "engine" / "model.onnx").is_file():
         optimize(out / "export" / "model.onnx", out / "engine" / "model.onnx")
     fields = exported.engine_fields("onnxruntime", "model.onnx", {"max_batch": max(BATCHES)})
@@ -55,38 +73,87 @@ def _step_ms(engine: DecoderEngine, batch: int, context: int) -> float:
     return float(np.median(times[2:]) * 1000)
 
 
-def main(repeats: int = 3, work: Path | None = None) -> Path:
-    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
-    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-llm-context"
-    model = make_llama_100m(work / "llama-100m")
-    engines = {"in place": _engine(model, work / "in-place", False),
-               "grown cache": _engine(model, work / "grown-cache", True)}
+def _llama_steps(gguf: Path) -> dict[tuple[int, int], float]:
+    """llama-batched-bench's decode ms per step, by (batch, context)."""
+    total = max(BATCHES) * (max(CONTEXTS) + TG) + 64
+    out = subprocess.run([str(llamacpp.binary("llama-batched-bench")), "-m", str(gguf), "-c", str(total),
+                          "-b", "2048", "-ub", "512", "-t", "1", "-tb", "1", "-ntg", str(TG),
+                          "-npp", ",".join(map(str, CONTEXTS)), "-npl", ",".join(map(str, BATCHES))],
+                         capture_output=True, text=True, check=True, timeout=7200)
+    steps = {}
+    for line in out.stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 8 and re.fullmatch(r"\d+", cells[0]):
+            context, tg, batch, t_tg = int(cells[0]), int(cells[1]), int(cells[2]), float(cells[6])
+            steps[(batch, context)] = t_tg / tg * 1000
+    missing = [(b, c) for b in BATCHES for c in CONTEXTS if (b, c) not in steps]
+    if missing:
+        raise RuntimeError(f"llama-batched-bench printed no row for {missing}:\n{out.stdout[-2000:]}")
+    return steps
+
+
+def _measure_shape(key: str, work: Path, repeats: int) -> dict[str, Series]:
+    title, shape = SHAPES[key]
+    model = make_llama_spm(work / f"llama-{key}-spm", shape, llamacpp.SPM_VOCAB)
+    engines: dict[str, DecoderEngine] = {}
+    for precision in ("fp32", "int8"):
+        built, _ = build_or_engine(model, work, precision)  # a gate failed on random weights: timed anyway
+        if isinstance(built, Path):
+            engines[f"mbuild {precision}"] = _engine(built / "model")
+    if key == "100m":
+        engines["mbuild fp32 grown cache"] = _grown_cache_engine(model, work / "grown-cache")
     cases: list[tuple[str, Callable[[], float]]] = [
         (f"{name} b{batch} ctx{context}", partial(_step_ms, engine, batch, context))
         for name, engine in engines.items() for batch in BATCHES for context in CONTEXTS]
+    print(f"{title}: {', '.join(engines)}; then llama.cpp {', '.join(PEER)}")
     results = interleave(cases, repeats)
-    data = {"machine": machine(), "unit": "ms per decode step (lower is better)",
-            "results": {k: v.values for k, v in results.items()}}
-    return write("llm_context", data, _markdown(results, list(engines)))
+    engines.clear()
+    ggufs = llamacpp.ggufs(model, work / "gguf")
+    for kind in PEER:
+        series = {f"llama.cpp {kind} b{b} ctx{c}": Series() for b in BATCHES for c in CONTEXTS}
+        for _ in range(1 if key == "1b" else repeats):  # the 1B shape's prefills take minutes a round
+            for (batch, context), ms in _llama_steps(ggufs[kind]).items():
+                series[f"llama.cpp {kind} b{batch} ctx{context}"].values.append(ms)
+        results.update(series)
+    return results
 
 
-def _markdown(results: dict[str, Series], names: list[str]) -> str:
-    rows = []
-    for name in names:
-        for batch in BATCHES:
-            base = results[f"{name} b{batch} ctx{CONTEXTS[0]}"].median
-            cells = " | ".join(f"{results[f'{name} b{batch} ctx{c}'].median:.1f}" for c in CONTEXTS)
-            longest = results[f"{name} b{batch} ctx{CONTEXTS[-1]}"].median
-            rows.append(f"| {name} | {batch} | {cells} | {longest / base:.2f}x |")
-    header = " | ".join(f"ctx {c}" for c in CONTEXTS)
+def main(repeats: int = 3, work: Path | None = None) -> Path:
+    """`python -m bench llm_context`; BENCH_CONTEXT_SHAPES=100m or 1b picks the shapes."""
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-peer"  # shares llm_peer's models and builds
+    llamacpp.ensure_built()
+    chosen = os.environ.get("BENCH_CONTEXT_SHAPES", ",".join(SHAPES)).split(",")
+    results = {key: _measure_shape(key, work, repeats) for key in SHAPES if key in chosen}
+    data: dict[str, Any] = {"machine": machine(), "unit": "ms per decode step (lower is better)",
+                            "results": {key: {k: v.values for k, v in r.items()} for key, r in results.items()}}
+    return write("llm_context", data, _markdown(results))
+
+
+def _markdown(results: dict[str, dict[str, Series]]) -> str:
+    sections = []
+    for key, series in results.items():
+        names = list(dict.fromkeys(k.rsplit(" b", 1)[0] for k in series))
+        rows = []
+        for name in names:
+            for batch in BATCHES:
+                cells = [series[f"{name} b{batch} ctx{c}"].median for c in CONTEXTS]
+                rows.append(f"| {name} | {batch} | {' | '.join(f'{v:.1f}' for v in cells)} | "
+                            f"{cells[-1] / cells[0]:.2f}x |")
+        header = " | ".join(f"ctx {c}" for c in CONTEXTS)
+        sections.append(f"""## {SHAPES[key][0]}
+
+| arm | batch | {header} | longest / shortest |
+| --- | ---: | {' | '.join('---:' for _ in CONTEXTS)} | ---: |
+{chr(10).join(rows)}
+""")
     return f"""# Decode-step time against context length
 
 {__doc__}
-Machine: {machine()['cpu']}. Median ms per decode step over the rounds.
+Machine: {machine()['cpu']}, {machine()['date']}. Median ms per decode step over the rounds (llama.cpp: one
+round on the 1B shape).
 
-| graph | batch | {header} | longest / shortest |
-| --- | ---: | {' | '.join('---:' for _ in CONTEXTS)} | ---: |
-{chr(10).join(rows)}
-
-Reproduce: `python -m bench llm_context` (writes docs/benchmarks/llm_context.json and .md).
+{chr(10).join(sections)}
+Reproduce: `python -m bench llm_context` (writes docs/benchmarks/llm_context.json and .md; it reuses
+`bench llm_peer`'s models, builds and llama.cpp, building what is missing).
 """

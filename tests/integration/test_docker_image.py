@@ -17,6 +17,7 @@ from openai import OpenAI
 from tests.integration.conftest import DOCKER_TAG as TAG
 from tests.integration.conftest import TEXTS, cosines, package_docker_image
 from tests.support.containers import docker, inspect, running, wait_healthy
+from tests.support.deploy_cases import validate_core
 from tests.support.net import wait_for_status
 from tests.support.procs import mbuild
 
@@ -80,7 +81,9 @@ def test_the_deploy_startup_probe_is_sized_from_the_measured_load(image_build: P
     assert 0 < load_seconds < 60
     result = mbuild("deploy", str(image_build))
     assert result.returncode == 0, result.stderr
-    deployment = next(o for o in yaml.safe_load_all(result.stdout) if o["kind"] == "Deployment")
+    objects = list(yaml.safe_load_all(result.stdout))
+    validate_core(objects)  # the real build's manifests, strictly against Kubernetes' schemas
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
     probe = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
     budget = probe["periodSeconds"] * probe["failureThreshold"]
     assert budget == probe["periodSeconds"] * math.ceil(max(120, 60 + math.ceil(4 * load_seconds))
