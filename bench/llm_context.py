@@ -14,7 +14,8 @@ each of B sequences, then times 16 decode steps of all B (from `context` to `con
 Batch 1 and 8; the mbuild arms' rounds interleaved. A step that copies nothing still reads every cached
 position once (attention itself), so its time grows with the context by that read: with fp32 weights on the
 1B shape the weights dominate that read; at batch 8 on the ~100M shape (kv width 320, 12 layers) the cache read
-is as large as the weights' (0.5 GB at context 2047), and halves only with a narrower cache (llama.cpp's f16).
+is as large as the weights' (0.5 GB at context 2047), and halves only with a narrower cache (llama.cpp's f16;
+ONNX Runtime's CPU GroupQueryAttention runs an f16 cache slower than an fp32 one, converting every element).
 """
 
 from __future__ import annotations
