@@ -19,6 +19,10 @@ def _container(spec: DeploySpec, api_key_secret: str) -> dict[str, Any]:
     container["ports"] = [{"name": "http1", "containerPort": PORT, "protocol": "TCP"}]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         container[probe] = {**container[probe], "httpGet": {**container[probe]["httpGet"], "port": PORT}}
+    if spec.task == "embedding":
+        # KServe reads a custom predictor's protocol from this variable (its webhook accepts v1 or v2): the
+        # embedding image serves the Open Inference Protocol, v2. A language model's OpenAI routes are neither.
+        container["env"] = [*container["env"], {"name": "PROTOCOL", "value": "v2"}]
     return container
 
 
@@ -29,8 +33,7 @@ def inference_service(spec: DeploySpec, minimum: int, maximum: int, api_key_secr
     meta["annotations"] = {
         "serving.kserve.io/deploymentMode": "RawDeployment",
         "serving.kserve.io/autoscalerClass": "hpa",
-        # The routes the image serves (KServe has no field for a custom container's protocol): the Open
-        # Inference Protocol (v2) for embeddings, OpenAI's for language models.
+        # Every route family the image serves, for people and tools (PROTOCOL above names KServe's one).
         "dev.mbuild/protocols": "v2,openai" if spec.task == "embedding" else "openai",
     }
     return {

@@ -96,8 +96,13 @@ def test_it_runs_the_k8s_formats_pod(deployed: tuple[str, str, dict[str, Any], d
     (ours,), (theirs,) = predictor["containers"], pod["containers"]
     assert ours["name"] == "kserve-container"
     assert ours["ports"][0]["containerPort"] == theirs["ports"][0]["containerPort"]
-    for key in ("image", "resources", "env", "securityContext", "volumeMounts"):
+    for key in ("image", "resources", "securityContext", "volumeMounts"):
         assert ours[key] == theirs[key], key
+    # KServe's protocol variable: v2 (the Open Inference Protocol) where the image serves it, embeddings
+    protocol = [e for e in ours["env"] if e["name"] == "PROTOCOL"]
+    assert [e for e in ours["env"] if e["name"] != "PROTOCOL"] == theirs["env"]
+    embedding = isvc["metadata"]["labels"]["app.kubernetes.io/component"] == "embedding"
+    assert protocol == ([{"name": "PROTOCOL", "value": "v2"}] if embedding else [])
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert ours[probe]["httpGet"]["path"] == theirs[probe]["httpGet"]["path"]
         assert ours[probe]["httpGet"]["port"] == ours["ports"][0]["containerPort"]
