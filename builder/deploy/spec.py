@@ -136,8 +136,8 @@ def _plan_and_image(source: str) -> tuple[dict[str, Any], str | None, float | No
 def load_spec(source: str, image: str | None = None, name: str | None = None,
               namespace: str | None = None) -> DeploySpec:
     plan, built, load_seconds = _plan_and_image(source)
-    if image is None and built is None and parse_image_source(source).kind in {"oci", "oci-archive",
-                                                                               "docker-archive"}:
+    local = not Path(source).exists() and parse_image_source(source).kind in {"oci", "oci-archive", "docker-archive"}
+    if image is None and built is None and local:
         raise InputError(f"{source} is a local image, which no cluster can pull",
                          hint="push it (`mbuild push`, which prints the digest) and give --image REPO@sha256:...")
     chosen = image or built or plan["tag"]
