@@ -30,7 +30,7 @@ from builder.errors import InputError
 @click.option("--api-key-secret", default=None,
               help="The Secret whose 'api-key' becomes MBUILD_API_KEY (default: NAME-api-key; optional).")
 @click.option("--output", "-o", type=click.Path(path_type=Path),
-              help="k8s: a file (default: standard output). helm: the chart's folder (default: ./NAME).")
+              help="k8s, kserve: a file (default: standard output). helm: the chart's folder (default: ./NAME).")
 def deploy(source: str, fmt: str, image: str | None, name: str | None, namespace: str | None,
            replicas: int | None, min_replicas: int, max_replicas: int, api_key_secret: str | None,
            output: Path | None) -> None:

@@ -91,40 +91,40 @@ def _checked_plan(text: str, source: str) -> dict[str, Any]:
         raise InputError(f"{source} is not a build directory, an `mbuild plan --json` file or an image mbuild "
                          f"built ({exc})", hint="give the folder `mbuild package` wrote, save `mbuild plan MODEL "
                                                 "--json`, or name the image") from exc
-    if not isinstance(plan, dict):
-        raise InputError(f"{source} holds no plan")
-    return plan
+    return plan  # a dict: anything else failed the indexing above
 
 
-def _from_image(target: str) -> tuple[dict[str, Any], str | None]:
-    """The plan summary the image carries as a label, and the image as a cluster would pull it: by digest where
-    the registry or engine knows one. A local layout or archive is not pullable: None (--image is needed)."""
+def _from_image(target: str, image: str | None) -> tuple[dict[str, Any], str]:
+    """The plan summary the image carries as a label, and the image as a cluster would pull it: --image, else by
+    the digest the registry or engine knows. A local layout or archive is not pullable: --image is needed."""
     found = inspect_target(target)
     label = found.labels.get(DEPLOY_LABEL)
     if label is None:
         raise InputError(f"{target} carries no {DEPLOY_LABEL} label: mbuild did not build it, or an older mbuild did",
                          hint="give its build directory, or a plan saved with `mbuild plan MODEL --json`")
-    if parse_image_source(target).kind != "name":
-        return _checked_plan(label, target), None
+    if image is None and parse_image_source(target).kind != "name":
+        raise InputError(f"{target} is a local image, which no cluster can pull",
+                         hint="push it (`mbuild push`, which prints the digest) and give --image REPO@sha256:...")
     pullable = f"{split_image(target)[0]}@{found.digest}" if found.digest else target
-    return _checked_plan(label, target), pullable
+    return _checked_plan(label, target), image or pullable
 
 
-def _plan_and_image(source: str) -> tuple[dict[str, Any], str | None, float | None]:
-    """The plan, the image's digest reference where known, and the load time the build measured."""
+def _plan_and_image(source: str, image: str | None) -> tuple[dict[str, Any], str | None, float | None]:
+    """The plan, the image as given or by the digest the build or registry knows, and the load time the build
+    measured."""
     path = Path(source)
-    if path.is_file():
-        return _checked_plan(path.read_text(errors="replace"), source), None, None
-    if not path.is_dir():
+    if not path.exists():
         if not source.startswith(("/", "./", "../", "~")):
-            plan, image = _from_image(source)
-            return plan, image, None
+            plan, pullable = _from_image(source, image)
+            return plan, pullable, None
         raise InputError(f"{source} does not exist", hint="give a build directory, a plan file or an image")
     try:
-        plan = _checked_plan((path / "plan.json").read_text(), source)
+        plan = _checked_plan((path / "plan.json" if path.is_dir() else path).read_text(errors="replace"), source)
     except OSError as exc:
-        raise InputError(f"{source} is not a build directory ({exc.strerror})",
-                         hint="give the folder `mbuild package` wrote") from exc
+        raise InputError(f"{source} is not a build directory or a plan file ({exc.strerror})",
+                         hint="give the folder `mbuild package` wrote, or save `mbuild plan MODEL --json`") from exc
+    if not path.is_dir():
+        return plan, image, None
     digest, record = None, read_record(path)
     if record is not None:
         raw = json.loads((path / "image.json").read_text())
@@ -135,11 +135,7 @@ def _plan_and_image(source: str) -> tuple[dict[str, Any], str | None, float | No
 
 def load_spec(source: str, image: str | None = None, name: str | None = None,
               namespace: str | None = None) -> DeploySpec:
-    plan, built, load_seconds = _plan_and_image(source)
-    local = not Path(source).exists() and parse_image_source(source).kind in {"oci", "oci-archive", "docker-archive"}
-    if image is None and built is None and local:
-        raise InputError(f"{source} is a local image, which no cluster can pull",
-                         hint="push it (`mbuild push`, which prints the digest) and give --image REPO@sha256:...")
+    plan, built, load_seconds = _plan_and_image(source, image)
     chosen = image or built or plan["tag"]
     parse_ref(chosen)  # a malformed --image is an InputError here, not a manifest the cluster rejects
     requires, content = plan["requires"], plan["profile"]["content"]
