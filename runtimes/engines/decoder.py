@@ -49,6 +49,7 @@ class DecoderEngine:
         self.present = [name.replace("past", "present") for name in self.past]
         kv_type = next(i.type for i in self.session.get_inputs() if i.name == self.past[0])
         self.kv_dtype = np.dtype(np.float16 if kv_type == "tensor(float16)" else np.float32)
+        self._bindings: dict[tuple[int, int], Any] = {}
         self.cache = self._empty_cache()
         self.lengths = np.zeros(self.slots, np.int64)
 
@@ -57,6 +58,7 @@ class DecoderEngine:
         slot's whole buffer (context x bytes per token) at its first step, so memory grows by a slot's worth
         with each sequence running at once, up to the profile's max_batch."""
         shape = (self.slots, self.kv_heads, self.context, self.head_dim)
+        self._bindings.clear()  # they point into the buffers being replaced
         return [np.zeros(shape, self.kv_dtype) for _ in self.past]
 
     @property
@@ -75,17 +77,28 @@ class DecoderEngine:
         self.lengths[rows] = lengths
         return logits
 
+    def _binding(self, rows: slice) -> Any:
+        """The rows' IO binding with their cache buffers bound once: binding 2 x layers buffers anew every step
+        cost ~0.2 ms, 4% of a ~100M model's step. Kept per row range (the scheduler uses a few)."""
+        key = (rows.start, rows.stop)
+        binding = self._bindings.get(key)
+        if binding is None:
+            if len(self._bindings) >= 4 * self.slots:
+                self._bindings.clear()
+            binding = self._bindings[key] = self.session.io_binding()
+            for past, present, buffer in zip(self.past, self.present, self.cache, strict=True):
+                view = buffer[rows]  # the first rows of a C-contiguous array: contiguous, so bindable by pointer
+                binding.bind_input(past, "cpu", 0, self.kv_dtype, list(view.shape), view.ctypes.data)
+                binding.bind_output(present, "cpu", 0, self.kv_dtype, list(view.shape), view.ctypes.data)
+        return binding
+
     def _in_place(self, rows: slice, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        binding = self.session.io_binding()
+        binding = self._binding(rows)  # input_ids, seqlens_k, total_sequence_length and logits are bound anew
         binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids, np.int64))
         binding.bind_cpu_input("seqlens_k", (lengths - 1).astype(np.int32))
         binding.bind_cpu_input("total_sequence_length", np.array(int(lengths.max()), np.int32))
         logits = np.empty((ids.shape[0], self.config.dimensions), np.float32)
         binding.bind_output("logits", "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data)
-        for past, present, buffer in zip(self.past, self.present, self.cache, strict=True):
-            view = buffer[rows]  # the first rows of a C-contiguous array: contiguous, so bindable by pointer
-            binding.bind_input(past, "cpu", 0, self.kv_dtype, list(view.shape), view.ctypes.data)
-            binding.bind_output(present, "cpu", 0, self.kv_dtype, list(view.shape), view.ctypes.data)
         self.session.run_with_iobinding(binding)
         return logits  # copy_outputs_to_cpu would also copy every bound cache buffer
 
