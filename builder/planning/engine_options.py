@@ -18,10 +18,12 @@ class OrtOptions(_Options):
     """ONNX Runtime (CPU): graph optimization and quantization."""
 
     graph_optimization: Literal["basic", "extended", "all"] = "extended"
-    quantization: Literal["dynamic", "int4"] | None = None
-    per_channel: bool = False  # int8: one scale per output channel (cosine 0.945 -> 0.988 on MiniLM)
-    reduce_range: bool = False  # int8: 7-bit weights, for CPUs without VNNI that saturate otherwise
-    block_size: int = Field(32, ge=16)  # int4: weights per quantization block
+    # Language models' linear layers: "dynamic" (int8 only: DynamicQuantizeMatMul) or "blocks" (MatMulNBits,
+    # 8-bit for int8, 4-bit for int4). Embeddings' int8 is always dynamic, with per_channel and reduce_range.
+    quantization: Literal["dynamic", "blocks"] | None = None
+    per_channel: bool = False  # dynamic int8: one scale per output channel (cosine 0.945 -> 0.988 on MiniLM)
+    reduce_range: bool = False  # dynamic int8: 7-bit weights, for CPUs without VNNI that saturate otherwise
+    block_size: Literal[16, 32, 64, 128, 256] = 32  # blocks: weights per block, the sizes ORT's packer takes
     accuracy_level: int | None = Field(None, ge=0, le=4)  # int8/int4 language models: MatMulNBits compute type
 
 
