@@ -21,9 +21,9 @@ from builder.planning.target import Target
 
 Status = Literal["runnable", "low_memory", "incompatible"]
 ENGINE_RANK = {"tensorrt": 0, "onnxruntime": 1}
-# Preferred first; the set may be chosen without being asked for. CPU language models: int8 first, the fastest
-# under load as measured (docs/benchmarks/llm_kernels.md: int4 is as fast at batch 8 and faster at batch 1,
-# with a coarser rounding, so it is chosen when asked), then fp32;
+# Preferred first; the set may be chosen without being asked for. CPU language models: int8 first, 4.5x fp32's
+# decode speed at batch 1 and 1.8x at 16 (docs/benchmarks/llm_kernels.md: int4 is faster at batch 1 and as
+# fast at 16, with a ten times coarser rounding, so it is chosen when asked), then fp32;
 # the build's gate decides, and a precision that fails it is passed over for the next (build/pipeline.py).
 PRECISION_ORDER: dict[tuple[Task, str], tuple[tuple[str, ...], frozenset[str]]] = {
     ("text-generation", "gpu"): (("fp8", "bf16", "fp16", "int8", "nvfp4"), frozenset({"fp8", "bf16", "fp16"})),
@@ -33,8 +33,8 @@ PRECISION_ORDER: dict[tuple[Task, str], tuple[tuple[str, ...], frozenset[str]]] 
 }
 # Why the first precision of the order is chosen, where it is not "the lowest that keeps accuracy".
 PRECISION_WHY: dict[tuple[Task, str], str] = {
-    ("text-generation", "cpu"): "the fastest that passes the build's gate (decode steps: int8 fastest under "
-                                "load, fp32 slowest; docs/llm.md)",
+    ("text-generation", "cpu"): "the fastest that passes the build's gate (decode steps: int8 1.8-4.5x "
+                                "fp32's; docs/llm.md)",
 }
 QUANTIZED = frozenset(name for name, info in PRECISIONS.items() if info.quantized)
 DEFAULT_MODE: dict[Task, str] = {"text-generation": "throughput", "embedding": "latency"}
