@@ -8,6 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import cli
+from builder.engine.weight_writer import LinearFormat
+from builder.planning.engine_options import ort_options
 from builder.planning.profiles import ProfileSetError, load_profiles
 
 GOOD = """
@@ -127,3 +129,26 @@ def test_engine_options_are_typed_per_backend_and_a_typo_names_the_key(tmp_path:
     assert "engine_options.workspace_gb" in joined and "engine_options.kv_cache" in joined
     assert "engine_options.graph_optimization: tensorrt has no such option" in joined  # an ORT key on TensorRT
     assert len(info.value.problems) == 5
+
+
+def test_each_cpu_class_quantizes_a_language_model_as_its_profile_says(tmp_path: Path) -> None:
+    """The linear layers an int8/int4 language-model build writes, per CPU class (docs/llm.md's table)."""
+    forms = {(p.hardware, p.precision): LinearFormat.for_profile(p.precision, ort_options(p.engine_options))
+             for p in load_profiles() if p.device == "cpu" and "text-generation" in p.tasks and p.precision != "fp32"}
+    vnni_int8 = forms["cpu.vnni", "int8"]  # 8-bit MatMulNBits blocks, int8 compute: the fast batch-1 kernel
+    assert (vnni_int8.kind, vnni_int8.bits, vnni_int8.block_size, vnni_int8.accuracy_level) == ("nbits", 8, 128, 4)
+    for hardware in ("cpu", "cpu.avx512"):  # dynamic int8 with 7-bit weights where u8*s8 kernels saturate
+        assert (forms[hardware, "int8"].kind, forms[hardware, "int8"].reduce_range) == ("int8", True)
+    for hardware in ("cpu", "cpu.avx512", "cpu.vnni"):
+        int4 = forms[hardware, "int4"]
+        assert (int4.kind, int4.bits, int4.block_size, int4.accuracy_level) == ("nbits", 4, 128, 4)
+    write(tmp_path, odd="""
+profiles:
+  - engine: onnxruntime
+    hardware: cpu
+    tasks: [text-generation]
+    precision: int4
+    engine_options: {quantization: blocks, block_size: 96}
+""")
+    with pytest.raises(ProfileSetError, match="block_size"):
+        load_profiles([tmp_path])  # a size ONNX Runtime's packer refuses is refused when profiles load

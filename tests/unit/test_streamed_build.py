@@ -132,22 +132,24 @@ def test_int8_weights_are_onnxruntime_quantize_dynamic_s(sharded_bf16: Path, tmp
         np.testing.assert_array_equal(ours[name], library[name], err_msg=name)
 
 
+@pytest.mark.parametrize("bits", [4, 8])  # int4 profiles; int8 profiles on VNNI CPUs
 @pytest.mark.usefixtures("block_bytes")
-def test_int4_weights_are_onnxruntime_matmulnbits_quantizer_s(sharded_bf16: Path, tmp_path: Path) -> None:
+def test_block_weights_are_onnxruntime_matmulnbits_quantizer_s(sharded_bf16: Path, tmp_path: Path,
+                                                               bits: int) -> None:
     config = AutoConfig.from_pretrained(sharded_bf16)
     write_decoder(sharded_bf16, config, tmp_path / "fp32")
-    quantizer = MatMulNBitsQuantizer(onnx.load(str(tmp_path / "fp32" / "model.onnx")), bits=4, block_size=64,
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(tmp_path / "fp32" / "model.onnx")), bits=bits, block_size=64,
                                      is_symmetric=True, accuracy_level=4)
     quantizer.process()
     quantizer.model.save_model_to_file(str(tmp_path / "library.onnx"), use_external_data_format=True)
-    write_decoder(sharded_bf16, config, tmp_path / "int4", LinearFormat("nbits", bits=4, block_size=64,
-                                                                        accuracy_level=4))
-    ours, library = _initializers(tmp_path / "int4" / "model.onnx"), _initializers(tmp_path / "library.onnx")
-    packed = [n for n in ours if n.endswith("_q4")]
+    write_decoder(sharded_bf16, config, tmp_path / "blocks", LinearFormat("nbits", bits=bits, block_size=64,
+                                                                          accuracy_level=4))
+    ours, library = _initializers(tmp_path / "blocks" / "model.onnx"), _initializers(tmp_path / "library.onnx")
+    packed = [n for n in ours if n.endswith(f"_q{bits}")]
     assert len(packed) == 4 * config.num_hidden_layers + 1
     for name in packed:
-        np.testing.assert_array_equal(ours[name], library[name.replace("_q4", "_Q4")], err_msg=name)
-        scales = name.replace("_q4", "_scales")
+        np.testing.assert_array_equal(ours[name], library[name.replace(f"_q{bits}", f"_Q{bits}")], err_msg=name)
+        scales = name.replace(f"_q{bits}", "_scales")
         np.testing.assert_array_equal(ours[scales], library[scales], err_msg=scales)
 
 
