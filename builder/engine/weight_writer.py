@@ -47,12 +47,11 @@ class LinearFormat:
 
     @classmethod
     def for_profile(cls, precision: str, options: OrtOptions) -> LinearFormat:
-        if precision == "fp32":
-            return cls()
-        if precision == "int8" and options.quantization == "dynamic":
-            return cls("int8", per_channel=options.per_channel, reduce_range=options.reduce_range)
-        return cls("nbits", bits=8 if precision == "int8" else 4, block_size=options.block_size,
-                   accuracy_level=options.accuracy_level or 0)
+        bits = options.block_bits(precision)
+        if bits is None:
+            return cls() if precision == "fp32" else cls("int8", per_channel=options.per_channel,
+                                                             reduce_range=options.reduce_range)
+        return cls("nbits", bits=bits, block_size=options.block_size, accuracy_level=options.accuracy_level or 0)
 
 
 class WeightFile:

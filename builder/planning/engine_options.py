@@ -26,6 +26,12 @@ class OrtOptions(_Options):
     block_size: Literal[16, 32, 64, 128, 256] = 32  # blocks: weights per block, the sizes ORT's packer takes
     accuracy_level: int | None = Field(None, ge=0, le=4)  # int8/int4 language models: MatMulNBits compute type
 
+    def block_bits(self, precision: str) -> int | None:
+        """Bits of a language model's MatMulNBits weights at `precision`; None: fp32, or int8 kept dynamic."""
+        if precision == "int4":
+            return 4
+        return 8 if precision == "int8" and self.quantization != "dynamic" else None
+
 
 class TrtOptions(_Options):
     """TensorRT (GPU): builder settings and the quantization the engine is built with."""

@@ -64,8 +64,9 @@ def _weight_bytes(facts: ModelFacts, profile: Profile) -> float:
     if facts.task != "text-generation" or profile.engine != "onnxruntime":
         return facts.params * 1e9 * per_param
     options = ort_options(profile.engine_options)
-    if options.quantization == "blocks" and profile.precision in ("int8", "int4"):
-        per_param = (1 if profile.precision == "int8" else 0.5) + 4 / options.block_size  # and a scale a block
+    bits = options.block_bits(profile.precision)
+    if bits:
+        per_param = bits / 8 + 4 / options.block_size  # and an fp32 scale a block
     table = facts.vocab * facts.hidden
     # The LM head is a linear layer at the profile's precision; a tied one is written as its own matrix.
     linear = facts.params * 1e9 - (0 if facts.tied else table)
