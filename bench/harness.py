@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 
 
@@ -45,6 +47,19 @@ def interleave(cases: list[tuple[str, Callable[[], float]]], repeats: int,
 def machine() -> dict[str, Any]:
     return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+
+
+def read_rate_gbs(size: int = 1 << 30, repeats: int = 5) -> float:
+    """One core's sequential read rate in GB/s: the best of `repeats` numpy maxima over `size` bytes, on the calling
+    thread's cores (a maximum streams faster than a sum here). No step that must read N bytes takes less than N over
+    this; the best of several keeps that floor low on a machine whose bandwidth varies between runs."""
+    data = np.ones(size // 4, np.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        data.max()
+        best = min(best, time.perf_counter() - started)
+    return size / best / 1e9
 
 
 def write(name: str, data: dict[str, Any], markdown: str, out: Path = OUT) -> Path:
