@@ -149,8 +149,9 @@ def _floor_rows(key: str, series: dict[str, Series], names: list[str], rate: flo
             first, last = series[f"{name} b{batch} ctx{short}"].median, series[f"{name} b{batch} ctx{long}"].median
             added = _cache_bytes(shape, batch, long, element) - _cache_bytes(shape, batch, short, element)
             growth = last - first
+            read_at = f"{added / growth / 1e6:.1f}" if growth > 0 else "-"  # noise can exceed a small growth
             rows.append(f"| {name} | {batch} | {growth:.1f} | {added / 1e6:.0f} | {added / rate / 1e6:.1f} | "
-                        f"{(BOUND - 1) * first:.1f} | {added / max(growth, 1e-3) / 1e6:.1f} |")
+                        f"{(BOUND - 1) * first:.1f} | {read_at} |")
     return rows
 
 
