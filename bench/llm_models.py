@@ -76,7 +76,7 @@ LLAMA3_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers
              "rope_theta": 500000.0, "rms_norm_eps": 1e-5}
 
 
-def _gguf_module(gguf_vocab: Path) -> Any:
+def gguf_module(gguf_vocab: Path) -> Any:
     """llama.cpp's gguf package from the tree beside `gguf_vocab` (models/ -> gguf-py/), not installed."""
     gguf_py = str(gguf_vocab.parents[1] / "gguf-py")
     if gguf_py not in sys.path:
@@ -94,7 +94,7 @@ def save_spm_model(folder: Path, gguf_vocab: Path) -> None:
     every piece, and llama.cpp's SPM tokenizer would then split words differently from everyone else)."""
     from sentencepiece import sentencepiece_model_pb2 as spm
 
-    fields = _gguf_module(gguf_vocab).GGUFReader(gguf_vocab).fields
+    fields = gguf_module(gguf_vocab).GGUFReader(gguf_vocab).fields
 
     def values(key: str) -> list[Any]:
         field = fields[key]
@@ -119,7 +119,7 @@ def save_spm_model(folder: Path, gguf_vocab: Path) -> None:
 def save_spm_tokenizer(folder: Path, gguf_vocab: Path) -> None:
     """The real Llama SPM tokenizer (32000 tokens, BOS 1 / EOS 2), read offline from llama.cpp's vocab-only GGUF
     by transformers' GGUF loader (tokenizer.json), and as tokenizer.model for llama.cpp's converter."""
-    _gguf_module(gguf_vocab)
+    gguf_module(gguf_vocab)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf_vocab.parent, gguf_file=gguf_vocab.name)
@@ -141,7 +141,7 @@ def save_bpe_tokenizer(folder: Path, gguf_vocab: Path) -> None:
     `<|endoftext|>` the loader's GPT2Tokenizer adds by default (id 128256, one past the embedding, which
     convert_hf_to_gguf.py rejects) is dropped, and BOS is prepended as Llama 3's post-processor does (the
     GGUF carries no add_bos flag). The converter then recognises it by its pre-tokenizer hash as llama-bpe."""
-    _gguf_module(gguf_vocab)
+    gguf_module(gguf_vocab)
     from transformers import AutoTokenizer
 
     loaded = AutoTokenizer.from_pretrained(gguf_vocab.parent, gguf_file=gguf_vocab.name)

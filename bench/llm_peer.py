@@ -29,12 +29,13 @@ import httpx
 
 from bench import llamacpp
 from bench.builds import build_mbuild, source_hash
-from bench.harness import OUT, interleave, write
+from bench.harness import OUT, interleave, read_rate_gbs, write
 from bench.llm_client import run
 from bench.llm_models import LLAMA_1B, LLAMA_100M, make_llama_spm
 from bench.llm_peer_checks import PROMPT_TOKENS, Texts, greedy, prefix_ttft
 from bench.llm_peer_report import plot, report
 from bench.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores
+from bench.weight_bytes import gguf_step_bytes, onnx_step_bytes
 
 PAIRS = (("fp32", "f32"), ("int8", "q8_0"), ("int4", "q4_0"))  # (mbuild precision, llama.cpp GGUF type)
 PREFIX_PAIR = ("int8", "fp32")  # shared-prefix TTFT on mbuild's default precision, fp32 if int8 did not build
@@ -208,6 +209,10 @@ def measure_shape(shape: Shape, work: Path, repeats: int, results: dict[str, Any
             results["ungated"].setdefault(shape.key, {})[mine] = gate
     results["builds"][shape.key] = {p: str(b) if isinstance(b, Path) else f"did not build: {b}"
                                     for p, b in builds.items()}
+    results["step_bytes"][shape.key] = {
+        **{f"mbuild {p}": onnx_step_bytes(b / "model" / "model.onnx")
+           for p, b in builds.items() if isinstance(b, Path)},
+        **{f"llama.cpp {kind}": gguf_step_bytes(path) for kind, path in files.items()}}
     results["prefix_pair"][shape.key] = next((p for p in PREFIX_PAIR if isinstance(builds[p], Path)), None)
     context = context_of(builds, model)
     results["context"][shape.key] = context
@@ -227,7 +232,9 @@ def main(repeats: int = 3, work: Path | None = None, quick_mode: bool | None = N
     print(f"llama.cpp peer benchmark: work in {work}, {repeats} rounds{' (quick)' if quick_mode else ''}")
     llamacpp.ensure_built()
     results: dict[str, Any] = {"runs": {}, "greedy": {}, "prefix": {}, "builds": {}, "context": {},
-                               "prefix_pair": {}, "ungated": {}}
+                               "prefix_pair": {}, "ungated": {}, "step_bytes": {}}
+    with pinned({min(split_cores()[1])}):  # the servers' core
+        results["read_gbs"] = read_rate_gbs()
     for shape in shapes:
         measure_shape(shape, work, repeats, results)
     data, markdown = report(results, shapes, PAIRS, repeats, quick_mode, __doc__ or "")

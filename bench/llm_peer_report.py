@@ -51,6 +51,25 @@ def _shape_table(results: dict[str, Any], shape: Shape, pairs: Pairs, data: dict
     return rows
 
 
+def _streaming(results: dict[str, Any], shape: Shape, pairs: Pairs) -> list[str]:
+    """At one stream each step reads every weight once: bytes a step reads / TPOT p50 is the rate a server
+    streams its weights, against the rate one core reads at all."""
+    rate, sizes = results["read_gbs"], results["step_bytes"][shape.key]
+    lines = [f"Weights streamed at c=1: the bytes a decode step reads whole (from the files each server loads) over "
+             f"TPOT p50; one core reads at most {rate:.1f} GB/s here (best of 5 numpy maxima over 1 GiB on the "
+             "servers' core).", "", "| pair | server | MB a step reads | GB/s at c=1 | share of the core's rate |",
+             "| --- | --- | ---: | ---: | ---: |"]
+    for mine, theirs in pairs:
+        for arm in (f"mbuild {mine}", f"llama.cpp {theirs}"):
+            series = _series(results, f"{shape.key} {arm} c=1")
+            if series is None or arm not in sizes:
+                continue
+            streamed = sizes[arm] / series["tpot_p50_ms"].median / 1e6
+            lines.append(f"| {mine} / {theirs} | {arm} | {sizes[arm] / 1e6:.0f} | {streamed:.1f} | "
+                         f"{streamed / rate:.0%} |")
+    return [*lines, ""]
+
+
 def _checks(results: dict[str, Any], shape: Shape) -> list[str]:
     lines = []
     greedy = results["greedy"].get(shape.key)
@@ -87,7 +106,7 @@ def _shape_section(results: dict[str, Any], shape: Shape, pairs: Pairs, repeats:
             f"{shape.new_tokens} new tokens a request; {shape.sequential} request(s) one after another at c=1; "
             f"{rounds} round(s); context {results['context'][shape.key]} tokens a sequence on both servers.", "",
             *_shape_table(results, shape, pairs, data), "", *([*failed, ""] if failed else []),
-            *_checks(results, shape)]
+            *_streaming(results, shape, pairs), *_checks(results, shape)]
 
 
 NOTES = [
@@ -122,7 +141,8 @@ def report(results: dict[str, Any], shapes: list[Shape], pairs: Pairs, repeats: 
     data: dict[str, Any] = {"scenario": "L2 language model served against llama.cpp", "machine": machine(),
                             "repeats": repeats, "quick": quick, "cores": {"client": client, "servers": servers},
                             "prompt_tokens": PROMPT_TOKENS, "shapes": {}, "results": {},
-                            "greedy": results["greedy"], "prefix": results["prefix"]}
+                            "greedy": results["greedy"], "prefix": results["prefix"],
+                            "read_gbs": results["read_gbs"], "step_bytes": results["step_bytes"]}
     sections = [line for shape in shapes for line in _shape_section(results, shape, pairs, repeats, data)]
     header = "# Language model served: mbuild against llama.cpp's llama-server"
     m = data["machine"]
