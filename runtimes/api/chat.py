@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -18,6 +17,7 @@ from runtimes.api.schemas_generation import ChatCompletionRequest
 from runtimes.api.structured import compile_constraint, guide_spec, tool_use, tools_for_template
 from runtimes.generation.chat_template import ChatTemplateError
 from runtimes.generation.guided import GuideSpec
+from runtimes.ids import hex_id
 
 router = APIRouter(route_class=OpenAIRoute, dependencies=[Depends(require_key)])
 
@@ -47,7 +47,7 @@ async def chat_completions(request: Request) -> Any:
         raise ApiError(400, str(exc), "invalid_messages") from exc
     top = (body.top_logprobs or 0) if body.logprobs else None
     run = admit_run(body, runtime, [prompt], body.max_completion_tokens or body.max_tokens, (top, None), grammar)
-    ident, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), state.served_names()[0]
+    ident, created, model = f"chatcmpl-{hex_id()}", int(time.time()), state.served_names()[0]
     form = tools.form if tools else None
     chunks = ChatChunks(ident, model, created, body.n, runtime.tokenizer, form)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -24,6 +23,7 @@ from runtimes.generation.guided import Grammar
 from runtimes.generation.logprobs import TokenLogprob
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
+from runtimes.ids import hex_id
 
 router = APIRouter(route_class=OpenAIRoute, dependencies=[Depends(require_key)])
 Body = TypeVar("Body", bound=_Sampling)
@@ -222,7 +222,7 @@ async def completions(request: Request) -> Any:
     check_token_ids(runtime, prompts)
     run = admit_run(body, runtime, prompts, body.max_tokens,
                     (body.logprobs, body.logprobs if body.echo else None), grammar)
-    ident, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), state.served_names()[0]
+    ident, created, model = f"cmpl-{hex_id()}", int(time.time()), state.served_names()[0]
     # With echo, each choice (prompts x n) starts with its prompt: as sent when it was text, else decoded.
     texts = [item if isinstance(item, str) else runtime.tokenizer.decode(ids, skip_special_tokens=False)
              for item, ids in zip(_items(body.prompt), prompts, strict=True)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import re
 import time
 
@@ -13,6 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtimes.api.errors import ApiError
 from runtimes.health import State
+from runtimes.ids import hex_id
 from runtimes.state import ServiceState
 
 log = logging.getLogger("mbuild.access")
@@ -49,8 +49,7 @@ class RequestContext:
             return
         start, status = time.perf_counter(), 500
         incoming = _header(scope, b"x-request-id")
-        # not uuid4: its os.urandom call releases the GIL, and getting it back under load costs more than the id
-        request_id = incoming if incoming and _REQUEST_ID.match(incoming) else f"{random.getrandbits(128):032x}"
+        request_id = incoming if incoming and _REQUEST_ID.match(incoming) else hex_id()
         scope.setdefault("state", {})["request_id"] = request_id
         draining = self.state.health.state is State.DRAINING
         limit = self.state.settings.max_body_bytes

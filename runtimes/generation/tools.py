@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from runtimes.generation.guided import lark_string
+from runtimes.ids import hex_id
 
 ToolFormatName = Literal["llama3_json", "hermes", "mistral"]  # settings.TOOL_PARSERS names the same
 
@@ -138,7 +138,7 @@ def _call(value: Any, key: str) -> ToolCall | None:
     arguments = value.get(key, value.get("arguments", value.get("parameters", {})))
     if not isinstance(arguments, dict):
         return None
-    return ToolCall(value["name"], json.dumps(arguments, ensure_ascii=False), f"call_{uuid.uuid4().hex[:24]}")
+    return ToolCall(value["name"], json.dumps(arguments, ensure_ascii=False), f"call_{hex_id(24)}")
 
 
 class ToolText:
