@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
@@ -40,6 +42,22 @@ ACCURACY_TOKENS, ACCURACY_ROWS = 96, 8
 BATCHES = (1, 4, 16)
 QUANTIZED = {"int8 MatMulNBits b32": (8, 32), "int8 MatMulNBits b128": (8, 128), "int8 dynamic": (8, 0),
              "int4 MatMulNBits b32": (4, 32), "int4 MatMulNBits b128": (4, 128)}
+MATRIX = (2048, 8192)  # K x N: a Llama-3.2-1B MLP projection
+ROWS = (1, 16, 64, 512)  # a decode step at 1 and 16 streams, a 64-token prompt, a 512-token prefill chunk
+MATRIX_ARMS = {"fp32": (32, 0), "int8 dynamic": (8, 0), "int8 MatMulNBits b128": (8, 128),
+               "int4 MatMulNBits b128": (4, 128)}
+
+
+def _quantize(source: Path, quantized: Path, bits: int, block: int) -> None:
+    """block 0: dynamic int8 (per-channel weights, per-step activations); else MatMulNBits at accuracy level 4."""
+    if not block:
+        quantize_dynamic(source, quantized, weight_type=QuantType.QInt8, per_channel=True,
+                         op_types_to_quantize=["MatMul"], extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        return
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), bits=bits, block_size=block, is_symmetric=True,
+                                     accuracy_level=4)
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(quantized), use_external_data_format=False)
 
 
 def _requantize(fp32: Path, out: Path, bits: int, block: int) -> Path:
@@ -51,15 +69,7 @@ def _requantize(fp32: Path, out: Path, bits: int, block: int) -> Path:
         shutil.copytree(fp32, out, dirs_exist_ok=True)  # copies: the engine cache's hard links stay behind
         source, quantized = out / "fp32.onnx", out / "quantized.onnx"
         (out / "model.onnx").rename(source)  # its weights stay in model.onnx.data, which it names
-        if not block:
-            quantize_dynamic(source, quantized, weight_type=QuantType.QInt8, per_channel=True,
-                             op_types_to_quantize=["MatMul"],
-                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-        else:
-            quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), bits=bits, block_size=block,
-                                             is_symmetric=True, accuracy_level=4)
-            quantizer.process()
-            quantizer.model.save_model_to_file(str(quantized), use_external_data_format=False)
+        _quantize(source, quantized, bits, block)
         source.unlink()
         (out / "model.onnx.data").unlink(missing_ok=True)
         optimize(quantized, out / "model.onnx")
@@ -93,6 +103,39 @@ def _accuracy(engine: DecoderEngine, reference: np.ndarray) -> dict[str, float]:
             "mean_logit_error": float(np.abs(logits - reference).mean())}
 
 
+def _matrix_sessions(folder: Path) -> dict[str, ort.InferenceSession]:
+    """One MATRIX-sized MatMul of random weights, in fp32 and through the same quantizers as the model arms."""
+    folder.mkdir(parents=True, exist_ok=True)
+    k, n = MATRIX
+    weight = np.random.default_rng(0).standard_normal((k, n), dtype=np.float32) * 0.02
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "matrix",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["rows", k])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["rows", n])],
+                              [numpy_helper.from_array(weight, "w")])
+    source = folder / "fp32.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), source)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sessions = {}
+    for name, (bits, block) in MATRIX_ARMS.items():
+        path = source if bits == 32 else folder / f"{name.replace(' ', '-')}.onnx"
+        if bits != 32:
+            _quantize(source, path, bits, block)
+        sessions[name] = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return sessions
+
+
+def _matrix_ms(session: ort.InferenceSession, rows: int) -> float:
+    x = np.random.default_rng(rows).standard_normal((rows, MATRIX[0]), dtype=np.float32)
+    session.run(None, {"x": x})  # warm
+    calls, started = 0, time.perf_counter()
+    while calls < 3 or time.perf_counter() - started < 0.3:
+        session.run(None, {"x": x})
+        calls += 1
+    return (time.perf_counter() - started) / calls * 1000
+
+
 def main(repeats: int = 3, work: Path | None = None) -> Path:
     os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
     work = work or Path(tempfile.gettempdir()) / "mbuild-bench-llm-kernels"
@@ -109,12 +152,38 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     results = interleave(cases, repeats)
     reference = _logits(engines["fp32 (mbuild)"])
     accuracy = {name: _accuracy(engine, reference) for name, engine in engines.items()}
+    names = list(engines)
+    engines.clear()  # their sessions' memory, before the matrix arms
+    matrix = interleave([(f"{name} rows{rows}", partial(_matrix_ms, session, rows))
+                         for name, session in _matrix_sessions(work / "matrix").items() for rows in ROWS], repeats)
     data = {"machine": machine(), "unit": "ms per decode step (lower is better)",
-            "results": {k: v.values for k, v in results.items()}, "accuracy": accuracy}
-    return write("llm_kernels", data, _markdown(results, list(engines), accuracy))
+            "results": {k: v.values for k, v in results.items()}, "accuracy": accuracy,
+            "matrix_ms": {k: v.values for k, v in matrix.items()}}
+    return write("llm_kernels", data, _markdown(results, names, accuracy, _matrix_markdown(matrix)))
 
 
-def _markdown(results: dict[str, Series], names: list[str], accuracy: dict[str, dict[str, float]]) -> str:
+def _matrix_markdown(matrix: dict[str, Series]) -> str:
+    rows = "\n".join(f"| {name} | " + " | ".join(
+        f"{matrix[f'{name} rows{r}'].median:.2f} ({matrix[f'{name} rows{r}'].median / r * 1000:.0f})" for r in ROWS)
+        + " |" for name in MATRIX_ARMS)
+    return f"""
+## One weight matrix against the rows it multiplies
+
+One {MATRIX[0]} x {MATRIX[1]} weight (a Llama-3.2-1B MLP projection), random, through the same quantizers, one
+thread: ms per product (microseconds per row) at {", ".join(map(str, ROWS))} rows, which are a decode step at
+one and at 16 streams, a 64-token prompt and a 512-token prefill chunk. A kernel that reuses each weight across
+rows gets cheaper per row as rows grow; one that does not costs the same per row. The quantized weights (17 MB
+at int8, 9 MB at int4) stay in this CPU's 32 MB L3 cache between calls, so their one-row column is faster than
+inside a model, whose weights stream from memory every step.
+
+| weights | {" | ".join(f"{r} row{'s' if r > 1 else ''}" for r in ROWS)} |
+| --- |{" ---: |" * len(ROWS)}
+{rows}
+"""
+
+
+def _markdown(results: dict[str, Series], names: list[str], accuracy: dict[str, dict[str, float]],
+              matrix: str) -> str:
     fp32 = {b: results[f"fp32 (mbuild) b{b}"].median for b in BATCHES}
     rows = "\n".join(f"| {name} | " + " | ".join(
         f"{results[f'{name} b{b}'].median:.1f} ({results[f'{name} b{b}'].spread()}) | "
@@ -132,7 +201,7 @@ Accuracy: each engine's logits against the fp32 engine's at {ACCURACY_ROWS * ACC
 ({ACCURACY_TOKENS} random tokens in each of {ACCURACY_ROWS} rows, one token a step). A random model's logits are
 near-tied (their spread is ~0.5), so top-1 agreement moves with small errors; the build's gate, on 128
 positions, passes at 0.9.
-
+{matrix}
 Reproduce: `.venv/bin/python -m bench llm_kernels` ({machine()['cores']} cores here, one used; {machine()['date']}).
 Measured on an AVX-512 VNNI CPU only: the AVX2 and AVX-512 classes' profiles take the same setting unmeasured.
 The served comparison with llama.cpp is `python -m bench llm_peer` (docs/benchmarks/llm_peer.md).
