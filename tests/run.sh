@@ -11,6 +11,30 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+STATE_PARENT="${MBUILD_TEST_STATE_PARENT:-/var/tmp}"
+# dockerd can leave its namespace and overlay mounts behind in a run's folder; they would keep it busy.
+unmount_state() { grep -o " $1/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true; }
+# A run that was killed (SIGKILL, a lost machine) never cleaned up after itself; its folder holds gigabytes of
+# images and engines. Remove the folders whose run is gone.
+for old in "$STATE_PARENT"/mbuild-test-state.*; do
+  if [ -f "$old/owner.pid" ] && ! kill -0 "$(cat "$old/owner.pid")" 2>/dev/null; then
+    echo "removing $old, left by a run that is gone"
+    unmount_state "$old"
+    rm -rf "$old"
+  fi
+done
+# A full disk would fail hundreds of tests at once with "No space left on device"; say so before starting.
+# A run peaks at about 12 GB here besides the venv (images in vfs storage, Docker's data, engines, the registry).
+NEED_GB="${MBUILD_TEST_MIN_FREE_GB:-12}"
+for dir in . "$STATE_PARENT"; do
+  FREE_GB="$(df -Pk "$dir" | awk 'NR == 2 {print int($4 / 1048576)}')"
+  if [ "$FREE_GB" -lt "$NEED_GB" ]; then
+    echo "tests/run.sh: $FREE_GB GB free on the disk of $(cd "$dir" && pwd); a test run needs about $NEED_GB GB." >&2
+    echo "Free some space, or set MBUILD_TEST_STATE_PARENT to a folder on a larger disk." >&2
+    exit 1
+  fi
+done
+
 PY="${PYTHON:-python3}"
 # The CPU build of torch; set MBUILD_TORCH_SPEC (and PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu)
 # where plain PyPI would hand out a CUDA build.
@@ -47,8 +71,9 @@ if [ "$(id -u)" = 0 ]; then export MBUILD_REQUIRE_DEPLOY_TOOLS=1; fi
 # What may be reused, resolved against the real HOME before it is replaced.
 export MBUILD_CI_CACHE="${MBUILD_CI_CACHE:-$HOME/.cache/mbuild-ci}"
 export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$HOME/.cache/pip}"
-STATE="$(mktemp -d "${MBUILD_TEST_STATE_PARENT:-/var/tmp}/mbuild-test-state.XXXXXX")"
+STATE="$(mktemp -d "$STATE_PARENT/mbuild-test-state.XXXXXX")"
 chmod 755 "$STATE"
+echo $$ >"$STATE/owner.pid"
 STARTED=()  # pid files of the services this run started
 cleanup() {
   local code=$?
@@ -57,9 +82,13 @@ cleanup() {
       timeout 30 tail --pid="$(cat "$pidfile")" -f /dev/null || true
     fi
   done
-  # dockerd can leave its namespace and overlay mounts behind; they would keep the folder busy.
-  grep -o " $STATE/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
-  if [ "${MBUILD_KEEP_TEST_STATE:-0}" = 1 ]; then echo "test state kept in $STATE"; else rm -rf "$STATE"; fi
+  unmount_state "$STATE"
+  if [ "${MBUILD_KEEP_TEST_STATE:-0}" = 1 ]; then
+    rm -f "$STATE/owner.pid"  # kept on purpose: the next run does not sweep it
+    echo "test state kept in $STATE"
+  else
+    rm -rf "$STATE"
+  fi
   exit "$code"
 }
 trap cleanup EXIT
