@@ -21,7 +21,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ import httpx
 import numpy as np
 
 from bench.builds import MINILM, build_mbuild, minilm_home, minilm_path
-from bench.harness import OUT, Series, interleave, machine, write
+from bench.harness import OUT, Series, fp32_peak_gflops, interleave, machine, write
 from bench.loadgen import Load, closed_loop, post
 from bench.plots import save_embedding_plot
 from bench.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores, uvicorn_app
@@ -103,26 +102,6 @@ def reference_embeddings() -> np.ndarray:
     return np.asarray(model.encode(ACCURACY_TEXTS), dtype=np.float64)
 
 
-def peak_gflops(cpus: set[int], threads: int, sizes: tuple[int, ...] = (1024, 2048), reps: int = 8) -> float:
-    """The best rate of square fp32 matmuls (3 timings per size): this machine's floor for dense math."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    best = 0.0
-    with pinned(cpus):
-        for n in sizes:
-            a, b = torch.randn(n, n), torch.randn(n, n)
-            torch.mm(a, b)
-            for _ in range(3):
-                started = time.perf_counter()
-                for _ in range(reps):
-                    torch.mm(a, b)
-                best = max(best, 2 * n**3 * reps / (time.perf_counter() - started) / 1e9)
-    torch.set_num_threads(before)
-    return best
-
-
 def flops_per_sequence(config: dict[str, Any], tokens: int) -> float:
     """Matmul FLOPs of a BERT encoder: Q, K, V, O and the two FFN projections, plus QK^T and AV."""
     hidden, ffn, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
@@ -164,8 +143,8 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     tokens = len(tokenizer.encode([SENTENCE])[0])
     config = json.loads((minilm_path() / "config.json").read_text())
     flops = flops_per_sequence(config, tokens)
-    peak = peak_gflops(servers, threads)
-    with pinned(servers):  # the fp32 engine alone, one sentence at a time: the floor under mbuild's c=1 p50
+    with pinned(servers):  # the cores' peak; the fp32 engine alone, one sentence at a time (the floor under c=1 p50)
+        peak = fp32_peak_gflops(threads)
         engine_ms = Engine(engine_dir, threads).call_ms()
     data = _summary(found, results, loads, flops, tokens, peak, threads, repeats)
     data["fp32_engine_ms_per_sentence"] = engine_ms
@@ -243,7 +222,7 @@ def render(data: dict[str, Any]) -> str:
         "## E2: distance to the floor", "",
         f"MiniLM: {data['flops_per_sequence'] / 1e6:.1f} MFLOPs per sequence of {data['tokens_per_sequence']} tokens "
         f"(matmuls only). Peak fp32 matmul here: {data['peak_fp32_gflops']:.1f} GFLOP/s on the servers' "
-        f"{data['threads']} core(s) (the best of 1024 and 2048 square matmuls, PyTorch).", "",
+        f"{data['threads']} core(s) (the best of 1024 and 2048 square matmuls, PyTorch and ONNX Runtime).", "",
         "| arm at c=16 | sequences/s | GFLOP/s achieved | share of the fp32 peak |", "| --- | ---: | ---: | ---: |",
         *floor, "",
         "int8 rows count the same FLOPs against the fp32 peak; VNNI's int8 peak is higher still.", "",

@@ -9,6 +9,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,44 @@ def read_rate_gbs(size: int = 1 << 30, repeats: int = 5) -> float:
         data.max()
         best = min(best, time.perf_counter() - started)
     return size / best / 1e9
+
+
+def _best_gflops(call: Callable[[], object], flops: float, reps: int) -> float:
+    call()
+    best = 0.0
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(reps):
+            call()
+        best = max(best, flops * reps / (time.perf_counter() - started) / 1e9)
+    return best
+
+
+def fp32_peak_gflops(threads: int = 1, sizes: tuple[int, ...] = (1024, 2048), reps: int = 8) -> float:
+    """The best rate of square fp32 matmuls, torch's and ONNX Runtime's (its MatMul on a prepacked constant weight,
+    as mbuild's engines run it), 3 timings per size, on the calling thread's cores: the floor for dense math, so
+    it takes the faster library. No engine does N fp32 FLOPs in less than N over this."""
+    import onnxruntime as ort
+    import torch
+    from onnx import TensorProto, helper, numpy_helper
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "peak",
+                                  [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n])],
+                                  [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])],
+                                  [numpy_helper.from_array(b.numpy(), "b")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        best = max(best, _best_gflops(partial(torch.mm, a, b), 2 * n**3, reps),
+                   _best_gflops(partial(session.run, None, {"a": a.numpy()}), 2 * n**3, reps))
+    torch.set_num_threads(before)
+    return best
 
 
 def write(name: str, data: dict[str, Any], markdown: str, out: Path = OUT) -> Path:

@@ -76,6 +76,21 @@ LLAMA3_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers
              "rope_theta": 500000.0, "rms_norm_eps": 1e-5}
 
 
+def run_flops(config: dict[str, Any], prompt: int, new: int, requests: int) -> float:
+    """The matmul FLOPs of answering `requests` prompts of `prompt` tokens with `new` tokens each: every position but
+    the last through each layer's projections (Q, K, V, O and the gated MLP) and attention over the positions up to
+    it (QK and AV), and the LM head once per output token (the prompt's last position gives the first). Norms,
+    rotary and softmax are left out, so no engine does less."""
+    hidden, ffn, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    projections = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * ffn
+    positions = prompt + new - 1
+    attended = positions * (positions + 1) // 2  # position t attends to t positions, itself included
+    per_layer = projections * positions + 2 * heads * head_dim * attended
+    return float(requests * (2 * layers * per_layer + 2 * hidden * config["vocab_size"] * new))
+
+
 def gguf_module(gguf_vocab: Path) -> Any:
     """llama.cpp's gguf package from the tree beside `gguf_vocab` (models/ -> gguf-py/), not installed."""
     gguf_py = str(gguf_vocab.parents[1] / "gguf-py")

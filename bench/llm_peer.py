@@ -29,9 +29,9 @@ import httpx
 
 from bench import llamacpp
 from bench.builds import build_mbuild, source_hash
-from bench.harness import OUT, interleave, read_rate_gbs, write
+from bench.harness import OUT, fp32_peak_gflops, interleave, read_rate_gbs, write
 from bench.llm_client import run
-from bench.llm_models import LLAMA_1B, LLAMA_100M, make_llama_spm
+from bench.llm_models import LLAMA_1B, LLAMA_100M, make_llama_spm, run_flops
 from bench.llm_peer_checks import PROMPT_TOKENS, Texts, greedy, prefix_ttft
 from bench.llm_peer_report import plot, report
 from bench.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores
@@ -216,6 +216,8 @@ def measure_shape(shape: Shape, work: Path, repeats: int, results: dict[str, Any
     results["prefix_pair"][shape.key] = next((p for p in PREFIX_PAIR if isinstance(builds[p], Path)), None)
     context = context_of(builds, model)
     results["context"][shape.key] = context
+    config = json.loads((model / "config.json").read_text())
+    results["run_flops"][shape.key] = run_flops(config, PROMPT_TOKENS, shape.new_tokens, max(shape.concurrency))
     texts = Texts(model)
     for mine, theirs in PAIRS:
         print(f"{shape.title}: mbuild {mine} against llama.cpp {theirs} (context {context} a sequence)")
@@ -232,9 +234,9 @@ def main(repeats: int = 3, work: Path | None = None, quick_mode: bool | None = N
     print(f"llama.cpp peer benchmark: work in {work}, {repeats} rounds{' (quick)' if quick_mode else ''}")
     llamacpp.ensure_built()
     results: dict[str, Any] = {"runs": {}, "greedy": {}, "prefix": {}, "builds": {}, "context": {},
-                               "prefix_pair": {}, "ungated": {}, "step_bytes": {}}
-    with pinned({min(split_cores()[1])}):  # the servers' core
-        results["read_gbs"] = read_rate_gbs()
+                               "prefix_pair": {}, "ungated": {}, "step_bytes": {}, "run_flops": {}}
+    with pinned({min(split_cores()[1])}):  # the servers' core: the floors every server runs against
+        results["read_gbs"], results["peak_gflops"] = read_rate_gbs(), fp32_peak_gflops()
     for shape in shapes:
         measure_shape(shape, work, repeats, results)
     data, markdown = report(results, shapes, PAIRS, repeats, quick_mode, __doc__ or "")

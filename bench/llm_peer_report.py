@@ -70,6 +70,33 @@ def _streaming(results: dict[str, Any], shape: Shape, pairs: Pairs) -> list[str]
     return [*lines, ""]
 
 
+def _compute(results: dict[str, Any], shape: Shape, pairs: Pairs) -> list[str]:
+    """At the top concurrency an fp32 wave is compute-bound: its FLOPs over the core's fp32 peak is the least time
+    any fp32 engine takes, which caps how far ahead of llama.cpp's f32 any engine can be."""
+    top, (mine, theirs) = max(shape.concurrency), pairs[0]
+    flops, peak = results["run_flops"][shape.key], results["peak_gflops"]
+    tokens = top * shape.new_tokens
+    best = tokens * peak * 1e9 / flops  # tokens/s of a server doing nothing but matmuls at the peak
+    lines = [f"Compute at c={top}, {mine} / {theirs}: the wave's {top} requests are {flops / 1e12:.2f} TFLOP of "
+             f"matmuls (prompt and decode positions through every layer, attention over the positions before, the "
+             f"LM head once per output token). One core does at most {peak:.1f} GFLOP/s of fp32 matmul here (the "
+             "best of torch's and ONNX Runtime's 1024 and 2048 square matmuls on the servers' core), so no fp32 "
+             f"engine serves the wave faster than {best:.1f} tokens/s.", "",
+             "| server | tokens/s | GFLOP/s | share of the core's peak |", "| --- | ---: | ---: | ---: |"]
+    rates = {}
+    for arm in (f"mbuild {mine}", f"llama.cpp {theirs}"):
+        series = _series(results, f"{shape.key} {arm} c={top}")
+        if series is not None:
+            rates[arm] = rate = series["total_tok_s"].median
+            lines.append(f"| {arm} | {rate:.1f} | {rate / best * peak:.1f} | {rate / best:.0%} |")
+    lines.append(f"| any fp32 engine at the peak | {best:.1f} | {peak:.1f} | 100% |")
+    if f"llama.cpp {theirs}" in rates:
+        need = 1.5 * rates[f"llama.cpp {theirs}"]
+        lines += ["", f"1.5x llama.cpp {theirs} is {need:.1f} tokens/s: {need / best:.0%} of the core's peak, end to "
+                  f"end; at most {best / rates[f'llama.cpp {theirs}']:.2f}x llama.cpp is reachable at all."]
+    return [*lines, ""]
+
+
 def _checks(results: dict[str, Any], shape: Shape) -> list[str]:
     lines = []
     greedy = results["greedy"].get(shape.key)
@@ -106,7 +133,7 @@ def _shape_section(results: dict[str, Any], shape: Shape, pairs: Pairs, repeats:
             f"{shape.new_tokens} new tokens a request; {shape.sequential} request(s) one after another at c=1; "
             f"{rounds} round(s); context {results['context'][shape.key]} tokens a sequence on both servers.", "",
             *_shape_table(results, shape, pairs, data), "", *([*failed, ""] if failed else []),
-            *_streaming(results, shape, pairs), *_checks(results, shape)]
+            *_streaming(results, shape, pairs), *_compute(results, shape, pairs), *_checks(results, shape)]
 
 
 NOTES = [
@@ -142,7 +169,8 @@ def report(results: dict[str, Any], shapes: list[Shape], pairs: Pairs, repeats: 
                             "repeats": repeats, "quick": quick, "cores": {"client": client, "servers": servers},
                             "prompt_tokens": PROMPT_TOKENS, "shapes": {}, "results": {},
                             "greedy": results["greedy"], "prefix": results["prefix"],
-                            "read_gbs": results["read_gbs"], "step_bytes": results["step_bytes"]}
+                            "read_gbs": results["read_gbs"], "step_bytes": results["step_bytes"],
+                            "peak_gflops": results["peak_gflops"], "run_flops": results["run_flops"]}
     sections = [line for shape in shapes for line in _shape_section(results, shape, pairs, repeats, data)]
     header = "# Language model served: mbuild against llama.cpp's llama-server"
     m = data["machine"]
