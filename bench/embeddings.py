@@ -222,7 +222,8 @@ def render(data: dict[str, Any]) -> str:
         "## E2: distance to the floor", "",
         f"MiniLM: {data['flops_per_sequence'] / 1e6:.1f} MFLOPs per sequence of {data['tokens_per_sequence']} tokens "
         f"(matmuls only). Peak fp32 matmul here: {data['peak_fp32_gflops']:.1f} GFLOP/s on the servers' "
-        f"{data['threads']} core(s) (the best of 1024 and 2048 square matmuls, PyTorch and ONNX Runtime).", "",
+        f"{data['threads']} core(s) (the best of PyTorch's and ONNX Runtime's on square and 512-row "
+        "Llama-3.2-1B MLP matmuls).", "",
         "| arm at c=16 | sequences/s | GFLOP/s achieved | share of the fp32 peak |", "| --- | ---: | ---: | ---: |",
         *floor, "",
         "int8 rows count the same FLOPs against the fp32 peak; VNNI's int8 peak is higher still.", "",

@@ -80,8 +80,8 @@ def _compute(results: dict[str, Any], shape: Shape, pairs: Pairs) -> list[str]:
     lines = [f"Compute at c={top}, {mine} / {theirs}: the wave's {top} requests are {flops / 1e12:.2f} TFLOP of "
              f"matmuls (prompt and decode positions through every layer, attention over the positions before, the "
              f"LM head once per output token). One core does at most {peak:.1f} GFLOP/s of fp32 matmul here (the "
-             "best of torch's and ONNX Runtime's 1024 and 2048 square matmuls on the servers' core), so no fp32 "
-             f"engine serves the wave faster than {best:.1f} tokens/s.", "",
+             "best of torch's and ONNX Runtime's on square and 512-row Llama-3.2-1B MLP matmuls, on the servers' "
+             f"core), so no fp32 engine serves the wave faster than {best:.1f} tokens/s.", "",
              "| server | tokens/s | GFLOP/s | share of the core's peak |", "| --- | ---: | ---: | ---: |"]
     rates = {}
     for arm in (f"mbuild {mine}", f"llama.cpp {theirs}"):
