@@ -26,12 +26,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from bench.builds import build_mbuild, source_hash
-from bench.harness import Series, interleave, machine, write
+from bench.harness import Series, interleave, machine, matmul_model, write
 from bench.llm_models import make_llama_100m
 from builder.engine.compile_ort import optimize
 from runtimes.bundle import load_engine_config
@@ -106,14 +105,9 @@ def _accuracy(engine: DecoderEngine, reference: np.ndarray) -> dict[str, float]:
 def _matrix_sessions(folder: Path) -> dict[str, ort.InferenceSession]:
     """One MATRIX-sized MatMul of random weights, in fp32 and through the same quantizers as the model arms."""
     folder.mkdir(parents=True, exist_ok=True)
-    k, n = MATRIX
-    weight = np.random.default_rng(0).standard_normal((k, n), dtype=np.float32) * 0.02
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "matrix",
-                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["rows", k])],
-                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["rows", n])],
-                              [numpy_helper.from_array(weight, "w")])
+    weight = np.random.default_rng(0).standard_normal(MATRIX, dtype=np.float32) * 0.02
     source = folder / "fp32.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), source)
+    onnx.save(matmul_model(weight, "rows"), source)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")

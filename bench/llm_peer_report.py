@@ -73,7 +73,7 @@ def _streaming(results: dict[str, Any], shape: Shape, pairs: Pairs) -> list[str]
 def _compute(results: dict[str, Any], shape: Shape, pairs: Pairs) -> list[str]:
     """At the top concurrency an fp32 wave is compute-bound: its FLOPs over the core's fp32 peak is the least time
     any fp32 engine takes, which caps how far ahead of llama.cpp's f32 any engine can be."""
-    top, (mine, theirs) = max(shape.concurrency), pairs[0]
+    top, (mine, theirs) = max(shape.concurrency), next(pair for pair in pairs if pair[0] == "fp32")
     flops, peak = results["run_flops"][shape.key], results["peak_gflops"]
     tokens = top * shape.new_tokens
     best = tokens * peak * 1e9 / flops  # tokens/s of a server doing nothing but matmuls at the peak
