@@ -101,7 +101,7 @@ def _served(shape: dict[str, Any]) -> list[str]:
             lines += [f"{arm} served: **failed**: {served['error']}", ""]
             continue
         start = (run.get("plan_memory") or {}).get("start_gb")
-        versus = (f"; `mbuild plan` predicted {start * 1e9 / GIB:.2f} GiB serving one sequence (memory.start_gb): "
+        versus = (f"; `mbuild plan` predicted {start * 1e9 / GIB:.2f} GiB at ready (memory.start_gb): "
                   "measured "
                   f"at ready / predicted {served['rss_at_ready'] / (start * 1e9):.2f}, peak / predicted "
                   f"{served['peak_rss'] / (start * 1e9):.2f}") if start else ""

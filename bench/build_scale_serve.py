@@ -1,6 +1,6 @@
 """The serving half of build_scale: the engine a scale build made, served by `mbuild serve` on this host, its
-memory at ready and through one streamed chat completion, against what `mbuild plan` predicts for serving one
-sequence (memory.start_gb: weights as stored, one KV slot at the full context, the serving processes). Random
+memory at ready and through one streamed chat completion, against what `mbuild plan` predicts at ready
+(memory.start_gb: weights as stored, the KV cache of max_batch slots, the serving processes). Random
 weights fail the quantized gates, so the engine is served with --allow-failed-gate.
 """
 

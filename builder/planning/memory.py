@@ -1,8 +1,8 @@
 """How much memory a model needs under a profile, to serve and to build.
 
 Serving: weights as the engine stores them, the KV cache the profile reserves (max_batch sequences x
-context tokens; on CPU a slot's share is committed when a sequence first runs in it), and headroom;
-divided by tensor parallelism. start_gb is one sequence's worth: what a server answering one request holds.
+context tokens, committed when the server starts, as llama.cpp and vLLM reserve theirs), and headroom;
+divided by tensor parallelism. start_gb is what a ready server holds: all of that but the headroom.
 Building: CPU language-model engines are written from the checkpoint a block at a time and gated
 against a reference that holds one decoder layer (builder/engine/checkpoint.py, reference.py), so the
 build needs the engine (the gate runs it) or one fp32 layer, whichever is larger, beside the build
@@ -39,7 +39,7 @@ class MemoryNeed:
     kv_cache_gb: float
     overhead_gb: float
     per_device_gb: float  # per GPU, or for the whole host on CPU
-    start_gb: float = 0.0  # per device serving one sequence: weights, one slot's KV cache, the serving processes
+    start_gb: float = 0.0  # per device at ready: weights, every slot's KV cache, the serving processes
     build_gb: float = 0.0  # RAM the build needs (export, compile, gate), on the build host
     build_disk_gb: float = 0.0  # disk the build writes: the engine, and the checkpoint if not cached
 
@@ -92,8 +92,7 @@ def memory_need(facts: ModelFacts, profile: Profile) -> MemoryNeed:
         kv = per_token * context * profile.limits.max_batch / 1e9
     overhead = CPU_OVERHEAD_GB if profile.device == "cpu" else GPU_OVERHEAD_GB
     build, disk = _build_need(facts, profile, weights)
-    one_slot = kv / max(profile.limits.max_batch, 1)  # a slot commits its whole context at its first step
-    start = (weights + one_slot) / profile.tp + (RUNTIME_BASE_GB if profile.device == "cpu" else overhead)
+    start = (weights + kv) / profile.tp + (RUNTIME_BASE_GB if profile.device == "cpu" else overhead)
     return MemoryNeed(weights, kv, overhead, (weights + kv) / profile.tp + overhead, start, build, disk)
 
 

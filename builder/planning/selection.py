@@ -140,8 +140,8 @@ def _explain(verdict: Verdict, task: Task, mode: str, asked: dict[str, str | Non
     where = "per GPU" if p.device == "gpu" else "of RAM"
     need = verdict.need
     lines.append(f"memory: needs {verdict.needs_gb:g} GB {where} (weights {need.weights_gb:.1f}, "
-                 f"KV cache {need.kv_cache_gb:.1f}, headroom {need.overhead_gb:.1f}); {need.start_gb:.1f} GB serving "
-                 "one sequence, the KV cache filling as more run at once")
+                 f"KV cache {need.kv_cache_gb:.1f}, headroom {need.overhead_gb:.1f}); {need.start_gb:.1f} GB held from "
+                 "start" + (", the KV cache of max_batch sequences reserved then" if need.kv_cache_gb else ""))
     lines.append(f"build: needs {need.build_gb:.1f} GB of RAM and {need.build_disk_gb:.1f} GB of disk on the "
                  "build host (the checkpoint's download included)")
     return lines

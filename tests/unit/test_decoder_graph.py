@@ -5,6 +5,8 @@ lengths decoding together, a prompt prefilled in chunks on top of its own cache,
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 from pathlib import Path
 from typing import Any
 
@@ -83,5 +85,26 @@ def test_greedy_ids_equal_transformers(kind: str, grown_cache: bool, tmp_path: P
         return
     engine = _engine(folder, tmp_path, grown_cache)
     assert engine.in_place is not grown_cache
-    engine.warm_up()  # as the server starts: the warm-up's cache buffers are replaced before any request
+    engine.warm_up()  # as the server starts: what the warm-up wrote stays in slots 0 and 1, and must go unread
     assert _served(engine) == _reference(folder)
+
+
+def _resident_share(buffer: np.ndarray) -> float:
+    """The share of a buffer's pages the kernel has committed (mincore(2))."""
+    page = mmap.PAGESIZE
+    start = buffer.ctypes.data // page * page
+    pages = (buffer.ctypes.data + buffer.nbytes - start + page - 1) // page
+    flags = (ctypes.c_ubyte * pages)()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(pages * page), flags) != 0:
+        raise OSError(ctypes.get_errno(), "mincore failed")
+    return sum(flag & 1 for flag in flags) / pages
+
+
+def test_every_slot_is_committed_at_start(tmp_path: Path) -> None:
+    """A slot first used mid-burst would stall its request while the kernel commits its pages (the attention
+    touches a slot's whole context): the server commits them all before it is ready."""
+    engine = _engine(_model("llama", tmp_path / "model"), tmp_path, grown_cache=False)
+    wide = DecoderEngine(tmp_path / "engine", engine.config, threads=1, slots=256)  # buffers of MBs, mmap'd
+    assert wide.cache[0].nbytes >= 4 << 20
+    assert [round(_resident_share(buffer), 2) for buffer in wide.cache] == [1.0] * len(wide.cache)
