@@ -2,7 +2,8 @@
 
 Serving: weights as the engine stores them, the KV cache the profile reserves (max_batch sequences x
 context tokens, committed when the server starts, as llama.cpp and vLLM reserve theirs), and headroom;
-divided by tensor parallelism. start_gb is what a ready server holds: all of that but the headroom.
+divided by tensor parallelism. start_gb is what a ready server holds: weights, the whole KV cache and the
+serving processes (on a GPU, its overhead).
 Building: CPU language-model engines are written from the checkpoint a block at a time and gated
 against a reference that holds one decoder layer (builder/engine/checkpoint.py, reference.py), so the
 build needs the engine (the gate runs it) or one fp32 layer, whichever is larger, beside the build
