@@ -34,7 +34,6 @@ from runtimes.api.kserve_codec import HEADER, InferRequest, TensorError, encode_
 from runtimes.api.schemas import MAX_INPUTS
 from runtimes.api.schemas_generation import CompletionRequest
 from runtimes.generation.generator import GenerationFailed
-from runtimes.health import State
 from runtimes.state import ServiceState
 from runtimes.tokenize import Truncate
 
@@ -49,7 +48,7 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 
 def _ready(state: ServiceState) -> bool:
-    return state.health.state in (State.READY, State.DRAINING) and (state.embedding or state.generation) is not None
+    return state.health.serving and (state.embedding or state.generation) is not None
 
 
 @router.get("")
