@@ -76,7 +76,7 @@ def runtime_layer(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "shared"  # runtimes/__init__.py: the version
-    return RUNTIME_PLACES.get(parts[1], f"no layer (add runtimes.{parts[1]} to RUNTIME_PLACES)")
+    return RUNTIME_PLACES.get(parts[1], "unplaced")
 
 
 def upward_imports(package: str, order: tuple[str, ...], layer: Callable[[str], str]) -> list[str]:
@@ -86,7 +86,7 @@ def upward_imports(package: str, order: tuple[str, ...], layer: Callable[[str], 
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         here = layer(module)
         if here not in order:
-            found.append(f"{module} is in {here}")
+            found.append(f"{module} is in none of the layers {order}: add it to the rule")
             continue
         for name in sorted(imported_modules(path)):
             there = layer(name)
