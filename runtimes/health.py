@@ -46,3 +46,8 @@ class Health:
     @property
     def ready(self) -> bool:
         return self.state is State.READY
+
+    @property
+    def serving(self) -> bool:
+        """Requests are answered: ready, or draining (readiness says 503 then, but in-flight and new work runs)."""
+        return self.state in (State.READY, State.DRAINING)

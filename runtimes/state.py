@@ -7,9 +7,8 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from runtimes.api.errors import ApiError
 from runtimes.batcher import Batcher
 from runtimes.bundle import EngineConfig, load_engine_config, load_metadata
 from runtimes.engines import Encoder, encoder_for
@@ -20,7 +19,6 @@ from runtimes.settings import Settings
 from runtimes.tokenize import TextTokenizer
 
 log = logging.getLogger("mbuild.runtime")
-T = TypeVar("T")
 
 
 @dataclass
@@ -102,10 +100,3 @@ class ServiceState:
         thread.start()
         return thread
 
-
-def serving(state: ServiceState, runtime: T | None) -> T:
-    """The runtime, if requests may use it: ready, or draining (readiness says 503, but it still serves)."""
-    if runtime is None or state.health.state not in (State.READY, State.DRAINING):
-        raise ApiError(503, f"the model is not ready ({state.health.state.value})", "model_not_ready",
-                       "service_unavailable", headers={"Retry-After": "5"})
-    return runtime

@@ -19,7 +19,6 @@ from runtimes.api.errors import ApiError, bad_request, client_closed, deadline_e
 from runtimes.batcher import QueueFull
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.scheduler import Inadmissible, SchedulerFull
-from runtimes.health import State
 from runtimes.state import EmbeddingRuntime, ServiceState
 from runtimes.tokenize import INLINE_CHARS
 
@@ -38,7 +37,7 @@ def check_model(state: ServiceState, name: str | None) -> None:
 
 
 def _ready(state: ServiceState, name: str | None) -> None:
-    if state.health.state not in (State.READY, State.DRAINING):
+    if not state.health.serving:
         raise ApiError(503, f"the model is not ready ({state.health.state.value})", "model_not_ready",
                        headers={"Retry-After": "5"})
     check_model(state, name)

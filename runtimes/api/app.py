@@ -18,7 +18,7 @@ from starlette.routing import Match
 from runtimes import __version__
 from runtimes.api import chat, embeddings, generation, kserve, probes, tokenize_routes
 from runtimes.api.bodies import add_request_components, describe_errors
-from runtimes.api.errors import ApiError, error_response
+from runtimes.api.errors import ApiError, shape_of
 from runtimes.api.middleware import RequestContext
 from runtimes.health import State
 from runtimes.settings import Settings
@@ -47,23 +47,24 @@ def create_app(settings: Settings) -> FastAPI:
     for router in routers:
         app.include_router(router)
 
-    @app.exception_handler(ApiError)  # routes render their own API's shape; this is for the rest
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return exc.response()
+    # Routes render their own API's shape; these answer the rest (no route, or raised outside one) by the path.
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return exc.response(shape_of(request.url.path))
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(400, describe_errors(list(exc.errors())), "invalid_request")
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return await api_error(request, ApiError(400, describe_errors(list(exc.errors())), "invalid_request"))
 
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, str(exc.detail), code, headers=exc.headers)
+        return await api_error(request, ApiError(exc.status_code, str(exc.detail), code, headers=exc.headers))
 
     @app.exception_handler(Exception)
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return error_response(500, "internal server error", "internal_error", "server_error")
+        return await api_error(request, ApiError(500, "internal server error", "internal_error"))
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
                    include_in_schema=False)
@@ -74,9 +75,8 @@ def create_app(settings: Settings) -> FastAPI:
                           if route.matches(request.scope)[0] is Match.PARTIAL
                           for method in getattr(route, "methods", ()) or ()})
         if allowed:
-            return error_response(405, "Method Not Allowed", "method_not_allowed",
-                                  headers={"Allow": ", ".join(allowed)})
-        return error_response(404, f"no route /{path}; see /docs for the API", "not_found")
+            raise ApiError(405, "Method Not Allowed", "method_not_allowed", headers={"Allow": ", ".join(allowed)})
+        raise ApiError(404, f"no route /{path}; see /docs for the API", "not_found")
 
     app.add_middleware(RequestContext, state=state)
     generate_openapi = app.openapi

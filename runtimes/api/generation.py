@@ -15,7 +15,7 @@ from runtimes.api.admission import enter, fit_context, generation_runtime, off_l
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
 from runtimes.api.completion_shapes import CompletionChunks
-from runtimes.api.errors import ApiError, OpenAIRoute
+from runtimes.api.errors import ApiError, OpenAIRoute, generation_failed, stream_deadline_exceeded
 from runtimes.api.schemas_generation import MAX_PROMPTS, CompletionRequest, _Sampling
 from runtimes.api.structured import compile_constraint, guide_spec
 from runtimes.generation.generator import Delta, GenerationFailed, Stream, start
@@ -162,12 +162,9 @@ def _stream(run: Run, chunk: Any, include_usage: bool, timeout: float) -> Stream
                 yield _sse(chunk.usage(_usage(run.prompt_tokens, sum(run.tokens))))
             yield _sse("[DONE]")
         except GenerationFailed as exc:  # the engine failed this stream: say so in the stream, then end it
-            kind = ("invalid_request_error", "constraint_failed") if exc.refused else ("server_error",
-                                                                                       "generation_failed")
-            yield _sse({"error": {"message": str(exc), "type": kind[0], "code": kind[1]}})
+            yield _sse(generation_failed(exc).body())
         except TimeoutError:
-            yield _sse({"error": {"message": f"the stream ran longer than {timeout:g} s (MBUILD_STREAM_TIMEOUT) "
-                                             "and was stopped", "type": "timeout_error", "code": "deadline_exceeded"}})
+            yield _sse(stream_deadline_exceeded(timeout).body())
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -183,9 +180,7 @@ async def respond(request: Request, body: _Sampling, run: Run, chunks: Any,
     try:
         await run_to_end(request, run.drain(), settings.request_timeout, run.started)
     except GenerationFailed as exc:
-        if exc.refused:
-            raise ApiError(400, f"{exc}; simplify the output constraint", "constraint_failed") from exc
-        raise ApiError(500, str(exc), "generation_failed") from exc
+        raise generation_failed(exc) from exc
     return JSONResponse({**whole(), "usage": _usage(run.prompt_tokens, sum(run.tokens))})
 
 

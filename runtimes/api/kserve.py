@@ -28,13 +28,12 @@ from runtimes.api.admission import (
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import describe, read_body
 from runtimes.api.embeddings import check_texts, embed
-from runtimes.api.errors import ApiError, V2Route
+from runtimes.api.errors import ApiError, V2Route, generation_failed
 from runtimes.api.generation import Run, sampling
 from runtimes.api.kserve_codec import HEADER, InferRequest, TensorError, encode_response, parse_infer
 from runtimes.api.schemas import MAX_INPUTS
 from runtimes.api.schemas_generation import CompletionRequest
 from runtimes.generation.generator import GenerationFailed
-from runtimes.health import State
 from runtimes.state import ServiceState
 from runtimes.tokenize import Truncate
 
@@ -49,7 +48,7 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 
 def _ready(state: ServiceState) -> bool:
-    return state.health.state in (State.READY, State.DRAINING) and (state.embedding or state.generation) is not None
+    return state.health.serving and (state.embedding or state.generation) is not None
 
 
 @router.get("")
@@ -182,7 +181,7 @@ async def _generate(request: Request, state: ServiceState, parsed: InferRequest,
     try:
         await run_to_end(request, run.drain(), state.settings.request_timeout, run.started)
     except GenerationFailed as exc:
-        raise _error(500, str(exc)) from exc
+        raise generation_failed(exc) from exc
     return {"text_output": (np.array([t.encode() for t in run.text], dtype=object), "BYTES")}
 
 

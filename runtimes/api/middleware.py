@@ -3,14 +3,13 @@ drain hints."""
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from runtimes.api.errors import ApiError
+from runtimes.api.errors import ApiError, shape_of
 from runtimes.health import State
 from runtimes.ids import hex_id
 from runtimes.state import ServiceState
@@ -35,13 +34,10 @@ class RequestContext:
         state.metrics.describe("requests_total", "Requests by route and status")
 
     @staticmethod
-    async def _refuse(send: Send, request_id: str, error: ApiError) -> None:
-        body = json.dumps({"error": {"message": error.message, "type": error.type, "code": error.code}}).encode()
-        headers = [(b"content-type", b"application/json"), (b"x-request-id", request_id.encode()),
-                   (b"content-length", str(len(body)).encode())]
-        headers += [(k.lower().encode(), v.encode()) for k, v in (error.headers or {}).items()]
-        await send({"type": "http.response.start", "status": error.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+    async def _refuse(scope: Scope, receive: Receive, send: Send, request_id: str, error: ApiError) -> None:
+        response = error.response(shape_of(scope["path"]))  # no route yet: the path says which API asked
+        response.headers["x-request-id"] = request_id
+        await response(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -62,7 +58,7 @@ class RequestContext:
             refusal = ApiError(503, f"the server holds {self.active} requests, its limit (MBUILD_MAX_CONCURRENT); "
                                     "retry shortly", "too_many_requests", headers={"Retry-After": "1"})
         if refusal is not None:
-            await self._refuse(send, request_id, refusal)
+            await self._refuse(scope, receive, send, request_id, refusal)
             self._record(scope, refusal.status, start, request_id)
             return
 

@@ -1,10 +1,12 @@
-"""The physical split is the architecture: runtimes never imports builder; only the CLI imports the CLI."""
+"""The physical split is the architecture: runtimes never imports builder; only the CLI imports the CLI; builder's
+packages and runtimes' layers import only downward."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,38 +52,67 @@ def test_runtime_service_imports_with_builder_unavailable() -> None:
 
 
 # builder/'s packages, top to bottom: each imports only its own package and those below it (docs/architecture.md).
-LAYERS = ("cli", "build", "deploy", "image", "engine", "planning", "model", "oci")
 COMMON = "common"  # builder/*.py: errors, hashing, resources, progress ...; below everything
+LAYERS = ("cli", "build", "deploy", "image", "engine", "planning", "model", "oci", COMMON)
+
+# runtimes/'s layers, top to bottom, and where each top-level module or package sits: the container's processes;
+# HTTP; what the service holds (it puts the engines, generation and the batcher together); the text-generation
+# runtime; the engines; then the shared modules any layer may use, which import only each other.
+RUNTIME_LAYERS = ("process", "api", "state", "generation", "engines", "shared")
+RUNTIME_PLACES = {
+    "__main__": "process", "supervisor": "process", "service": "process", "healthcheck": "process",
+    "api": "api", "state": "state", "generation": "generation", "engines": "engines",
+    **dict.fromkeys(("settings", "bundle", "metrics", "health", "batcher", "tokenize", "hardware", "fit", "exits",
+                     "ids", "logs"), "shared"),
+}
 
 
-def _layer(module: str) -> str:
+def builder_layer(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else COMMON
 
 
-def _rank(layer: str) -> int:
-    return len(LAYERS) - LAYERS.index(layer) if layer in LAYERS else 0
+def runtime_layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "shared"  # runtimes/__init__.py: the version
+    return RUNTIME_PLACES.get(parts[1], "unplaced")
 
 
-def upward_imports() -> list[str]:
+def upward_imports(package: str, order: tuple[str, ...], layer: Callable[[str], str]) -> list[str]:
+    """Imports inside `package` that go up `order` (top first), and modules that sit in no layer of it."""
     found = []
-    for path in sorted((ROOT / "builder").rglob("*.py")):
+    for path in sorted((ROOT / package).rglob("*.py")):
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        here = _layer(module)
-        for name in imported_modules(path):
-            if name.startswith("builder.") and _rank(_layer(name)) > _rank(here):
-                found.append(f"{module} ({here}) imports {name} ({_layer(name)})")
+        here = layer(module)
+        if here not in order:
+            found.append(f"{module} is in none of the layers {order}: add it to the rule")
+            continue
+        for name in sorted(imported_modules(path)):
+            there = layer(name)
+            if name.split(".")[0] == package and there in order and order.index(there) < order.index(here):
+                found.append(f"{module} ({here}) imports {name} ({there})")
     return found
 
 
 def test_builder_packages_import_only_downward() -> None:
-    assert upward_imports() == []
+    assert upward_imports("builder", LAYERS, builder_layer) == []
 
 
-def test_the_layer_rule_sees_an_upward_import() -> None:
-    """The check above can fail: a planning module importing the pipeline is flagged."""
-    assert _rank(_layer("builder.build.pipeline")) > _rank(_layer("builder.planning.plan"))
-    assert _layer("builder.errors") == COMMON and _layer("builder.oci.layout") == "oci"
+def test_runtimes_layers_import_only_downward() -> None:
+    """api -> state -> generation -> engines -> the shared modules; nothing below api imports it."""
+    assert upward_imports("runtimes", RUNTIME_LAYERS, runtime_layer) == []
+
+
+def test_the_layer_rules_see_an_upward_import() -> None:
+    """The checks above can fail: a planning module importing the pipeline, or generation importing api."""
+    assert LAYERS.index(builder_layer("builder.build.pipeline")) < LAYERS.index(builder_layer("builder.planning.plan"))
+    assert builder_layer("builder.errors") == COMMON and builder_layer("builder.oci.layout") == "oci"
+    order = [RUNTIME_LAYERS.index(runtime_layer(m)) for m in
+             ("runtimes.api.errors", "runtimes.state", "runtimes.generation.sampling", "runtimes.engines.decoder",
+              "runtimes.settings", "runtimes")]
+    assert order == sorted(order) and len(set(order)) == 5
+    assert runtime_layer("runtimes.newcomer") not in RUNTIME_LAYERS
 
 
 def test_planning_loads_without_the_hub_client_or_torch_or_onnx() -> None:

@@ -52,6 +52,21 @@ def test_a_body_over_the_limit_is_413_both_ways(client: TestClient) -> None:
     assert client.get("/v1/health/ready").status_code == 200
 
 
+def test_v2_answers_in_its_own_shape_before_routing_too(client: TestClient) -> None:
+    """KServe V2 errors are {"error": "..."}: a body refused by its declared size (before any route) reads as one
+    refused as it arrives (inside the route), and an unknown /v2 path as a V2 route's error does."""
+    big = json.dumps({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["x" * 4000]}]})
+    declared = client.post("/v2/models/m/infer", content=big, headers={"content-type": "application/json"})
+    streamed = client.post("/v2/models/m/infer", content=iter([big.encode()]),
+                           headers={"content-type": "application/json"})
+    assert declared.status_code == streamed.status_code == 413
+    assert declared.json() == streamed.json() == {
+        "error": "the request body is larger than 2048 bytes (MBUILD_MAX_BODY_BYTES)"}
+    unknown = client.get("/v2/nowhere")
+    assert unknown.status_code == 404 and isinstance(unknown.json()["error"], str), unknown.text
+    assert client.get("/v1/nowhere").json()["error"]["code"] == "not_found"  # OpenAI's shape stays on /v1
+
+
 def test_request_ids_are_echoed_or_made(client: TestClient) -> None:
     assert client.get("/v1/health/live", headers={"X-Request-ID": "abc-123"}).headers["x-request-id"] == "abc-123"
     made = client.get("/v1/health/live", headers={"X-Request-ID": "bad id\nwith newline"}).headers["x-request-id"]
