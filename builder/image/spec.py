@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from builder.oci.layers import Copy
+from runtimes.settings import PORT
 
 SPEC_FILE = "image-spec.json"
 UID = 10001
-PORT = 8000
 
 
 def source_date_epoch() -> int:
@@ -49,7 +49,7 @@ COPIES = (
 )
 
 
-def default_env(port: int = PORT, device: str = "cpu") -> tuple[tuple[str, str], ...]:
+def default_env(device: str = "cpu") -> tuple[tuple[str, str], ...]:
     # NVIDIA's container toolkit reads these to mount the driver and expose the GPUs.
     gpu = (("NVIDIA_VISIBLE_DEVICES", "all"), ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility")) \
         if device == "gpu" else ()
@@ -63,7 +63,7 @@ def default_env(port: int = PORT, device: str = "cpu") -> tuple[tuple[str, str],
         ("BENTOML_DO_NOT_TRACK", "true"),
         ("MBUILD_MODEL_DIR", "/opt/mbuild/model"),
         ("MBUILD_SITE", "/opt/mbuild/site"),
-        ("MBUILD_PORT", str(port)),
+        # No MBUILD_PORT: the runtime listens on PORT unless told, and one set here would hide NIM_SERVER_PORT.
         *gpu,
     )
 
