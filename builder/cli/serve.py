@@ -12,6 +12,7 @@ import click
 from builder.engine.report import REPORT_FILE, GateReport
 from builder.errors import InputError, PortBusy, ValidationFailed
 from builder.resources import runtimes_dir
+from builder.settings import child_env
 
 
 def _gate(build_dir: Path, allow_failed: bool) -> str | None:
@@ -59,7 +60,7 @@ def serve(build_dir: Path, host: str, port: int, allow_failed_gate: bool) -> Non
     _check_port(host, port)
     if warning:
         click.secho(warning, fg="yellow", err=True)
-    env = {**os.environ, "MBUILD_MODEL_DIR": str(model_dir.resolve())}
+    env = child_env(MBUILD_MODEL_DIR=str(model_dir.resolve()))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runtimes_dir().parent), env.get("PYTHONPATH")]))
     click.echo(f"serving {build_dir} on http://{host}:{port} (Ctrl+C stops)", err=True)
     # exec, not a child process: signals (Ctrl+C, SIGTERM from a supervisor) reach the server itself.

@@ -8,13 +8,13 @@ the build directory so a later `mbuild push` or rebuild reads the same thing.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from builder.oci.layers import Copy
+from builder.settings import host_settings
 from runtimes.settings import PORT
 
 SPEC_FILE = "image-spec.json"
@@ -23,8 +23,7 @@ UID = 10001
 
 def source_date_epoch() -> int:
     """SOURCE_DATE_EPOCH, or 0 (1970-01-01) as ko and Bazel do: no date makes two builds differ."""
-    raw = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    return int(raw) if raw.isdigit() else 0
+    return host_settings().source_date_epoch
 
 
 def timestamp(epoch: int) -> str:
