@@ -13,6 +13,7 @@ from builder.engine.report import REPORT_FILE, GateReport
 from builder.errors import InputError, PortBusy, ValidationFailed
 from builder.resources import runtimes_dir
 from builder.settings import child_env
+from runtimes.settings import PORT
 
 
 def _gate(build_dir: Path, allow_failed: bool) -> str | None:
@@ -48,7 +49,7 @@ def _check_port(host: str, port: int) -> None:
 @click.command()
 @click.argument("build_dir", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--port", default=PORT, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--allow-failed-gate", is_flag=True, help="Serve an engine that failed its numerical gate.")
 def serve(build_dir: Path, host: str, port: int, allow_failed_gate: bool) -> None:
     """Serve BUILD_DIR's model with the same runtime the image runs."""
