@@ -16,6 +16,7 @@ from pathlib import Path
 
 from builder.errors import InputError
 from runtimes.envparse import EnvReader
+from runtimes.settings import child_env as child_env  # a program mbuild runs gets this env and its changes
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,3 @@ class HostSettings:
 def host_settings() -> HostSettings:
     """The settings as the environment holds them now; a bad value is an InputError that names it."""
     return HostSettings.from_env()
-
-
-def child_env(**changes: str) -> dict[str, str]:
-    """This process's environment with `changes`, for a program mbuild runs or execs."""
-    return {**os.environ, **changes}
