@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
+
+from builder.settings import host_settings
 
 _HERE = Path(__file__).resolve().parent
 
@@ -23,6 +24,4 @@ def runtimes_dir() -> Path:
 
 def mbuild_cache_dir() -> Path:
     """mbuild's own cache (wheels, installed packages, base images, layers): MBUILD_CACHE or ~/.cache/mbuild."""
-    root = os.environ.get("MBUILD_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache"), "mbuild")
-    return Path(root)
+    return host_settings().cache_dir

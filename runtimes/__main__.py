@@ -16,7 +16,7 @@ from runtimes.bundle import BundleError, load_engine_config, load_metadata
 from runtimes.exits import Exit
 from runtimes.fit import memory_limit_gb, misfits
 from runtimes.hardware import detect_gpus, read_cpu_flags
-from runtimes.settings import Settings, SettingsError
+from runtimes.settings import Settings, SettingsError, child_env
 from runtimes.supervisor import Supervisor
 from runtimes.tokenize import TextTokenizer
 
@@ -76,12 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int)
     parser.add_argument("--list-model-profiles", action="store_true", help="print the image's profiles and exit")
     args = parser.parse_args(argv)
-    for option, variable in (("model_dir", "MBUILD_MODEL_DIR"), ("host", "MBUILD_HOST"), ("port", "MBUILD_PORT")):
-        if getattr(args, option) is not None:
-            os.environ[variable] = str(getattr(args, option))
+    overrides = {variable: str(getattr(args, option)) for option, variable in (
+        ("model_dir", "MBUILD_MODEL_DIR"), ("host", "MBUILD_HOST"), ("port", "MBUILD_PORT"))
+        if getattr(args, option) is not None}
     try:
-        settings = Settings.from_env()
-        os.environ["MBUILD_MODEL_DIR"] = str(settings.model_dir.resolve())
+        settings = Settings.from_env(child_env(**overrides))
+        overrides["MBUILD_MODEL_DIR"] = str(settings.model_dir.resolve())
         preflight(settings.model_dir, settings.site)
         if args.list_model_profiles:
             return list_profiles(settings.model_dir)
@@ -97,9 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         return Exit.WRONG_HARDWARE
     for problem in problems:
         print(f"mbuild runtime: WARNING, hardware check skipped: {problem}", file=sys.stderr)
-    env = {**os.environ, "BENTOML_DO_NOT_TRACK": "true"}
+    flag = settings.drain_flag or Path(f"/tmp/mbuild-{os.getpid()}/draining")
+    failed = settings.failed_flag or flag.parent / "failed"
+    env = child_env(**overrides, BENTOML_DO_NOT_TRACK="true", MBUILD_DRAIN_FLAG=str(flag),
+                    MBUILD_FAILED_FLAG=str(failed))
     env.setdefault("BENTOML_HOME", "/tmp/bentoml")  # writable even on a read-only root filesystem
-    flag = Path(env.setdefault("MBUILD_DRAIN_FLAG", f"/tmp/mbuild-{os.getpid()}/draining"))
     app_dir = Path(__file__).resolve().parent.parent
     command = [sys.executable, "-m", "bentoml", "serve", "runtimes.service:ModelService", "--working-dir",
                str(app_dir), "--host", settings.host, "--port", str(settings.port),
@@ -111,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return Exit.BROKEN_BUNDLE
         command += ["--ssl-certfile", str(tls[0]), "--ssl-keyfile", str(tls[1])]
-    failed = Path(env.setdefault("MBUILD_FAILED_FLAG", str(flag.parent / "failed")))
+    if settings.auth_notice:
+        print(f"mbuild runtime: {settings.auth_notice}", file=sys.stderr)
     return Supervisor(command, env, flag, settings.drain_seconds, settings.grace_seconds, failed).run()
 
 

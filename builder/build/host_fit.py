@@ -6,13 +6,13 @@ ending it half-written). The needs come from the plan (builder/planning/memory.p
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 from builder.errors import InputError
 from builder.planning.memory import USABLE_FRACTION
 from builder.planning.plan import BuildPlan
+from builder.settings import host_settings
 from runtimes.hardware import read_ram_gb
 
 SKIP = "MBUILD_BUILD_CHECK"  # =0 builds anyway (the estimate is an estimate)
@@ -20,7 +20,7 @@ GIB = 1024**3
 
 
 def _skipped() -> bool:
-    return os.environ.get(SKIP, "1") == "0"
+    return not host_settings().build_check
 
 
 def check_memory(plan: BuildPlan) -> None:

@@ -5,7 +5,6 @@ Nothing here downloads weights or writes files.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from builder.planning.profiles import load_profiles
 from builder.planning.selection import Selection, require_selection, select
 from builder.planning.target import Target, resolve_targets
 from builder.progress import Reporter
+from builder.settings import host_settings
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class PackageOptions:
 
     @property
     def wanted_profile(self) -> str | None:
-        return self.profile or os.environ.get("MBUILD_PROFILE") or None
+        return self.profile or host_settings().profile
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -19,6 +18,7 @@ from builder.cli.plan import plan
 from builder.cli.profiles import profiles
 from builder.cli.serve import serve
 from builder.errors import MbuildError
+from builder.settings import host_settings
 
 INTERNAL_ERROR = 70
 
@@ -40,7 +40,7 @@ class MbuildGroup(click.Group):
             click.echo("interrupted", err=True)
             ctx.exit(130)
         except Exception as exc:
-            if os.environ.get("MBUILD_DEBUG"):
+            if host_settings().debug:  # checked at start (cli below), so it cannot fail here
                 raise
             click.secho(f"internal error: {type(exc).__name__}: {exc}", fg="red", err=True)
             click.echo("hint: this is a bug in mbuild; rerun with MBUILD_DEBUG=1 for the traceback and report it",
@@ -52,6 +52,7 @@ class MbuildGroup(click.Group):
 @click.version_option(__version__, "--version", prog_name="mbuild")
 def cli() -> None:
     """Package Hugging Face models into optimized, validated, health-checked inference containers."""
+    host_settings()  # every MBUILD_* (and HF_*) variable parsed now: a bad value stops here, before any work
 
 
 for command in (package, plan, profiles, serve, push, load, inspect, deploy, base, cache, doctor):

@@ -5,13 +5,15 @@ from __future__ import annotations
 import click
 
 from builder.image.debian_base import DEFAULT_MIRROR, DEFAULT_SUITE, PACKAGES, make_base
+from builder.settings import host_settings
 
 
 @click.command()
 @click.option("--suite", default=DEFAULT_SUITE, show_default=True,
               help="Debian or Ubuntu release (the image's packages are installed for its python3).")
-@click.option("--mirror", default=DEFAULT_MIRROR, show_default=True, envvar="MBUILD_DEBIAN_MIRROR",
-              help="Package mirror (an air-gapped site's own; snapshot.debian.org for a fixed state).")
+@click.option("--mirror", default=lambda: host_settings().debian_mirror or DEFAULT_MIRROR, show_default=DEFAULT_MIRROR,
+              help="Package mirror (an air-gapped site's own; snapshot.debian.org for a fixed state); "
+                   "also MBUILD_DEBIAN_MIRROR.")
 @click.option("--package", "extra", multiple=True, help="Another package to install (repeatable).")
 @click.option("--force", is_flag=True, help="Make it again even if the cache holds it.")
 def base(suite: str, mirror: str, extra: tuple[str, ...], force: bool) -> None:

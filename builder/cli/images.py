@@ -10,6 +10,7 @@ from builder.engine.report import GateReport
 from builder.image.inspect import inspect_target
 from builder.image.load import load as load_image
 from builder.image.push import push as push_image
+from runtimes.settings import PORT
 
 
 @click.command()
@@ -39,7 +40,7 @@ def load(source: str, engine: str | None, name: str | None) -> None:
     """
     result = load_image(source, engine, name)
     click.echo(f"loaded {result.tag} into {result.engine} (manifest {result.digest})", err=True)
-    click.echo(f"run: {result.engine} run --rm -p 8000:8000 {result.tag}", err=True)
+    click.echo(f"run: {result.engine} run --rm -p {PORT}:{PORT} {result.tag}", err=True)
     click.echo(result.tag)
 
 

@@ -15,17 +15,18 @@ from builder.cli.options import target_options
 from builder.image import CHOICES
 from builder.image.oci import LAYOUT_DIR
 from builder.progress import Reporter
+from runtimes.settings import PORT
 
 
 def _run_hint(result: PackageResult) -> str:
     """How to start the image from where it now is: only docker and podman hold it under its tag."""
     tag = result.plan.tag
     if result.image is not None and result.image.backend == "oci":  # in an OCI layout, not in any engine yet
-        return (f"run it:  mbuild load {result.build_dir} && podman run --rm -p 8000:8000 {tag}"
+        return (f"run it:  mbuild load {result.build_dir} && podman run --rm -p {PORT}:{PORT} {tag}"
                 f"\n         (`mbuild load --into docker` for docker; the layout: {result.build_dir / LAYOUT_DIR};"
                 f" or push it: mbuild push {result.build_dir} REGISTRY/REPO:TAG)")
     tool = "docker" if result.image is not None and result.image.backend == "docker" else "podman"
-    return f"run it:  {tool} run --rm -p 8000:8000 {tag}"
+    return f"run it:  {tool} run --rm -p {PORT}:{PORT} {tag}"
 
 
 def _summary(result: PackageResult, reporter: Reporter) -> None:

@@ -12,6 +12,8 @@ import click
 from builder.engine.report import REPORT_FILE, GateReport
 from builder.errors import InputError, PortBusy, ValidationFailed
 from builder.resources import runtimes_dir
+from builder.settings import child_env
+from runtimes.settings import PORT
 
 
 def _gate(build_dir: Path, allow_failed: bool) -> str | None:
@@ -47,7 +49,7 @@ def _check_port(host: str, port: int) -> None:
 @click.command()
 @click.argument("build_dir", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--port", default=PORT, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--allow-failed-gate", is_flag=True, help="Serve an engine that failed its numerical gate.")
 def serve(build_dir: Path, host: str, port: int, allow_failed_gate: bool) -> None:
     """Serve BUILD_DIR's model with the same runtime the image runs."""
@@ -59,7 +61,7 @@ def serve(build_dir: Path, host: str, port: int, allow_failed_gate: bool) -> Non
     _check_port(host, port)
     if warning:
         click.secho(warning, fg="yellow", err=True)
-    env = {**os.environ, "MBUILD_MODEL_DIR": str(model_dir.resolve())}
+    env = child_env(MBUILD_MODEL_DIR=str(model_dir.resolve()))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runtimes_dir().parent), env.get("PYTHONPATH")]))
     click.echo(f"serving {build_dir} on http://{host}:{port} (Ctrl+C stops)", err=True)
     # exec, not a child process: signals (Ctrl+C, SIGTERM from a supervisor) reach the server itself.

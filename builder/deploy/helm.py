@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from builder.deploy import k8s
-from builder.deploy.spec import GRACE_SECONDS, METRICS, PORT, DeploySpec, split_image
+from builder.deploy.spec import DRAIN_SECONDS, GRACE_SECONDS, METRICS, PORT, DeploySpec, split_image
 from builder.errors import InputError
 from builder.resources import resource_dir
 
@@ -40,6 +40,7 @@ def values(spec: DeploySpec, replicas: int, minimum: int, maximum: int, api_key_
         "replicaCount": replicas,
         "labels": host_labels,
         "containerPort": PORT,
+        "drainSeconds": DRAIN_SECONDS,
         "graceSeconds": GRACE_SECONDS,
         "resources": container["resources"],
         "probes": {key: container[key] for key in ("startupProbe", "readinessProbe", "livenessProbe")},

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from builder.deploy.spec import GRACE_SECONDS, LIVE, METRICS, PORT, READY, UID, DeploySpec
+from builder.deploy.spec import DRAIN_SECONDS, GRACE_SECONDS, LIVE, METRICS, PORT, READY, UID, DeploySpec
 
 PERIOD = 5  # seconds between startup and readiness probes
 CPU_TARGET = 70  # % of the CPU request, the HPA's CPU target
@@ -50,7 +50,8 @@ def container(spec: DeploySpec, api_key_secret: str) -> dict[str, Any]:
     return {
         "name": "model", "image": spec.image, "imagePullPolicy": "IfNotPresent",
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "env": [{"name": "MBUILD_GRACE_SECONDS", "value": str(GRACE_SECONDS)},
+        "env": [{"name": "MBUILD_DRAIN_SECONDS", "value": str(DRAIN_SECONDS)},
+                {"name": "MBUILD_GRACE_SECONDS", "value": str(GRACE_SECONDS)},
                 {"name": "MBUILD_API_KEY", "valueFrom": {"secretKeyRef": {
                     "name": api_key_secret, "key": API_KEY_SECRET_KEY, "optional": True}}}],
         "resources": resources(spec),
@@ -64,7 +65,8 @@ def container(spec: DeploySpec, api_key_secret: str) -> dict[str, Any]:
 
 def pod_spec(spec: DeploySpec, api_key_secret: str) -> dict[str, Any]:
     pod: dict[str, Any] = {
-        "terminationGracePeriodSeconds": GRACE_SECONDS + 5,  # the runtime's drain, then a margin before SIGKILL
+        # The runtime's drain, then its grace period; it ends in-flight requests 2 s before its own SIGKILL.
+        "terminationGracePeriodSeconds": DRAIN_SECONDS + GRACE_SECONDS,
         "securityContext": {"runAsNonRoot": True, "fsGroup": UID},
         "containers": [container(spec, api_key_secret)],
         "volumes": [{"name": "tmp", "emptyDir": {}}],

@@ -17,10 +17,11 @@ from builder.image.inspect import inspect_target
 from builder.image.push import read_record
 from builder.oci.refs import parse_image_source, parse_ref
 from builder.planning.plan import DEPLOY_LABEL
+from runtimes.settings import DRAIN_SECONDS as DRAIN_SECONDS  # the container's own, re-exported to manifests
+from runtimes.settings import GRACE_SECONDS as GRACE_SECONDS
+from runtimes.settings import PORT as PORT
 
-PORT = 8000
 LIVE, READY, METRICS = "/v1/health/live", "/v1/health/ready", "/v1/metrics"
-GRACE_SECONDS = 20  # the runtime's MBUILD_GRACE_SECONDS: readiness 503, drain, in-flight requests finish
 UID = 10001  # the image's user
 _NAME = re.compile(r"[^a-z0-9-]+")
 

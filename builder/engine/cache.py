@@ -18,7 +18,7 @@ from typing import Any
 
 from builder.hashing import sha256_json, tree_digest
 from builder.planning.plan import BuildPlan
-from builder.resources import mbuild_cache_dir
+from builder.settings import host_settings
 
 COMPLETE = ".complete"
 # Read by the runtime only, so they may differ between a cached engine and the plan that reuses it.
@@ -46,8 +46,7 @@ def engine_key(plan: BuildPlan) -> str | None:
 
 
 def _folder(key: str) -> Path:
-    root = os.environ.get("MBUILD_ENGINE_CACHE")
-    return (Path(root) if root else mbuild_cache_dir() / "engines") / key
+    return host_settings().engine_cache / key
 
 
 def cached(key: str | None) -> Path | None:

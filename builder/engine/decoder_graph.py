@@ -42,10 +42,10 @@ from builder.engine.weight_writer import (
     pack_rows,
 )
 from builder.errors import UnsupportedModel
+from builder.planning.precisions import TABLE_BITS, TABLE_BLOCK
 
 # Rope variants whose frequencies change with the sequence length would need the cache rebuilt at run time.
 STATIC_ROPE = {"default", "linear", "llama3", "yarn", "proportional"}
-EMBED_BLOCK = 32
 
 
 def rotary_tables(config: Any, head_dim: int, positions: int) -> tuple[np.ndarray, np.ndarray]:
@@ -97,7 +97,7 @@ class GraphWriter:
         which an 8B model needs: its table is 2 GB in fp32. Rows are looked up, then widened."""
         source = "model.embed_tokens.weight"
         vocab, hidden = self.checkpoint.shape(source)
-        if self.form.kind == "fp32" or hidden % EMBED_BLOCK:
+        if self.form.kind == "fp32" or hidden % TABLE_BLOCK:
             offset = self.weights.reserve("embed_tokens", (vocab, hidden), np.dtype(np.float32))
             for first, block in self.checkpoint.blocks([source], BLOCK_BYTES):
                 self.weights.put(offset + first * hidden * 4, block)
@@ -105,14 +105,14 @@ class GraphWriter:
         offset = self.weights.reserve("embed_tokens", (vocab, hidden), np.dtype(np.uint8))
         scales = []
         for first, block in self.checkpoint.blocks([source], BLOCK_BYTES):
-            packed, scale = pack_rows(block, 8, EMBED_BLOCK)
+            packed, scale = pack_rows(block, TABLE_BITS, TABLE_BLOCK)
             self.weights.put(offset + first * hidden, packed)
             scales.append(scale)
         self.weights.add("embed_tokens.scales", np.concatenate(scales))
-        self.weights.add("embed_tokens.zero_points", np.full((vocab, hidden // EMBED_BLOCK), 128, np.uint8))
+        self.weights.add("embed_tokens.zero_points", np.full((vocab, hidden // TABLE_BLOCK), 128, np.uint8))
         return self.node("GatherBlockQuantized", ["embed_tokens", ids, "embed_tokens.scales",
                                                   "embed_tokens.zero_points"], "embed", domain="com.microsoft",
-                         bits=8, block_size=EMBED_BLOCK, gather_axis=0, quantize_axis=1)[0]
+                         bits=TABLE_BITS, block_size=TABLE_BLOCK, gather_axis=0, quantize_axis=1)[0]
 
 
 @contextmanager

@@ -7,7 +7,6 @@ Podman and buildah write Docker-format images: only that format keeps the HEALTH
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ from builder.image.spec import ImageSpec
 from builder.oci.base import NO_REGISTRY_FIXES
 from builder.oci.refs import parse_image_source, parse_ref
 from builder.oci.registry import is_insecure
+from builder.settings import host_settings
 
 
 class DockerfileCli:
@@ -135,7 +135,7 @@ class _ContainersStorage(DockerfileCli):
            "graph root and run root, or use --backend oci (no daemon needed)")
 
     def global_args(self) -> list[str]:
-        driver = os.environ.get("MBUILD_CONTAINERS_STORAGE_DRIVER")
+        driver = host_settings().storage_driver
         return ["--storage-driver", driver] if driver else []
 
     def refused(self, last_line: str) -> ImageBuildError:

@@ -8,23 +8,22 @@ the build directory so a later `mbuild push` or rebuild reads the same thing.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from builder.oci.layers import Copy
+from builder.settings import host_settings
+from runtimes.settings import PORT
 
 SPEC_FILE = "image-spec.json"
 UID = 10001
-PORT = 8000
 
 
 def source_date_epoch() -> int:
     """SOURCE_DATE_EPOCH, or 0 (1970-01-01) as ko and Bazel do: no date makes two builds differ."""
-    raw = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    return int(raw) if raw.isdigit() else 0
+    return host_settings().source_date_epoch
 
 
 def timestamp(epoch: int) -> str:
@@ -49,7 +48,7 @@ COPIES = (
 )
 
 
-def default_env(port: int = PORT, device: str = "cpu") -> tuple[tuple[str, str], ...]:
+def default_env(device: str = "cpu") -> tuple[tuple[str, str], ...]:
     # NVIDIA's container toolkit reads these to mount the driver and expose the GPUs.
     gpu = (("NVIDIA_VISIBLE_DEVICES", "all"), ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility")) \
         if device == "gpu" else ()
@@ -63,7 +62,7 @@ def default_env(port: int = PORT, device: str = "cpu") -> tuple[tuple[str, str],
         ("BENTOML_DO_NOT_TRACK", "true"),
         ("MBUILD_MODEL_DIR", "/opt/mbuild/model"),
         ("MBUILD_SITE", "/opt/mbuild/site"),
-        ("MBUILD_PORT", str(port)),
+        # No MBUILD_PORT: the runtime listens on PORT unless told, and one set here would hide NIM_SERVER_PORT.
         *gpu,
     )
 

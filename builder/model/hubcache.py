@@ -5,18 +5,13 @@ Read at call time (not import time) so HF_HOME / HF_HUB_CACHE set by a test or a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from builder.settings import host_settings
 
 
 def hub_cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "huggingface" / "hub"
+    return host_settings().hub_cache
 
 
 def repo_folder(repo: str) -> Path:
@@ -37,8 +32,8 @@ def cached_commit(repo: str, revision: str) -> str | None:
 
 
 def hub_endpoint() -> str:
-    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    return host_settings().hub_endpoint
 
 
 def offline_requested() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+    return host_settings().hub_offline

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,13 @@ from builder.errors import ImageBuildError, InputError, UnsafeInput
 from builder.oci.digests import DIGEST, checked, of_bytes
 from builder.oci.media import ACCEPT
 from builder.oci.refs import DOCKER_HUB, ImageRef
+from builder.settings import host_settings
 
 _CHUNK = 1 << 20
 
 
 def _docker_config_auth(registry: str) -> tuple[str, str] | None:
-    config_dir = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker"))
+    config_dir = host_settings().docker_config
     try:
         auths = json.loads((config_dir / "config.json").read_text()).get("auths", {})
     except (OSError, ValueError):
@@ -46,19 +46,16 @@ def _docker_config_auth(registry: str) -> tuple[str, str] | None:
 
 
 def credentials(registry: str) -> tuple[str, str] | None:
-    user, password = os.environ.get("MBUILD_REGISTRY_USERNAME"), os.environ.get("MBUILD_REGISTRY_PASSWORD")
+    settings = host_settings()
+    user, password = settings.registry_username, settings.registry_password
     if user and password:
         return user, password
     return _docker_config_auth(registry)
 
 
-def _listed(variable: str) -> set[str]:
-    return {h.strip() for h in os.environ.get(variable, "").split(",") if h.strip()}
-
-
 def is_insecure(registry: str) -> bool:
     host = registry.split(":")[0]
-    extra = _listed("MBUILD_INSECURE_REGISTRIES")
+    extra = host_settings().insecure_registries
     return host in {"localhost", "127.0.0.1", "::1"} or registry in extra or host in extra
 
 
@@ -66,7 +63,7 @@ def trusted_realm(registry: str, realm: str) -> bool:
     """May this token realm see the registry's credentials? Its host must be the registry's or named."""
     url = httpx.URL(realm)
     host, netloc = url.host, url.netloc.decode()
-    known = {registry.split(":")[0], registry} | _listed("MBUILD_REGISTRY_AUTH_HOSTS")
+    known = {registry.split(":")[0], registry} | host_settings().registry_auth_hosts
     if registry == DOCKER_HUB:
         known.add("auth.docker.io")
     if host not in known and netloc not in known:

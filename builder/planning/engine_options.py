@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builder.errors import InputError
+from builder.planning.precisions import PRECISIONS
 
 
 class _Options(BaseModel):
@@ -28,9 +29,8 @@ class OrtOptions(_Options):
 
     def block_bits(self, precision: str) -> int | None:
         """Bits of a language model's MatMulNBits weights at `precision`; None: fp32, or int8 kept dynamic."""
-        if precision == "int4":
-            return 4
-        return 8 if precision == "int8" and self.quantization != "dynamic" else None
+        bits = PRECISIONS[precision].weight_bits
+        return None if bits == 8 and self.quantization == "dynamic" else bits  # dynamic: 8-bit only
 
 
 class TrtOptions(_Options):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from builder.model.catalog import ModelFacts
 from builder.planning.engine_options import ort_options, trt_options
-from builder.planning.precisions import PRECISIONS
+from builder.planning.precisions import PRECISIONS, TABLE_BITS, TABLE_BLOCK
 from builder.planning.profiles import Profile
 
 GPU_OVERHEAD_GB = 2.0  # CUDA context, TensorRT workspace and activations, per GPU
@@ -26,8 +26,7 @@ CPU_OVERHEAD_GB = 1.0  # interpreter, runtime, activations
 # 0.45-0.5 GB measured with a 64 MB engine, tree RSS
 RUNTIME_BASE_GB = 0.5
 USABLE_FRACTION = 0.95  # of what NVML (or /proc/meminfo) reports
-# Quantized CPU language models keep the token table in 8-bit blocks of 32 with an fp32 scale each.
-EMBED_BYTES_QUANTIZED = 1.125
+EMBED_BYTES_QUANTIZED = TABLE_BITS / 8 + 4 / TABLE_BLOCK  # a quantized token table: its bytes and a block's scale
 BUILD_BASE_GB = 0.7  # the build process: Python, PyTorch, transformers, ONNX Runtime, tokenizer (measured: 0.6-0.7)
 BLOCK_GB = 0.4  # checkpoint rows in flight while the export writes (64 MB blocks, widened and quantized)
 TORCH_BUILD_FACTOR = 2.5  # torch.onnx holds the fp32 model and the graph it writes (measured 2.1x on 600M)

@@ -20,7 +20,7 @@ class PrecisionInfo:
     min_compute_capability: tuple[int, int] | None = None  # GPUs older than this cannot run it
     trt_flags: tuple[str, ...] | None = None  # weakly typed TensorRT: builder flags (None: not weakly typed)
     trt_quantize: str | None = None  # strongly typed TensorRT: the ModelOpt quantize mode
-    weight_bits: int | None = None  # ONNX Runtime's quantizer for language models
+    weight_bits: int | None = None  # bits of a language model's linear weights in ONNX Runtime (MatMulNBits)
 
 
 PRECISIONS: dict[str, PrecisionInfo] = {
@@ -32,6 +32,10 @@ PRECISIONS: dict[str, PrecisionInfo] = {
     "int4": PrecisionInfo(0.5625, cpu=True, quantized=True, weight_bits=4),
     "nvfp4": PrecisionInfo(0.5625, cpu=False, quantized=False, min_compute_capability=(10, 0), trt_quantize="nvfp4"),
 }
+# Quantized CPU language models keep the token table in 8-bit blocks of 32 (llama.cpp's q8_0 layout) with an fp32
+# scale each: the export writes it so (builder/engine/decoder_graph.py), memory estimates count it from these.
+TABLE_BITS, TABLE_BLOCK = 8, 32
+
 assert set(PRECISIONS) == set(get_args(Precision)), "PRECISIONS and Precision must name the same precisions"
 
 CPU_PRECISIONS = tuple(name for name, info in PRECISIONS.items() if info.cpu)

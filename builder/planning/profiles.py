@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import os
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +23,7 @@ from builder.planning.engine_options import option_problems
 from builder.planning.gpus import known_gpus
 from builder.planning.precisions import CPU_PRECISIONS, PRECISIONS, Precision
 from builder.resources import resource_dir
+from builder.settings import host_settings
 
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
 CPU_CLASSES = {"cpu": 2, "cpu.avx512": 1, "cpu.vnni": 0}  # value: rank, most specific first
@@ -163,8 +163,9 @@ def load_profiles(folders: list[Path] | None = None) -> list[Profile]:
     """All profiles of the built-in set plus MBUILD_PROFILES_DIR, or of the given folders."""
     if folders is None:
         folders = [resource_dir("profiles")]
-        if os.environ.get("MBUILD_PROFILES_DIR"):
-            folders.append(Path(os.environ["MBUILD_PROFILES_DIR"]))
+        extra = host_settings().profiles_dir
+        if extra:
+            folders.append(extra)
     problems: list[str] = []
     profiles: list[Profile] = []
     seen: dict[str, str] = {}

@@ -1,5 +1,6 @@
 """Bearer-token auth when MBUILD_API_KEY is set: every route but the health probes (and metrics, unless
 MBUILD_PROTECT_METRICS) needs it. Routers attach `require_key` as a dependency, so no route can forget it.
+No key (None) is an open endpoint the start has warned of or been told to allow: settings refuse an empty key.
 
 The header must be exactly `Authorization: Bearer <key>` (scheme case-insensitive, one space, no other
 parts); anything else is a 401.

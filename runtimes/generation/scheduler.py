@@ -30,6 +30,7 @@ from runtimes.generation.prefix_cache import PrefixCache
 from runtimes.generation.requests import Event, FinishReason, Request, Row
 from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS, SamplerState, next_token
 from runtimes.metrics import BATCH_BUCKETS, Metrics
+from runtimes.settings import PREFILL_CHUNK
 
 log = logging.getLogger("mbuild.runtime")
 
@@ -44,7 +45,7 @@ class Inadmissible(ValueError):
 
 class Scheduler:
     def __init__(self, engine: DecoderEngine, eos_ids: tuple[int, ...], max_batch: int, max_queue: int,
-                 metrics: Metrics, context: int, vocab: int, prefill_chunk: int = 512,
+                 metrics: Metrics, context: int, vocab: int, prefill_chunk: int = PREFILL_CHUNK,
                  prefix_cache_bytes: int = 0) -> None:
         self.engine, self.eos_ids = engine, eos_ids
         self.max_batch, self.max_queue, self.context, self.vocab = max_batch, max_queue, context, vocab

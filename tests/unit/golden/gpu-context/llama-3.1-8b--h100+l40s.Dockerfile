@@ -30,7 +30,6 @@ ENV \
     BENTOML_DO_NOT_TRACK="true" \
     MBUILD_MODEL_DIR="/opt/mbuild/model" \
     MBUILD_SITE="/opt/mbuild/site" \
-    MBUILD_PORT="8000" \
     NVIDIA_VISIBLE_DEVICES="all" \
     NVIDIA_DRIVER_CAPABILITIES="compute,utility"
 

@@ -1,0 +1,66 @@
+"""The container's entry point refuses a setting it cannot honour: exit 3 and one line that names it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from builder.image.spec import default_env
+from runtimes.exits import Exit
+from runtimes.settings import Settings
+
+
+def _start(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    host = {k: v for k, v in os.environ.items() if not k.startswith(("MBUILD_", "NIM_"))}
+    image = {k: v for k, v in default_env() if k.startswith("MBUILD_")}  # what the image sets
+    return subprocess.run([sys.executable, "-m", "runtimes"], capture_output=True, text=True, timeout=60,
+                          check=False, env={**host, **image, "MBUILD_MODEL_DIR": str(tmp_path / "nowhere"), **env})
+
+
+@pytest.mark.parametrize(("env", "line"), [
+    ({"NIM_SERVER_PORT": "99999"}, "mbuild runtime: NIM_SERVER_PORT (read as MBUILD_PORT)=99999 is outside 1..65535"),
+    ({"MBUILD_API_KEY": ""}, "mbuild runtime: MBUILD_API_KEY is set but empty"),
+])
+def test_a_setting_it_cannot_honour_exits_3_with_one_line(tmp_path: Path, env: dict[str, str], line: str) -> None:
+    result = _start(tmp_path, **env)
+    assert result.returncode == Exit.BROKEN_BUNDLE
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith(line), result.stderr
+
+
+def test_nim_server_port_moves_the_image_off_8000() -> None:
+    """The image's own MBUILD_PORT must not hide a deployment's NIM_SERVER_PORT."""
+    assert Settings.from_env({**dict(default_env()), "NIM_SERVER_PORT": "8123"}).port == 8123
+
+
+def test_the_start_warns_of_an_open_endpoint_and_hands_the_server_its_env(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Up to the supervisor, in process: the bundle checks are stubbed, the server is not started."""
+    import runtimes.__main__ as entry
+
+    seen: dict[str, dict[str, str]] = {}
+
+    class Supervisor:
+        def __init__(self, command: list[str], env: dict[str, str], *_: object) -> None:
+            seen["env"] = env
+
+        def run(self) -> int:
+            return 0
+
+    for name in ("preflight", "choose_profile"):
+        monkeypatch.setattr(entry, name, lambda *_: None)
+    monkeypatch.setattr(entry, "hardware_problems", lambda _: [])
+    monkeypatch.setattr(entry, "Supervisor", Supervisor)
+    for name in ("MBUILD_API_KEY", "MBUILD_ALLOW_UNAUTHENTICATED", "MBUILD_DRAIN_FLAG", "MBUILD_FAILED_FLAG"):
+        monkeypatch.delenv(name, raising=False)
+    assert entry.main(["--model-dir", str(tmp_path), "--port", "8123"]) == 0
+    assert "mbuild runtime: WARNING, the endpoint is unauthenticated" in capsys.readouterr().err
+    env = seen["env"]
+    assert (env["MBUILD_MODEL_DIR"], env["MBUILD_PORT"]) == (str(tmp_path.resolve()), "8123")
+    assert env["MBUILD_FAILED_FLAG"].startswith(str(Path(env["MBUILD_DRAIN_FLAG"]).parent))
+    monkeypatch.setenv("MBUILD_API_KEY", "k")
+    assert entry.main(["--model-dir", str(tmp_path)]) == 0
+    assert "unauthenticated" not in capsys.readouterr().err
