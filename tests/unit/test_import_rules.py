@@ -63,7 +63,7 @@ RUNTIME_PLACES = {
     "__main__": "process", "supervisor": "process", "service": "process", "healthcheck": "process",
     "api": "api", "state": "state", "generation": "generation", "engines": "engines",
     **dict.fromkeys(("settings", "bundle", "metrics", "health", "batcher", "tokenize", "hardware", "fit", "exits",
-                     "ids", "logs"), "shared"),
+                     "ids", "logs", "envparse"), "shared"),
 }
 
 
