@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime_genai as og
 import torch
 from transformers import AutoModelForCausalLM
 
-from bench.builds import build_mbuild
-from bench.harness import interleave, machine, write
-from bench.llm_models import VOCAB, build_genai, make_llama_100m
+from bench.lib.harness import OUT, interleave, machine, skipped, work_folder, write
+from bench.lib.llm_models import build_genai, make_llama_words, measured_shape, workload
+from bench.lib.mbuild import build_mbuild
 from runtimes.bundle import load_engine_config
 from runtimes.generation.requests import Request
 from runtimes.generation.runtime import GenerationRuntime
@@ -38,11 +37,6 @@ from runtimes.settings import Settings
 
 NEW_TOKENS = 64
 CONCURRENCY = (1, 16)
-
-
-def workload(count: int) -> list[list[int]]:
-    rng = np.random.default_rng(0)
-    return [rng.integers(3, VOCAB, size=int(n)).tolist() for n in np.linspace(16, 128, 16)][:count]
 
 
 class Transformers:
@@ -63,9 +57,13 @@ class Transformers:
 
 class Genai:
     def __init__(self, folder: Path) -> None:
+        import onnxruntime_genai as og  # the peer's package: a quick run without it leaves its arm out
+
+        self.og = og
         self.model = og.Model(str(folder))
 
     def one(self, prompt: list[int]) -> int:
+        og = self.og
         params = og.GeneratorParams(self.model)
         params.set_search_options(max_length=len(prompt) + NEW_TOKENS, min_length=len(prompt) + NEW_TOKENS,
                                   do_sample=False)
@@ -114,16 +112,25 @@ def _rate(run: Any, prompts: list[list[int]]) -> float:
     return tokens / (time.perf_counter() - started)
 
 
-def main(repeats: int = 3, work: Path | None = None) -> Path:
+def _genai(model: Path, work: Path, threads: int, quick: bool) -> Genai | None:
+    if quick and importlib.util.find_spec("onnxruntime_genai") is None:
+        skipped("the ort-genai arm", "onnxruntime-genai is not installed (`pip install onnxruntime-genai`)")
+        return None
+    return Genai(build_genai(model, work / "genai", threads))
+
+
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
+    """Quick: the tiny Llama instead of the ~100M one."""
     threads = min(2, os.cpu_count() or 1)
-    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-llm"
+    work = work or work_folder("llm", quick)
     print(f"LLM benchmark: models in {work}, {threads} threads per arm, {repeats} interleaved rounds")
-    model = make_llama_100m(work / "llama-100m")
+    key, shape = measured_shape(quick)
+    model = make_llama_words(work / f"llama-{key}", shape)
     engine_dir = build_mbuild(model, work / "mbuild-build")
-    genai_dir = build_genai(model, work / "genai", threads)
     mbuild = Mbuild(engine_dir, threads)
-    one_at_a_time: dict[str, Transformers | Genai] = {"transformers": Transformers(model, threads),
-                                                      "ort-genai": Genai(genai_dir)}
+    one_at_a_time: dict[str, Transformers | Genai] = {"transformers": Transformers(model, threads)}
+    if genai := _genai(model, work, threads, quick):
+        one_at_a_time["ort-genai"] = genai
     cases: list[tuple[str, Callable[[], float]]] = []
     for concurrency in CONCURRENCY:
         prompts = workload(4 if concurrency == 1 else 16)
@@ -138,7 +145,7 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     rows = []
     for concurrency in CONCURRENCY:
         ours = results[f"mbuild c={concurrency}"].median
-        for name in ("mbuild", "transformers", "ort-genai"):
+        for name in ("mbuild", *one_at_a_time):
             series = results[f"{name} c={concurrency}"]
             data["results"][f"{name} c={concurrency}"] = {"values": series.values, "median": series.median}
             ratio = ours / series.median
@@ -163,6 +170,6 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
         "Reproduce: `python -m bench llm` (writes docs/benchmarks/llm.json and llm.md).",
         "",
     ])
-    path = write("llm", data, markdown)
+    path = write("llm", data, markdown, out)
     print(markdown)
     return path

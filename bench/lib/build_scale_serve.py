@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.builds import MBUILD
-from bench.rss import tree_memory
-from bench.servers import HOST, free_port
+from bench.lib.mbuild import MBUILD
+from bench.lib.rss import tree_memory
+from bench.lib.servers import HOST, free_port
 
 READY_WITHIN_S = 1800  # an 8B engine loads from disk and prepacks its weights on two cores
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.plots import save_scale_plot
+from bench.lib.plots import save_scale_plot
 
 GIB = 2**30
 REFERENCE = "llama.cpp q8_0"  # the converter run mbuild's export stage is compared with
