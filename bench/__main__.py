@@ -15,6 +15,8 @@ import importlib
 import time
 import traceback
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from bench.lib.harness import OUT, QUICK_OUT
 from bench.lib.mbuild import this_checkout_first
@@ -39,6 +41,16 @@ def _epilog(listed: dict[str, str]) -> str:
     return "scenarios:\n" + "\n".join(f"  {name:<{width}}  {line}" for name, line in listed.items())
 
 
+def _options(parser: argparse.ArgumentParser, module: ModuleType, rest: list[str]) -> dict[str, Any]:
+    """A scenario with options of its own parses them; for any other, leftover arguments are an error."""
+    if hasattr(module, "parse_options"):
+        options: dict[str, Any] = module.parse_options(rest)
+        return options
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return {}
+
+
 def main() -> None:
     listed = scenarios()
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, epilog=_epilog(listed),
@@ -53,17 +65,15 @@ def main() -> None:
     started = time.perf_counter()
     failed = []
     for name in every if args.scenario == "all" else [args.scenario]:
-        module = importlib.import_module(f"bench.scenarios.{name}")
-        if rest and not hasattr(module, "parse_options"):  # a scenario with options of its own parses them
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        options = module.parse_options(rest) if hasattr(module, "parse_options") else {}
         began = time.perf_counter()
         print(f"bench {name}{' (quick)' if args.quick else ''}", flush=True)
         if not args.quick:
-            module.main(repeats=args.repeats, **options)
+            module = importlib.import_module(f"bench.scenarios.{name}")
+            module.main(repeats=args.repeats, **_options(parser, module, rest))
             continue
         try:  # a quick run goes on past a failed scenario, so one run shows every one that broke
-            module.main(repeats=1, quick=True, out=QUICK_OUT, **options)
+            module = importlib.import_module(f"bench.scenarios.{name}")
+            module.main(repeats=1, quick=True, out=QUICK_OUT, **_options(parser, module, rest))
         except Exception as error:
             if args.scenario != "all":
                 raise

@@ -108,8 +108,8 @@ def run_flops(config: dict[str, Any], prompt: int, new: int, requests: int) -> f
 def gguf_module(gguf_vocab: Path) -> Any:
     """llama.cpp's gguf package from the tree beside `gguf_vocab` (models/ -> gguf-py/), not installed."""
     gguf_py = str(gguf_vocab.parents[1] / "gguf-py")
-    if gguf_py not in sys.path:
-        sys.path.insert(0, gguf_py)
+    if gguf_py not in sys.path:  # last: gguf-py/ also holds a `tests` package, which must not shadow ours
+        sys.path.append(gguf_py)
     import gguf
 
     # transformers checks the gguf version; the vendored tree has no installed metadata to read it from
