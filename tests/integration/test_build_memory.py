@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from bench.rss import run_sampled
+from bench.lib.rss import run_sampled
 from builder.errors import ValidationFailed
 from tests.support.procs import mbuild
 from tests.support.tiny_models import save_random_decoder

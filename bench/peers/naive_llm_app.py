@@ -2,7 +2,7 @@
 
 FastAPI, `model.generate` in a thread feeding a TextIteratorStreamer, one generation at a time under a lock,
 OpenAI-style SSE on POST /v1/completions. BENCH_MODEL_DIR names the model folder, BENCH_THREADS the
-intra-op thread count. Run it with `uvicorn bench.naive_llm_app:app`.
+intra-op thread count. Run it with `uvicorn bench.peers.naive_llm_app:app`.
 """
 
 from __future__ import annotations

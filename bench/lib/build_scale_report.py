@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.plots import save_scale_plot
+from bench.lib.plots import save_scale_plot
 
 GIB = 2**30
 REFERENCE = "llama.cpp q8_0"  # the converter run mbuild's export stage is compared with
@@ -106,7 +106,7 @@ def _served(shape: dict[str, Any]) -> list[str]:
                   f"at ready / predicted {served['rss_at_ready'] / (start * 1e9):.2f}, peak / predicted "
                   f"{served['peak_rss'] / (start * 1e9):.2f}") if start else ""
         lines += [f"{arm} served (`mbuild serve --allow-failed-gate`): ready in {served['ready_s']:.0f} s with "
-                  f"{_gib(served['rss_at_ready'])} GiB RSS (process tree); one streamed chat completion "
+                  f"{_gib(served['rss_at_ready'])} GiB RSS (process tree); one streamed answer "
                   f"({served['chat_chunks']} chunks in {served['chat_s']:.0f} s) peaked at "
                   f"{_gib(served['peak_rss'])} GiB{versus}.", ""]
     return lines

@@ -1,7 +1,7 @@
 """The serving half of build_scale: the engine a scale build made, served by `mbuild serve` on this host, its
-memory at ready and through one streamed chat completion, against what `mbuild plan` predicts at ready
-(memory.start_gb: weights as stored, the KV cache of max_batch slots, the serving processes). Random
-weights fail the quantized gates, so the engine is served with --allow-failed-gate.
+memory at ready and through one streamed answer (chat where the model has a template), against what `mbuild plan`
+predicts at ready (memory.start_gb: weights as stored, the KV cache of max_batch slots, the serving processes).
+Random weights fail the quantized gates, so the engine is served with --allow-failed-gate.
 """
 
 from __future__ import annotations
@@ -19,30 +19,37 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.builds import MBUILD
-from bench.rss import tree_memory
-from bench.servers import HOST, free_port
+from bench.lib.mbuild import MBUILD
+from bench.lib.rss import tree_memory
+from bench.lib.servers import HOST, free_port
+from runtimes.bundle import load_engine_config
 
 READY_WITHIN_S = 1800  # an 8B engine loads from disk and prepacks its weights on two cores
 
 
-def _stream_chat(base: str, model: str) -> tuple[int, str]:
-    payload = {"model": model, "messages": [{"role": "user", "content": "Say hello in five words."}],
-               "max_tokens": 16, "min_tokens": 16, "stream": True, "temperature": 0}
+def _stream(base: str, model: str, chat: bool) -> tuple[int, str]:
+    """One streamed answer of 16 tokens: a chat completion, or a plain completion for a model with no chat template
+    (the 100m shape's SPM tokenizer has none; the Llama 3 ones do)."""
+    ask = "Say hello in five words."
+    payload = {"model": model, "max_tokens": 16, "min_tokens": 16, "stream": True, "temperature": 0,
+               **({"messages": [{"role": "user", "content": ask}]} if chat else {"prompt": ask})}
     pieces = []
-    with httpx.stream("POST", f"{base}/v1/chat/completions", json=payload, timeout=600) as response:
+    route = "/v1/chat/completions" if chat else "/v1/completions"
+    with httpx.stream("POST", f"{base}{route}", json=payload, timeout=600) as response:
         if response.status_code != 200:
-            raise RuntimeError(f"chat completion: HTTP {response.status_code} {response.read()[:300]!r}")
+            raise RuntimeError(f"{route}: HTTP {response.status_code} {response.read()[:300]!r}")
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
-                data = json.loads(line[6:])
-                if data.get("choices") and data["choices"][0]["delta"].get("content"):
-                    pieces.append(data["choices"][0]["delta"]["content"])
+                choices = json.loads(line[6:]).get("choices")
+                piece = (choices[0]["delta"].get("content") if chat else choices[0].get("text")) if choices else None
+                if piece:
+                    pieces.append(piece)
     return len(pieces), "".join(pieces)
 
 
 def serve_arm(build: Path, env: dict[str, str]) -> dict[str, Any]:
-    """Serve `build`, stream one chat completion, and report the tree's RSS at ready and at its peak."""
+    """Serve `build`, stream one answer (a chat completion where the model has a chat template), and report the
+    tree's RSS at ready and at its peak."""
     port = free_port()
     base = f"http://{HOST}:{port}"
     started = time.perf_counter()
@@ -78,7 +85,7 @@ def serve_arm(build: Path, env: dict[str, str]) -> dict[str, Any]:
         at_ready = tree_memory(root)[0]
         model = httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
         chat_started = time.perf_counter()
-        chunks, text = _stream_chat(base, model)
+        chunks, text = _stream(base, model, bool(load_engine_config(build / "model").options.get("chat_template")))
         return {"ready_s": round(ready_s, 1), "rss_at_ready": at_ready, "peak_rss": max(peak[0], at_ready),
                 "chat_chunks": chunks, "chat_text": text, "chat_s": round(time.perf_counter() - chat_started, 1)}
     finally:

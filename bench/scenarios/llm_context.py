@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -32,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from bench import llamacpp
-from bench.harness import Series, interleave, machine, read_rate_gbs, write
-from bench.llm_models import LLAMA_1B, LLAMA_100M, make_llama_spm
-from bench.llm_peer import build_or_engine
+from bench.lib import llamacpp
+from bench.lib.harness import OUT, Series, interleave, machine, read_rate_gbs, work_folder, write
+from bench.lib.llm_models import LLAMA_1B, LLAMA_100M, LLAMA_TINY, make_llama_spm
+from bench.lib.mbuild import build_or_engine
 from builder.engine.compile_ort import optimize
 from builder.engine.export_decoder import export_decoder_tensorrt
 from runtimes.bundle import EngineConfig, load_engine_config
@@ -46,7 +45,9 @@ BATCHES = (1, 8)
 STEPS = 10
 TG = 16  # llama-batched-bench's decode steps per row
 SHAPES: dict[str, tuple[str, dict[str, Any]]] = {"100m": ("random ~100M Llama", LLAMA_100M),
-                                               "1b": ("random Llama-3.2-1B-shaped", LLAMA_1B)}
+                                               "1b": ("random Llama-3.2-1B-shaped", LLAMA_1B),
+                                               "tiny": ("random tiny Llama (quick)", LLAMA_TINY)}
+MEASURED = "100m,1b"  # the shapes a full run measures; a quick one runs the tiny one alone
 PEER = ("f32", "q8_0")
 BOUND = 1.3  # issue 15's bound on the step at the longest context over the step at the shortest
 
@@ -100,7 +101,7 @@ def _llama_steps(gguf: Path) -> dict[tuple[int, int], float]:
     return steps
 
 
-def _measure_shape(key: str, work: Path, repeats: int) -> dict[str, Series]:
+def _measure_shape(key: str, work: Path, repeats: int, peer: bool) -> dict[str, Series]:
     title, shape = SHAPES[key]
     model = make_llama_spm(work / f"llama-{key}-spm", shape, llamacpp.SPM_VOCAB)
     engines: dict[str, DecoderEngine] = {}
@@ -108,14 +109,16 @@ def _measure_shape(key: str, work: Path, repeats: int) -> dict[str, Series]:
         built, _ = build_or_engine(model, work, precision)  # a gate failed on random weights: timed anyway
         if isinstance(built, Path):
             engines[f"mbuild {precision}"] = _engine(built / "model")
-    if key == "100m":
+    if key != "1b":
         engines["mbuild fp32 grown cache"] = _grown_cache_engine(model, work / "grown-cache")
     cases: list[tuple[str, Callable[[], float]]] = [
         (f"{name} b{batch} ctx{context}", partial(_step_ms, engine, batch, context))
         for name, engine in engines.items() for batch in BATCHES for context in CONTEXTS]
-    print(f"{title}: {', '.join(engines)}; then llama.cpp {', '.join(PEER)}")
+    print(f"{title}: {', '.join(engines)}" + (f"; then llama.cpp {', '.join(PEER)}" if peer else ""))
     results = interleave(cases, repeats)
     engines.clear()
+    if not peer:
+        return results
     ggufs = llamacpp.ggufs(model, work / "gguf")
     for kind in PEER:
         series = {f"llama.cpp {kind} b{b} ctx{c}": Series() for b in BATCHES for c in CONTEXTS}
@@ -126,17 +129,19 @@ def _measure_shape(key: str, work: Path, repeats: int) -> dict[str, Series]:
     return results
 
 
-def main(repeats: int = 3, work: Path | None = None) -> Path:
-    """`python -m bench llm_context`; BENCH_CONTEXT_SHAPES=100m or 1b picks the shapes."""
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
+    """`python -m bench llm_context`; BENCH_CONTEXT_SHAPES=100m or 1b picks the shapes. Quick: the tiny Llama,
+    mbuild alone where llama.cpp is not built."""
     os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
     rate = read_rate_gbs()
-    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-peer"  # shares llm_peer's models and builds
-    llamacpp.ensure_built()
-    chosen = os.environ.get("BENCH_CONTEXT_SHAPES", ",".join(SHAPES)).split(",")
-    results = {key: _measure_shape(key, work, repeats) for key in SHAPES if key in chosen}
+    work = work or work_folder("peer")  # shares llm_peer's models and builds
+    llamacpp.ensure_source()  # the Llama SPM vocabulary the models are made with
+    peer = llamacpp.peer(quick)
+    chosen = ["tiny"] if quick else os.environ.get("BENCH_CONTEXT_SHAPES", MEASURED).split(",")
+    results = {key: _measure_shape(key, work, repeats, peer) for key in SHAPES if key in chosen}
     data: dict[str, Any] = {"machine": machine(), "unit": "ms per decode step (lower is better)", "read_gbs": rate,
                             "results": {key: {k: v.values for k, v in r.items()} for key, r in results.items()}}
-    return write("llm_context", data, _markdown(results, rate))
+    return write("llm_context", data, _markdown(results, rate), out)
 
 
 def _floor_rows(key: str, series: dict[str, Series], names: list[str], rate: float) -> list[str]:

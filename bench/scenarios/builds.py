@@ -24,13 +24,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.builds import MBUILD, minilm_home, minilm_path
-from bench.harness import Series, machine, write
+from bench.lib.harness import OUT, Series, machine, skipped, work_folder, write
+from bench.lib.mbuild import MBUILD, minilm_home, minilm_path
 from builder.image.spec import Copy
 from builder.oci.layers import build_layer
 
@@ -81,20 +80,21 @@ def bento_lower_bound(work: Path, model: Path, base_bytes: int) -> dict[str, Any
     return estimate
 
 
-def main(repeats: int = 3, work: Path | None = None) -> Path:
-    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-builds"
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
+    """Quick: the same builds, one round (`repeats` 1); MiniLM is its only model."""
+    work = work or work_folder("builds")
     base = base_image()
     env = minilm_home(work)
     print(f"build benchmark: {repeats} rounds in {work}; images: {base or 'none (no local base image)'}")
     times = {"cold": Series(), "unchanged": Series(), "config": Series()}
     for round_ in range(repeats):
-        out, engines = work / "build", work / f"engines-{round_}"
-        shutil.rmtree(out, ignore_errors=True)
+        build, engines = work / "build", work / f"engines-{round_}"
+        shutil.rmtree(build, ignore_errors=True)
         shutil.rmtree(engines, ignore_errors=True)
         round_env = {**env, "MBUILD_ENGINE_CACHE": str(engines)}
-        times["cold"].values.append(package(out, round_env, base))
-        times["unchanged"].values.append(package(out, round_env, base))
-        times["config"].values.append(package(out, round_env, base, "--mode", "throughput"))
+        times["cold"].values.append(package(build, round_env, base))
+        times["unchanged"].values.append(package(build, round_env, base))
+        times["config"].values.append(package(build, round_env, base, "--mode", "throughput"))
         done = ", ".join(f"{name} {series.values[-1]:.1f}s" for name, series in times.items())
         print(f"  round {round_ + 1}/{repeats}: {done}")
     data: dict[str, Any] = {"scenario": "B1 builds", "machine": machine(), "repeats": repeats,
@@ -103,12 +103,16 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     data["unchanged_over_cold"] = times["unchanged"].median / times["cold"].median
     data["config_over_cold"] = times["config"].median / times["cold"].median
     if base:
-        layers = image_layers(out)
+        layers = image_layers(build)
         data["mbuild_layers"] = layers
         data["mbuild_image_bytes"] = sum(layer["bytes"] for layer in layers)
         base_bytes = sum(layer["bytes"] for layer in layers if layer["created_by"] == "base image layer")
-        data["bento_lower_bound"] = bento_lower_bound(work, minilm_path(), base_bytes)
-    path = write("builds", data, render(data))
+        if quick and not (work / "bento-estimate.json").is_file():
+            skipped("the BentoML-style image estimate", "it pip-installs torch and sentence-transformers once; "
+                    "`python -m bench builds` (no --quick) makes it")
+        else:
+            data["bento_lower_bound"] = bento_lower_bound(work, minilm_path(), base_bytes)
+    path = write("builds", data, render(data), out)
     print(path.read_text())
     return path
 
@@ -131,16 +135,17 @@ def render(data: dict[str, Any]) -> str:
              f"Target: unchanged rebuild <= 10% of the cold build: **{data['unchanged_over_cold']:.1%}**, {verdict}.",
              ""]
     if "mbuild_layers" in data:
-        bento = data["bento_lower_bound"]
         lines += ["## Image size (compressed layers, as a registry stores them)", "",
                   "| layer | MB |", "| --- | ---: |",
                   *(f"| {layer['created_by']} | {layer['bytes'] / 1e6:.1f} |" for layer in data["mbuild_layers"]),
-                  f"| **mbuild image** | **{data['mbuild_image_bytes'] / 1e6:.1f}** |",
-                  f"| BentoML-style image, lower bound: same base + {', '.join(bento['packages'])} + model | "
+                  f"| **mbuild image** | **{data['mbuild_image_bytes'] / 1e6:.1f}** |"]
+    if "bento_lower_bound" in data:
+        bento = data["bento_lower_bound"]
+        lines += [f"| BentoML-style image, lower bound: same base + {', '.join(bento['packages'])} + model | "
                   f"**{bento['total_bytes'] / 1e6:.1f}** |", "",
                   f"mbuild's image is {data['mbuild_image_bytes'] / bento['total_bytes']:.2f}x the lower bound of the "
                   "BentoML-style one: it ships ONNX Runtime and the tokenizer, never torch or transformers.", ""]
-    else:
+    if "mbuild_layers" not in data:
         lines += ["No local base image was found, so no image was built and no sizes are reported.", ""]
     lines += ["Reproduce: `python -m bench builds` (after `tests/run.sh`, which makes the local base image; writes "
               "docs/benchmarks/builds.json and builds.md).", ""]

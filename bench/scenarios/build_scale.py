@@ -1,7 +1,8 @@
-"""How a build's memory grows with the model: peak RSS, wall time and output size of `mbuild package` for random
-bf16 Llamas of three published shapes, beside llama.cpp's converter on the same files.
+"""How a build's memory grows with the model: peak RSS, wall time and output size of `mbuild package`.
 
-Models (bench/llm_models.py): random bf16 safetensors written once to ~/.cache/mbuild-bench/scale/<shape>, one
+For random bf16 Llamas of three published shapes, beside llama.cpp's converter on the same files.
+
+Models (bench/lib/llm_models.py): random bf16 safetensors written once to ~/.cache/mbuild-bench/scale/<shape>, one
 shard at a time (a shard's tensors made for it, never the whole model), sharded as the Hub's checkpoints are
 (at most 5 GB a shard, the index beside them when there are several):
   100m  the ~100M Llama of the llama.cpp comparison (12 layers, hidden 640), Llama SPM vocabulary (32000)
@@ -39,13 +40,13 @@ import psutil
 import torch
 from transformers import LlamaConfig
 
-from bench import llamacpp
-from bench.build_scale_report import plot, render
-from bench.build_scale_serve import serve_arm
-from bench.builds import MBUILD, source_hash
-from bench.harness import OUT, machine, write
-from bench.llm_models import LLAMA3_1B, LLAMA3_8B, LLAMA_100M, make_llama_bpe, make_llama_spm, weight_shapes
-from bench.rss import Sampled, disk_bytes, run_sampled
+from bench.lib import llamacpp
+from bench.lib.build_scale_report import plot, render
+from bench.lib.build_scale_serve import serve_arm
+from bench.lib.harness import OUT, machine, skipped, write
+from bench.lib.llm_models import LLAMA3_1B, LLAMA3_8B, LLAMA_100M, make_llama_bpe, make_llama_spm, weight_shapes
+from bench.lib.mbuild import MBUILD, source_hash
+from bench.lib.rss import Sampled, disk_bytes, run_sampled
 from builder.errors import ValidationFailed
 
 SCALE = llamacpp.CACHE / "scale"
@@ -119,8 +120,10 @@ def mbuild_arm(model: Path, precision: str, work: Path, serve: bool = False) -> 
     return result
 
 
-def converter_arm(model: Path, outtype: str, work: Path) -> dict[str, Any]:
+def converter_arm(shape: Shape, model: Path, outtype: str, work: Path) -> dict[str, Any]:
     """llama.cpp's convert_hf_to_gguf.py under the sampler; the GGUF is deleted after."""
+    if shape.vocab == llamacpp.SPM_VOCAB:
+        llamacpp.spm_ready(model)
     out = work / f"{model.name}-{outtype}.gguf"
     out.unlink(missing_ok=True)
     run = run_sampled(llamacpp.convert_command(model, out, outtype), {**llamacpp.gguf_env(), "HF_HUB_OFFLINE": "1"})
@@ -158,7 +161,7 @@ def measure_shape(shape: Shape, precisions: list[str], gguf_types: list[str],
         _log(arms[f"mbuild {precision}"])
     for outtype in gguf_types:
         print(f"  {shape.key}: llama.cpp convert_hf_to_gguf.py --outtype {outtype}", flush=True)
-        arms[f"llama.cpp {outtype}"] = converter_arm(model, outtype, work)
+        arms[f"llama.cpp {outtype}"] = converter_arm(shape, model, outtype, work)
         _log(arms[f"llama.cpp {outtype}"])
     return {"title": shape.title, "params": params, "fp32_weight_bytes": params * 4,
             "checkpoint_bytes": disk_bytes(model),
@@ -207,8 +210,16 @@ def parse_options(argv: list[str]) -> dict[str, Any]:
 
 def main(repeats: int = 1, shapes: list[str] | None = None, precisions: list[str] | None = None,
          gguf_types: list[str] | None = None, serve: tuple[str, ...] = ("int4",), report_only: bool = False,
-         out: Path = OUT) -> Path:
-    """Measure `shapes` (each arm once: `repeats` is not used), merge into build_scale.json, write the report."""
+         quick: bool = False, out: Path = OUT) -> Path:
+    """Measure `shapes` (each arm once: `repeats` is not used), merge into build_scale.json, write the report.
+    Quick: the 100m shape alone, mbuild int4 built and served, llama.cpp's converter only where llama.cpp is built
+    (whoever built it has its converter's sentencepiece too)."""
+    if quick:
+        shapes, precisions, serve = ["100m"], ["int4"], ("int4",)
+        if not llamacpp.built():
+            gguf_types = []
+            skipped("llama.cpp's converter arms", "they run where llama.cpp is built: `python -m bench llm_peer` "
+                    "(no --quick) builds it once")
     record = out / "build_scale.json"
     previous: dict[str, Any] = json.loads(record.read_text()) if record.is_file() else {}
     measured: dict[str, Any] = {}

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import onnx
 
-from bench import llamacpp
-from bench.llm_models import gguf_module
+from bench.lib import llamacpp
+from bench.lib.llm_models import gguf_module
 
 # Read a row a step (the embedding table, plain or quantized; the rotary tables) or the cached positions only
 NOT_STREAMED = {"Gather", "GatherBlockQuantized", "GroupQueryAttention"}

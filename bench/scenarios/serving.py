@@ -1,6 +1,6 @@
 """What the serving layer costs: the mbuild service against a bare app, and against its own engine.
 
-Arms, all on loopback, driven by the same closed-loop client (bench/loadgen.py), in one run:
+Arms, all on loopback, driven by the same closed-loop client (bench/lib/loadgen.py), in one run:
   bare app       Starlette on uvicorn, POST /v1/embeddings answers a fixed JSON, no model (the floor)
   mbuild tiny    the mbuild service (BentoML, auth, limits, metrics, access log, dynamic batching) over a
                  near-no-op engine: a 2-layer, 32-wide random BERT; its in-process cost per call is listed
@@ -12,24 +12,18 @@ Both servers run their defaults (MBUILD_THREADS=0: ONNX Runtime picks the thread
 
 from __future__ import annotations
 
-import tempfile
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.builds import MINILM, build_mbuild, minilm_home
-from bench.harness import interleave, machine, write
-from bench.loadgen import closed_loop, post
-from bench.servers import HOST, free_port, mbuild_serve, server, uvicorn_app
-from runtimes.bundle import load_engine_config
-from runtimes.engines import encoder_for
-from runtimes.tokenize import TextTokenizer
+from bench.lib.encoder import QUICK_SECONDS, SECONDS, SENTENCE, Engine
+from bench.lib.harness import OUT, interleave, machine, work_folder, write
+from bench.lib.loadgen import closed_loop, post
+from bench.lib.mbuild import MINILM, build_mbuild, minilm_home
+from bench.lib.servers import HOST, free_port, mbuild_serve, server, uvicorn_app
 from tests.support.tiny_models import make_tiny_encoder
 
-SENTENCE = "mbuild turns a Hugging Face model into a container with a health-checked REST API"
-SECONDS = 5.0
 CONCURRENCY = 16
 
 
@@ -37,68 +31,47 @@ def _request(port: int) -> bytes:
     return post(HOST, port, "/v1/embeddings", {"input": SENTENCE})
 
 
-def _rate(port: int, concurrency: int) -> float:
-    load = closed_loop(HOST, port, _request(port), concurrency, SECONDS)
+def _rate(port: int, concurrency: int, seconds: float) -> float:
+    load = closed_loop(HOST, port, _request(port), concurrency, seconds)
     if load.failures:
         raise RuntimeError(f"port {port}: non-200 answers {load.failures}")
     return load.rate
 
 
-def _p50(port: int) -> float:
-    return closed_loop(HOST, port, _request(port), 1, SECONDS).p50_ms
+def _p50(port: int, seconds: float) -> float:
+    return closed_loop(HOST, port, _request(port), 1, seconds).p50_ms
 
 
-class Engine:
-    """The runtime's encoder in-process, fed whole batches: what the service could reach with no HTTP."""
-
-    def __init__(self, model_dir: Path, threads: int = 0) -> None:
-        config = load_engine_config(model_dir)
-        self.engine = encoder_for(model_dir, config, threads)
-        self.tokenizer = TextTokenizer(model_dir / "tokenizer.json", config.max_seq_length)
-        self.max_batch = int(config.options.get("max_batch", 32))  # as runtimes.state reads it
-
-    def sentences_per_second(self, concurrency: int, seconds: float = SECONDS) -> float:
-        texts, done = [SENTENCE] * concurrency, 0
-        started = time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            seqs = self.tokenizer.encode(texts)
-            for start in range(0, len(seqs), self.max_batch):
-                self.engine.run(seqs[start : start + self.max_batch])
-            done += concurrency
-        return done / (time.perf_counter() - started)
-
-    def call_ms(self) -> float:
-        return 1000 / self.sentences_per_second(1, 2.0)
-
-
-def main(repeats: int = 3, work: Path | None = None) -> Path:
-    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-serving"
-    print(f"serving benchmark: builds in {work}, {repeats} interleaved rounds of {SECONDS:.0f}s per arm")
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
+    """Quick: one-second cases (it has no smaller model to take)."""
+    work = work or work_folder("serving")
+    seconds = QUICK_SECONDS if quick else SECONDS
+    print(f"serving benchmark: builds in {work}, {repeats} interleaved rounds of {seconds:.0f}s per arm")
     tiny = build_mbuild(make_tiny_encoder(work / "tiny-encoder"), work / "tiny-build")
     env = minilm_home(work)
     minilm = build_mbuild(MINILM, work / "minilm-build", env)
     tiny_ms = Engine(tiny).call_ms()
     engine = Engine(minilm)
     ports = [free_port() for _ in range(3)]
-    with (server(uvicorn_app("bench.noop_app:app", ports[0]), "/v1/health/live", ports[0]) as bare,
+    with (server(uvicorn_app("bench.peers.noop_app:app", ports[0]), "/v1/health/live", ports[0]) as bare,
           server(mbuild_serve(tiny.parent, ports[1]), "/v1/health/ready", ports[1]) as small,
           server(mbuild_serve(minilm.parent, ports[2]), "/v1/health/ready", ports[2], env) as served):
         for port in (bare, small, served):
             closed_loop(HOST, port, _request(port), CONCURRENCY, 1.0)  # warm connections, sessions, caches
         cases: list[tuple[str, Callable[[], float]]] = [
-            ("bare req/s", partial(_rate, bare, CONCURRENCY)),
-            ("tiny req/s", partial(_rate, small, CONCURRENCY)),
-            ("bare p50", partial(_p50, bare)),
-            ("tiny p50", partial(_p50, small)),
-            ("minilm service", partial(_rate, served, CONCURRENCY)),
-            ("minilm engine", partial(engine.sentences_per_second, CONCURRENCY)),
+            ("bare req/s", partial(_rate, bare, CONCURRENCY, seconds)),
+            ("tiny req/s", partial(_rate, small, CONCURRENCY, seconds)),
+            ("bare p50", partial(_p50, bare, seconds)),
+            ("tiny p50", partial(_p50, small, seconds)),
+            ("minilm service", partial(_rate, served, CONCURRENCY, seconds)),
+            ("minilm engine", partial(engine.sentences_per_second, CONCURRENCY, seconds)),
         ]
         results = interleave(cases, repeats)
     median = {name: series.median for name, series in results.items()}
     added = median["tiny p50"] - median["bare p50"]
     ratio = median["minilm service"] / median["minilm engine"]
     data: dict[str, Any] = {
-        "scenario": "S1 serving cost", "machine": machine(), "seconds_per_run": SECONDS, "concurrency": CONCURRENCY,
+        "scenario": "S1 serving cost", "machine": machine(), "seconds_per_run": seconds, "concurrency": CONCURRENCY,
         "tiny_engine_ms_per_call": tiny_ms, "p50_added_ms": added, "service_over_engine": ratio,
         "results": {name: {"values": s.values, "median": s.median} for name, s in results.items()}}
     rows = [
@@ -111,7 +84,7 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     markdown = "\n".join([
         "# Serving cost", "", __doc__.strip(), "",
         f"Machine: {data['machine']['cores']} cores ({data['machine']['cpu']}); client and servers share it. "
-        f"{repeats} interleaved rounds of {SECONDS:.0f}s per arm, median (min-max).", "",
+        f"{repeats} interleaved rounds of {seconds:.0f}s per arm, median (min-max).", "",
         "## The service against a bare app", "",
         "| measure | bare Starlette/uvicorn | mbuild service, near-no-op engine | mbuild vs bare |",
         "| --- | ---: | ---: | ---: |", *rows, "",
@@ -125,6 +98,6 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
         f"{results['minilm engine'].spread()} |", "",
         f"Service / engine: **{ratio:.2f}** (target >= 0.8).", "",
         "Reproduce: `python -m bench serving` (writes docs/benchmarks/serving.json and serving.md).", ""])
-    path = write("serving", data, markdown)
+    path = write("serving", data, markdown, out)
     print(markdown)
     return path

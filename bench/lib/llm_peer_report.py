@@ -1,18 +1,16 @@
-"""The llama.cpp comparison's report: docs/benchmarks/llm_peer.{json,md,png} from the runs of bench/llm_peer.py."""
+"""The llama.cpp comparison's report: docs/benchmarks/llm_peer.{json,md,png} from bench/scenarios/llm_peer.py's runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bench.harness import Series, machine
-from bench.llamacpp import VERSION
-from bench.llm_peer_checks import PROMPT_TOKENS
-from bench.plots import save_peer_plot
-from bench.servers import split_cores
-
-if TYPE_CHECKING:
-    from bench.llm_peer import Shape
+from bench.lib.harness import Series, machine
+from bench.lib.llamacpp import VERSION
+from bench.lib.llm_peer_checks import PROMPT_TOKENS
+from bench.lib.llm_peer_shapes import Shape
+from bench.lib.plots import save_peer_plot
+from bench.lib.servers import split_cores
 
 METRICS = ("total_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms")
 Pairs = tuple[tuple[str, str], ...]
@@ -112,7 +110,7 @@ def _checks(results: dict[str, Any], shape: Shape) -> list[str]:
         lines += [f"Shared-prefix TTFT ({shape.prefix_tokens}-token prefix + 16 new tokens, mbuild {mine} / "
                   f"llama.cpp {theirs}, {shape.prefix_samples} sample(s) each, median):", "",
                   "| server | uncached TTFT ms | cached TTFT ms | cached / uncached |", "| --- | ---: | ---: | ---: |"]
-        for server in ("mbuild", "llama.cpp"):
+        for server in (name for name in ("mbuild", "llama.cpp") if name in prefix):  # quick: maybe mbuild alone
             one = prefix[server]
             lines.append(f"| {server} | {Series(one['uncached_ms']).median:.0f} | {Series(one['cached_ms']).median:.0f}"
                          f" | {one['ratio']:.2f} |")
@@ -174,15 +172,15 @@ def report(results: dict[str, Any], shapes: list[Shape], pairs: Pairs, repeats: 
     sections = [line for shape in shapes for line in _shape_section(results, shape, pairs, repeats, data)]
     header = "# Language model served: mbuild against llama.cpp's llama-server"
     m = data["machine"]
-    command = f"{'BENCH_PEER_QUICK=1 ' if quick else ''}python -m bench llm_peer --repeats {repeats}"
+    command = f"python -m bench llm_peer {'--quick' if quick else f'--repeats {repeats}'}"
     markdown = "\n".join([
         header + (" (quick smoke run)" if quick else ""), "", intro.strip(), "",
         f"Machine: {m['cores']} cores ({m['cpu']}), Python {m['python']}, {m['date']}; both servers of a pair on "
         f"core {servers} with one thread, the client on core {client}; llama.cpp from llama-cpp-python "
         f"{VERSION}'s vendored tree.", "",
         *sections, "![Total output tokens/s against concurrency](llm_peer.png)", "", *NOTES, "",
-        f"Reproduce: `{command}` (writes docs/benchmarks/llm_peer.json, .md and .png; `BENCH_PEER_QUICK=1` runs a "
-        "smoke-sized version into the work folder instead, `BENCH_PEER_SHAPES=100m` or `1b` picks the shapes).", ""])
+        f"Reproduce: `{command}` (writes docs/benchmarks/llm_peer.json, .md and .png; `--quick` runs a smoke-sized "
+        "version into a scratch folder instead, `BENCH_PEER_SHAPES=100m` or `1b` picks the shapes).", ""])
     return data, markdown
 
 

@@ -3,11 +3,11 @@
 Arms, on the same random ~100M Llama, pinned to the same server cores with the same thread count:
   mbuild              `mbuild serve` of the model built with mbuild's default CPU profile (int8 weights and
                       compute), what a user gets: the runtime's continuous batching over ONNX Runtime
-  naive transformers  bench/naive_llm_app.py: FastAPI, `model.generate` with a TextIteratorStreamer in a
+  naive transformers  bench/peers/naive_llm_app.py: FastAPI, `model.generate` with a TextIteratorStreamer in a
                       thread, one generation at a time under a lock (what a user writes in an hour)
 Every request streams POST /v1/completions with a text prompt of 16-128 words and decodes exactly
 NEW_TOKENS tokens, greedy (min_tokens = max_tokens). At concurrency 1, 4 requests one after another; at
-concurrency c >= 4, one wave of c requests sent at once. The client (bench/llm_client.py, httpx) runs on
+concurrency c >= 4, one wave of c requests sent at once. The client (bench/lib/llm_client.py, httpx) runs on
 its own core.
 The client is our own, with vLLM's metric definitions (below): guidellm 0.8.1 installs here (with the CPU
 torch installed first) and validates the server, but with `request_format=/v1/completions` (this random
@@ -16,21 +16,17 @@ model has no chat template for its default chat route) its workers sent no reque
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from bench.builds import build_mbuild
-from bench.harness import OUT, Series, interleave, machine, write
-from bench.llm import workload
-from bench.llm_client import Counter, run
-from bench.llm_models import make_llama_100m
-from bench.plots import save_llm_plot
-from bench.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores, uvicorn_app
+from bench.lib.harness import OUT, Series, interleave, machine, work_folder, write
+from bench.lib.llm_client import Counter, run
+from bench.lib.llm_models import make_llama_words, measured_shape, workload
+from bench.lib.mbuild import build_mbuild
+from bench.lib.plots import save_llm_plot
+from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores, uvicorn_app
 
 NEW_TOKENS = 32
 CONCURRENCY = (1, 4, 16)
@@ -57,10 +53,6 @@ def body(prompt: str, model: str) -> dict[str, Any]:
             "ignore_eos": True, "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
 
 
-def served_name(port: int) -> str:
-    return str(httpx.get(f"http://{HOST}:{port}/v1/models", timeout=10).json()["data"][0]["id"])
-
-
 def _cases(urls: dict[str, str], model: str, count: Counter,
            runs: dict[str, list[dict[str, float]]]) -> list[tuple[str, Callable[[], float]]]:
     cases: list[tuple[str, Callable[[], float]]] = []
@@ -82,7 +74,7 @@ def measure(build: Path, model: Path, cores: tuple[set[int], set[int]],
     print(f"  servers on cores {sorted(servers_cpus)} with {threads} threads, client on {sorted(client_cpus)}")
     with (server(mbuild_serve(build, ports[0]), "/v1/health/ready", ports[0], {"MBUILD_THREADS": threads},
                  cpus=servers_cpus),
-          server(uvicorn_app("bench.naive_llm_app:app", ports[1]), "/health", ports[1],
+          server(uvicorn_app("bench.peers.naive_llm_app:app", ports[1]), "/health", ports[1],
                  {"BENCH_MODEL_DIR": str(model), "BENCH_THREADS": threads}, cpus=servers_cpus),
           pinned(client_cpus)):
         urls = {arm: f"http://{HOST}:{port}/v1/completions" for arm, port in zip(ARMS, ports, strict=True)}
@@ -155,16 +147,18 @@ def report(table: dict[str, dict[str, Series]], cores: tuple[set[int], set[int]]
     return data, markdown
 
 
-def main(repeats: int = 3, work: Path | None = None) -> Path:
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
+    """Quick: the tiny Llama instead of the ~100M one."""
     # the same folder as `python -m bench llm`: both build the same model the same way, so either reuses it
-    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-llm"
+    work = work or work_folder("llm", quick)
     print(f"LLM served benchmark: models in {work}, {repeats} interleaved rounds, {NEW_TOKENS} new tokens a request")
-    model = make_llama_100m(work / "llama-100m")
+    key, shape = measured_shape(quick)
+    model = make_llama_words(work / f"llama-{key}", shape)
     build = build_mbuild(model, work / "mbuild-build-default", precision=None).parent
     cores = split_cores()
     table = tabulate(measure(build, model, cores, repeats))
     data, markdown = report(table, cores, repeats)
-    path = write("llm_served", data, markdown)
-    plot(table, OUT / "llm_served.png")
+    path = write("llm_served", data, markdown, out)
+    plot(table, out / "llm_served.png")
     print(markdown)
     return path

@@ -2,7 +2,7 @@
 
 One request, one `encode` call, in FastAPI's thread pool; no batching across requests. The model folder,
 the backend (torch, or onnx: sentence-transformers' own ONNX Runtime backend) and the thread count come
-from the environment. Run with uvicorn: `uvicorn bench.naive_embed_app:app`.
+from the environment. Run with uvicorn: `uvicorn bench.peers.naive_embed_app:app`.
 """
 
 from __future__ import annotations

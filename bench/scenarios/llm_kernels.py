@@ -1,6 +1,6 @@
 """Which quantized kernels a CPU language-model profile should build with: decode-step time per precision.
 
-One random ~100M Llama (bench/llm_models.py), exported by mbuild at fp32; ONNX Runtime's quantizers then
+One random ~100M Llama (bench/lib/llm_models.py), exported by mbuild at fp32; ONNX Runtime's quantizers then
 write the candidates: int8 as MatMulNBits blocks of 32 and of 128 with int8 compute (accuracy_level 4,
 what mbuild's int8 profiles build on VNNI CPUs, in blocks of 128), int8 as dynamic quantization
 (per-channel int8 weights, activations quantized per step: what the other CPU classes' int8 profiles
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -29,9 +28,9 @@ import onnxruntime as ort
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-from bench.builds import build_mbuild, source_hash
-from bench.harness import Series, interleave, machine, matmul_model, write
-from bench.llm_models import make_llama_100m
+from bench.lib.harness import OUT, Series, interleave, machine, matmul_model, work_folder, write
+from bench.lib.llm_models import make_llama_words, measured_shape
+from bench.lib.mbuild import build_mbuild, source_hash
 from builder.engine.compile_ort import optimize
 from runtimes.bundle import load_engine_config
 from runtimes.engines.decoder import DecoderEngine
@@ -130,10 +129,12 @@ def _matrix_ms(session: ort.InferenceSession, rows: int) -> float:
     return (time.perf_counter() - started) / calls * 1000
 
 
-def main(repeats: int = 3, work: Path | None = None) -> Path:
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
+    """Quick: the tiny Llama instead of the ~100M one (the one-matrix arms keep their size: seconds)."""
     os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
-    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-llm-kernels"
-    model = make_llama_100m(work / "llama-100m")
+    work = work or work_folder("llm-kernels", quick)
+    key, shape = measured_shape(quick)
+    model = make_llama_words(work / f"llama-{key}", shape)
     fp32 = build_mbuild(model, work / "build-fp32")
     default = build_mbuild(model, work / "build-default", precision=None)
     folders = {"fp32 (mbuild)": fp32,
@@ -153,7 +154,7 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     data = {"machine": machine(), "unit": "ms per decode step (lower is better)",
             "results": {k: v.values for k, v in results.items()}, "accuracy": accuracy,
             "matrix_ms": {k: v.values for k, v in matrix.items()}}
-    return write("llm_kernels", data, _markdown(results, names, accuracy, _matrix_markdown(matrix)))
+    return write("llm_kernels", data, _markdown(results, names, accuracy, _matrix_markdown(matrix)), out)
 
 
 def _matrix_markdown(matrix: dict[str, Series]) -> str:

@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
@@ -21,11 +22,11 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTra
 VOCAB = 32000
 
 
-def make_llama_100m(folder: Path) -> Path:
-    """12 layers, hidden 640, GQA 10/5 heads, vocab 32000: 95.5M parameters, random weights.
+def make_llama_words(folder: Path, shape: dict[str, Any]) -> Path:
+    """A random Llama of `shape` (LLAMA_100M: 95.5M parameters) on a word-level tokenizer of VOCAB made-up words.
 
-    A word-level tokenizer over 32000 made-up words keeps every id decodable with a realistic vocab; the
-    special tokens get names no word contains, so "w1000" is one token, not "w1" + "000".
+    The word-level tokenizer keeps every id decodable with a realistic vocab; the special tokens get names no
+    word contains, so "w1000" is one token, not "w1" + "000".
     """
     if (folder / "model.safetensors").is_file():
         return folder
@@ -38,12 +39,16 @@ def make_llama_100m(folder: Path) -> Path:
                             unk_token="<unk>",
                             model_max_length=2048).save_pretrained(folder)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=640, intermediate_size=1728, num_hidden_layers=12,
-                         num_attention_heads=10, num_key_value_heads=5, max_position_embeddings=2048,
-                         bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    config = LlamaConfig(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, **shape)
     LlamaForCausalLM(config).eval().save_pretrained(folder)
     GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
     return folder
+
+
+def workload(count: int) -> list[list[int]]:
+    """`count` of 16 prompts of 16-128 token ids of the word-level vocabulary, the same every run."""
+    rng = np.random.default_rng(0)
+    return [rng.integers(3, VOCAB, size=int(n)).tolist() for n in np.linspace(16, 128, 16)][:count]
 
 
 def build_genai(model: Path, out: Path, threads: int) -> Path:
@@ -58,15 +63,24 @@ def build_genai(model: Path, out: Path, threads: int) -> Path:
     return out
 
 
-# Llama shapes for the llama.cpp comparison, both on the 32000-token Llama SPM vocabulary
+# Llama shapes on the 32000-token vocabularies (word-level, or the Llama SPM one of the llama.cpp comparison)
 LLAMA_100M = {"hidden_size": 640, "intermediate_size": 1728, "num_hidden_layers": 12, "num_attention_heads": 10,
               "num_key_value_heads": 5, "max_position_embeddings": 2048, "tie_word_embeddings": False}
+# What quick runs (`python -m bench SCENARIO --quick`) serve: the smallest Llama every path accepts (head_dim 32,
+# widths that llama.cpp's 32-wide q4_0/q8_0 blocks and MatMulNBits' 128-wide ones divide), built in seconds
+LLAMA_TINY = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": 2048, "tie_word_embeddings": False}
 # Llama-3.2-1B's shape (rope_theta and tied embeddings included) on the SPM vocabulary, without its
 # 128k-context rope scaling: mbuild's profiles cap the context at 2048-4096 anyway
 LLAMA_1B = {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
             "num_key_value_heads": 8, "max_position_embeddings": 2048, "tie_word_embeddings": True,
             "rope_theta": 500000.0, "rms_norm_eps": 1e-5}
 SHARD_BYTES = 1 << 30
+
+
+def measured_shape(quick: bool) -> tuple[str, dict[str, Any]]:
+    """(key, shape): the ~100M Llama a full run measures, or the tiny one a quick run checks the code with."""
+    return ("tiny", LLAMA_TINY) if quick else ("100m", LLAMA_100M)
 # Llama 3's vocabulary (llama.cpp's models/ggml-vocab-llama-bpe.gguf) and the Llama-3.2-1B and Llama-3.1-8B shapes
 # on it, bf16 as published; rope_theta as published, without the 128k-context rope scaling (context capped at 4096)
 LLAMA3_VOCAB, LLAMA3_BOS, LLAMA3_EOS = 128256, 128000, 128001
@@ -94,8 +108,8 @@ def run_flops(config: dict[str, Any], prompt: int, new: int, requests: int) -> f
 def gguf_module(gguf_vocab: Path) -> Any:
     """llama.cpp's gguf package from the tree beside `gguf_vocab` (models/ -> gguf-py/), not installed."""
     gguf_py = str(gguf_vocab.parents[1] / "gguf-py")
-    if gguf_py not in sys.path:
-        sys.path.insert(0, gguf_py)
+    if gguf_py not in sys.path:  # last: gguf-py/ also holds a `tests` package, which must not shadow ours
+        sys.path.append(gguf_py)
     import gguf
 
     # transformers checks the gguf version; the vendored tree has no installed metadata to read it from
@@ -133,14 +147,14 @@ def save_spm_model(folder: Path, gguf_vocab: Path) -> None:
 
 def save_spm_tokenizer(folder: Path, gguf_vocab: Path) -> None:
     """The real Llama SPM tokenizer (32000 tokens, BOS 1 / EOS 2), read offline from llama.cpp's vocab-only GGUF
-    by transformers' GGUF loader (tokenizer.json), and as tokenizer.model for llama.cpp's converter."""
+    by transformers' GGUF loader (tokenizer.json). llama.cpp's converter also needs tokenizer.model, which
+    bench.lib.llamacpp writes before it converts (save_spm_model needs sentencepiece, the peer's dependency)."""
     gguf_module(gguf_vocab)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf_vocab.parent, gguf_file=gguf_vocab.name)
     tokenizer.model_max_length = 2048
     tokenizer.save_pretrained(folder)
-    save_spm_model(folder, gguf_vocab)
 
 
 # Llama 3's chat format (header tokens, <|eot_id|> after each turn), without its tool and date preamble.

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime_genai as og
 import torch
 from transformers import AutoModelForCausalLM
 
-from bench.builds import build_mbuild
-from bench.harness import interleave, machine, write
-from bench.llm_models import VOCAB, build_genai, make_llama_100m
+from bench.lib.harness import OUT, interleave, machine, skipped, work_folder, write
+from bench.lib.llm_models import build_genai, make_llama_words, measured_shape, workload
+from bench.lib.mbuild import build_mbuild
 from runtimes.bundle import load_engine_config
 from runtimes.generation.requests import Request
 from runtimes.generation.runtime import GenerationRuntime
@@ -37,24 +36,21 @@ from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 
 NEW_TOKENS = 64
+QUICK_NEW_TOKENS = 16  # a quick run's: the one-at-a-time arms' c=16 wave is 16 requests in turn
 CONCURRENCY = (1, 16)
 
 
-def workload(count: int) -> list[list[int]]:
-    rng = np.random.default_rng(0)
-    return [rng.integers(3, VOCAB, size=int(n)).tolist() for n in np.linspace(16, 128, 16)][:count]
-
-
 class Transformers:
-    def __init__(self, model: Path, threads: int) -> None:
+    def __init__(self, model: Path, threads: int, new_tokens: int) -> None:
+        self.new_tokens = new_tokens
         torch.set_num_threads(threads)
         self.model = AutoModelForCausalLM.from_pretrained(model).eval()
 
     def one(self, prompt: list[int]) -> int:
         ids = torch.tensor([prompt])
         with torch.no_grad():
-            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
-                                      min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.new_tokens,
+                                      min_new_tokens=self.new_tokens, do_sample=False, pad_token_id=0)
         return int(out.shape[1] - len(prompt))
 
     def run(self, prompts: list[list[int]]) -> int:
@@ -62,12 +58,17 @@ class Transformers:
 
 
 class Genai:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, new_tokens: int) -> None:
+        self.new_tokens = new_tokens
+        import onnxruntime_genai as og  # the peer's package: a quick run without it leaves its arm out
+
+        self.og = og
         self.model = og.Model(str(folder))
 
     def one(self, prompt: list[int]) -> int:
+        og = self.og
         params = og.GeneratorParams(self.model)
-        params.set_search_options(max_length=len(prompt) + NEW_TOKENS, min_length=len(prompt) + NEW_TOKENS,
+        params.set_search_options(max_length=len(prompt) + self.new_tokens, min_length=len(prompt) + self.new_tokens,
                                   do_sample=False)
         generator = og.Generator(self.model, params)
         generator.append_tokens(np.array(prompt, dtype=np.int32))
@@ -82,14 +83,15 @@ class Genai:
 
 
 class Mbuild:
-    def __init__(self, engine_dir: Path, threads: int) -> None:
+    def __init__(self, engine_dir: Path, threads: int, new_tokens: int) -> None:
+        self.new_tokens = new_tokens
         config = load_engine_config(engine_dir)
         settings = dataclasses.replace(Settings.from_env({}), model_dir=engine_dir, threads=threads, max_queue=1024)
         self.runtime = GenerationRuntime.load(engine_dir, config, settings, Metrics())
         self.runtime.scheduler.start()
 
     async def _one(self, prompt: list[int]) -> int:
-        params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, min_tokens=NEW_TOKENS)
+        params = SamplingParams(max_tokens=self.new_tokens, temperature=0.0, min_tokens=self.new_tokens)
         request = Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue())
         self.runtime.scheduler.submit([request])
         made = 0
@@ -114,16 +116,26 @@ def _rate(run: Any, prompts: list[list[int]]) -> float:
     return tokens / (time.perf_counter() - started)
 
 
-def main(repeats: int = 3, work: Path | None = None) -> Path:
+def _genai(model: Path, work: Path, threads: int, quick: bool, new_tokens: int) -> Genai | None:
+    if quick and importlib.util.find_spec("onnxruntime_genai") is None:
+        skipped("the ort-genai arm", "onnxruntime-genai is not installed (`pip install onnxruntime-genai`)")
+        return None
+    return Genai(build_genai(model, work / "genai", threads), new_tokens)
+
+
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
+    """Quick: the tiny Llama instead of the ~100M one, QUICK_NEW_TOKENS a request."""
     threads = min(2, os.cpu_count() or 1)
-    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-llm"
+    new_tokens = QUICK_NEW_TOKENS if quick else NEW_TOKENS
+    work = work or work_folder("llm", quick)
     print(f"LLM benchmark: models in {work}, {threads} threads per arm, {repeats} interleaved rounds")
-    model = make_llama_100m(work / "llama-100m")
+    key, shape = measured_shape(quick)
+    model = make_llama_words(work / f"llama-{key}", shape)
     engine_dir = build_mbuild(model, work / "mbuild-build")
-    genai_dir = build_genai(model, work / "genai", threads)
-    mbuild = Mbuild(engine_dir, threads)
-    one_at_a_time: dict[str, Transformers | Genai] = {"transformers": Transformers(model, threads),
-                                                      "ort-genai": Genai(genai_dir)}
+    mbuild = Mbuild(engine_dir, threads, new_tokens)
+    one_at_a_time: dict[str, Transformers | Genai] = {"transformers": Transformers(model, threads, new_tokens)}
+    if genai := _genai(model, work, threads, quick, new_tokens):
+        one_at_a_time["ort-genai"] = genai
     cases: list[tuple[str, Callable[[], float]]] = []
     for concurrency in CONCURRENCY:
         prompts = workload(4 if concurrency == 1 else 16)
@@ -133,12 +145,12 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
         for name, arm in one_at_a_time.items():
             cases.append((f"{name} c={concurrency}", partial(_rate, arm.run, prompts)))
     results = interleave(cases, repeats)
-    data: dict[str, Any] = {"scenario": "L0 engines", "unit": "output tokens/s", "new_tokens": NEW_TOKENS,
+    data: dict[str, Any] = {"scenario": "L0 engines", "unit": "output tokens/s", "new_tokens": new_tokens,
                             "threads": threads, "machine": machine(), "results": {}}
     rows = []
     for concurrency in CONCURRENCY:
         ours = results[f"mbuild c={concurrency}"].median
-        for name in ("mbuild", "transformers", "ort-genai"):
+        for name in ("mbuild", *one_at_a_time):
             series = results[f"{name} c={concurrency}"]
             data["results"][f"{name} c={concurrency}"] = {"values": series.values, "median": series.median}
             ratio = ours / series.median
@@ -152,7 +164,7 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
         __doc__.strip(),
         "",
         f"Machine: {data['machine']['cores']} cores ({data['machine']['cpu']}), {threads} intra-op threads per "
-        f"arm, {repeats} interleaved rounds, median and min-max of the rounds; {NEW_TOKENS} new tokens per request.",
+        f"arm, {repeats} interleaved rounds, median and min-max of the rounds; {new_tokens} new tokens per request.",
         "",
         "| concurrency | arm | tokens/s (median) | min-max | mbuild / arm |",
         "| ---: | --- | ---: | ---: | ---: |",
@@ -163,6 +175,6 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
         "Reproduce: `python -m bench llm` (writes docs/benchmarks/llm.json and llm.md).",
         "",
     ])
-    path = write("llm", data, markdown)
+    path = write("llm", data, markdown, out)
     print(markdown)
     return path

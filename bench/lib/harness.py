@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,10 +16,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bench.lib.mbuild import ROOT
+
 if TYPE_CHECKING:
     import onnx
 
-OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+OUT = ROOT / "docs" / "benchmarks"
+QUICK_OUT = Path(tempfile.gettempdir()) / "mbuild-bench-quick"  # `--quick` reports: a scratch folder, never OUT
+
+
+def work_folder(name: str, quick: bool = False) -> Path:
+    """Where a scenario keeps its models and builds between runs; a quick run's own, as its models differ."""
+    return Path(tempfile.gettempdir()) / f"mbuild-bench-{name}{'-quick' if quick else ''}"
+
+
+def skipped(arm: str, how: str) -> None:
+    """The one line a quick run prints for a peer's arm it leaves out (a peer that takes long to build)."""
+    print(f"  skipped {arm} (quick mode): {how}", flush=True)
 
 
 @dataclass

@@ -14,7 +14,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-from bench.servers import HOST
+from bench.lib.harness import skipped
+from bench.lib.llm_models import save_spm_model
+from bench.lib.servers import HOST
 
 VERSION = "0.3.36"  # llama-cpp-python, whose sdist vendors llama.cpp
 CACHE = Path(os.environ.get("BENCH_CACHE") or Path.home() / ".cache" / "mbuild-bench")
@@ -48,11 +50,26 @@ def ensure_source() -> Path:
     return VENDOR
 
 
+def built() -> bool:
+    return all(binary(name).is_file() for name in BINARIES)
+
+
+def peer(quick: bool) -> bool:
+    """Whether this run has llama.cpp's arms: built when missing (about 18 minutes), except in a quick run,
+    which leaves them out with one line saying so."""
+    if quick and not built():
+        skipped("llama.cpp's arms", f"llama.cpp is not built in {BUILD}; `python -m bench llm_peer` (no --quick) "
+                "builds it once, about 18 minutes on two cores (cmake and ninja needed)")
+        return False
+    ensure_built()
+    return True
+
+
 def ensure_built(jobs: int = 2) -> Path:
     """llama-server, llama-quantize and llama-batched-bench, configured as machine-notes.md says; built only when
     missing. The source tree stays too: its converter and vocab GGUF make the models."""
     source = ensure_source()
-    if all(binary(name).is_file() for name in BINARIES):
+    if built():
         return BUILD / "bin"
     if shutil.which("ninja") is None:
         raise RuntimeError("building llama.cpp needs cmake and ninja (apt-get install cmake ninja-build)")
@@ -78,9 +95,17 @@ def convert_command(model: Path, out: Path, outtype: str) -> list[str]:
     return [sys.executable, str(CONVERTER), str(model), "--outfile", str(out), "--outtype", outtype]
 
 
+def spm_ready(model: Path) -> Path:
+    """`model` (made with the Llama SPM vocabulary) with the tokenizer.model the converter reads its scores from."""
+    if not (model / "tokenizer.model").is_file():
+        save_spm_model(model, SPM_VOCAB)
+    return model
+
+
 def convert(model: Path, out: Path) -> Path:
-    """The Hugging Face folder as an f32 GGUF, with the vendored converter."""
+    """The Hugging Face folder (on the Llama SPM vocabulary) as an f32 GGUF, with the vendored converter."""
     if not out.is_file():
+        spm_ready(model)
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_suffix(".part")
         subprocess.run(convert_command(model, partial, "f32"), check=True, capture_output=True, env=gguf_env())

@@ -1,6 +1,6 @@
 """Prompts of exact token counts, greedy agreement and shared-prefix TTFT for the llama.cpp comparison.
 
-Each check talks to one mbuild server and one llama-server of the same weights; the client is bench/llm_client.py.
+Each check talks to one mbuild server and one llama-server of the same weights; the client is bench/lib/llm_client.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from tokenizers import Tokenizer
 
-from bench.llm_client import stream_one
+from bench.lib.llm_client import stream_one
 
 PROMPT_TOKENS = 64  # every throughput prompt, BOS included
 

@@ -1,5 +1,7 @@
-"""What structured output costs: one server, one model, the same requests with and without a JSON schema, beside
-llama.cpp's llama-server doing the same with its own grammar engine (json_schema turned into a GBNF grammar).
+"""What structured output costs: the same requests with and without a JSON schema, mbuild and llama.cpp.
+
+One server, one model, beside llama.cpp's llama-server doing the same with its own grammar engine (json_schema
+turned into a GBNF grammar).
 
   mbuild     `mbuild serve` of the CPU default profile (int8) of the random ~100M Llama of `bench llm_peer`
              (real Llama SPM tokenizer, 32000 tokens), MBUILD_THREADS=1; the schema goes as OpenAI's
@@ -16,7 +18,6 @@ server and concurrency: the mask's cost.
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from functools import partial
@@ -25,13 +26,13 @@ from typing import Any
 
 import httpx
 
-from bench import llamacpp
-from bench.harness import OUT, interleave, machine, write
-from bench.llm_client import run
-from bench.llm_models import LLAMA_100M, make_llama_spm
-from bench.llm_peer import build_or_engine, context_of, served_name
-from bench.llm_peer_checks import PROMPT_TOKENS, Texts
-from bench.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores
+from bench.lib import llamacpp
+from bench.lib.harness import OUT, interleave, machine, work_folder, write
+from bench.lib.llm_client import run
+from bench.lib.llm_models import make_llama_spm, measured_shape
+from bench.lib.llm_peer_checks import PROMPT_TOKENS, Texts
+from bench.lib.mbuild import build_or_engine, context_of
+from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
 
 NEW_TOKENS = 64
 CONCURRENCY = (1, 16)
@@ -72,26 +73,30 @@ def check_constrained(url: str, payload: dict[str, Any]) -> str:
     return text
 
 
-def main(repeats: int = 3, work: Path | None = None) -> Path:
-    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-peer"  # shares llm_peer's model and builds
-    llamacpp.ensure_built()
-    model = make_llama_spm(work / "llama-100m-spm", LLAMA_100M, llamacpp.SPM_VOCAB)
-    gguf = llamacpp.ggufs(model, work / "gguf")["q8_0"]
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
+    """Quick: the tiny Llama, mbuild alone where llama.cpp is not built."""
+    work = work or work_folder("peer")  # shares llm_peer's model and builds
+    llamacpp.ensure_source()  # the Llama SPM vocabulary the model is made with
+    peer = llamacpp.peer(quick)
+    key, shape = measured_shape(quick)
+    model = make_llama_spm(work / f"llama-{key}-spm", shape, llamacpp.SPM_VOCAB)
     build, ungated = build_or_engine(model, work, "int8")
     if isinstance(build, str):
         raise RuntimeError(f"mbuild int8 did not build: {build}")
     texts = Texts(model)
     prompts = [texts.text(PROMPT_TOKENS, seed) for seed in range(max(*CONCURRENCY, SEQUENTIAL))]
     client_cpus, server_cpus = split_cores()
-    ports = {"mbuild": free_port(), "llama.cpp": free_port()}
+    ports = {"mbuild": free_port(), **({"llama.cpp": free_port()} if peer else {})}
     runs: dict[str, list[dict[str, float]]] = {}
     samples: dict[str, str] = {}
     with ExitStack() as stack:
         command = mbuild_serve(build, ports["mbuild"]) + (["--allow-failed-gate"] if ungated else [])
         stack.enter_context(server(command, "/v1/health/ready", ports["mbuild"], {"MBUILD_THREADS": "1"},
                                    cpus={min(server_cpus)}))
-        stack.enter_context(server(llamacpp.serve(gguf, ports["llama.cpp"], context_of({"int8": build}, model)),
-                                   "/health", ports["llama.cpp"], cpus={min(server_cpus)}))
+        if peer:
+            gguf = llamacpp.ggufs(model, work / "gguf")["q8_0"]
+            stack.enter_context(server(llamacpp.serve(gguf, ports["llama.cpp"], context_of({"int8": build}, model)),
+                                       "/health", ports["llama.cpp"], cpus={min(server_cpus)}))
         stack.enter_context(pinned(client_cpus))
         served = served_name(ports["mbuild"])
         cases: list[tuple[str, Callable[[], float]]] = []
@@ -110,8 +115,8 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
             warm()
             runs[name].clear()
         interleave(cases, repeats)
-    data, markdown = report(runs, samples, repeats, ungated)
-    path = write("structured", data, markdown, OUT)
+    data, markdown = report(runs, samples, repeats, ungated, list(ports))
+    path = write("structured", data, markdown, out)
     print(markdown)
     return path
 
@@ -122,12 +127,12 @@ def _median(runs: list[dict[str, float]], key: str) -> float:
 
 
 def report(runs: dict[str, list[dict[str, float]]], samples: dict[str, str], repeats: int,
-           ungated: str | None) -> tuple[dict[str, Any], str]:
+           ungated: str | None, servers: list[str]) -> tuple[dict[str, Any], str]:
     rows, ratios = [], {}
     for arm, measured in runs.items():
         rows.append(f"| {arm} | {_median(measured, 'total_tok_s'):.1f} | {_median(measured, 'tpot_p50_ms'):.1f} | "
                     f"{_median(measured, 'tpot_p99_ms'):.1f} | {_median(measured, 'ttft_p50_ms'):.0f} |")
-    for name in ("mbuild", "llama.cpp"):
+    for name in servers:
         for c in CONCURRENCY:
             free, schema = runs[f"{name} free c={c}"], runs[f"{name} schema c={c}"]
             ratios[f"{name} c={c}"] = _median(schema, "tpot_p50_ms") / _median(free, "tpot_p50_ms")
@@ -140,7 +145,7 @@ def report(runs: dict[str, list[dict[str, float]]], samples: dict[str, str], rep
         *rows, "",
         "TPOT with the schema over TPOT without (1.00: free; the mask's cost is the excess):", "",
         "| server | c=1 | c=16 |", "| --- | ---: | ---: |",
-        *[f"| {n} | {ratios[f'{n} c=1']:.2f} | {ratios[f'{n} c=16']:.2f} |" for n in ("mbuild", "llama.cpp")], "",
+        *[f"| {n} | {ratios[f'{n} c=1']:.2f} | {ratios[f'{n} c=16']:.2f} |" for n in servers], "",
         "What each server wrote under the schema (greedy, first 64 tokens):", "",
         *[f"- {n}: `{text[:120]}`" for n, text in samples.items()], "",
     ]

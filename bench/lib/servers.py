@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.builds import MBUILD
+from bench.lib.mbuild import MBUILD
 
 HOST = "127.0.0.1"
 
@@ -24,6 +24,11 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
+
+
+def served_name(port: int) -> str:
+    """The model name an OpenAI-style server on `port` serves (its first /v1/models entry)."""
+    return str(httpx.get(f"http://{HOST}:{port}/v1/models", timeout=10).json()["data"][0]["id"])
 
 
 def mbuild_serve(build: Path, port: int) -> list[str]:

@@ -1,10 +1,10 @@
 """E1 embeddings served, side by side; E2 the distance to this machine's floor.
 
 Arms, all serving all-MiniLM-L6-v2 on loopback, one sentence a request, driven by the same closed-loop
-client (bench/loadgen.py) at concurrency 1, 4 and 16, in one run:
+client (bench/lib/loadgen.py) at concurrency 1, 4 and 16, in one run:
   mbuild fp32      `mbuild serve` of the fp32 profile (ONNX Runtime, dynamic batching)
   mbuild int8      `mbuild serve` of the int8 profile (per-channel dynamic quantization)
-  naive torch      FastAPI + sentence-transformers on PyTorch, one `encode` per request (bench/naive_embed_app.py)
+  naive torch      FastAPI + sentence-transformers on PyTorch, one `encode` per request (bench/peers/naive_embed_app.py)
   naive st-onnx    the same FastAPI app on sentence-transformers' own ONNX Runtime backend (backend="onnx"),
                    in its own venv: its exporter (optimum-onnx) pins transformers < 4.58 and huggingface-hub < 1
 Every server is pinned to the same cores with the same thread count; the client runs on a core of its own.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -31,16 +30,16 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.builds import MINILM, build_mbuild, minilm_home, minilm_path
-from bench.harness import OUT, Series, fp32_peak_gflops, interleave, machine, write
-from bench.loadgen import Load, closed_loop, post
-from bench.plots import save_embedding_plot
-from bench.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores, uvicorn_app
-from bench.serving import SENTENCE, Engine
+from bench.lib.encoder import QUICK_SECONDS, SECONDS, SENTENCE, Engine
+from bench.lib.harness import OUT, Series, fp32_peak_gflops, interleave, machine, skipped, work_folder, write
+from bench.lib.loadgen import Load, closed_loop, post
+from bench.lib.mbuild import MINILM, build_mbuild, minilm_home, minilm_path
+from bench.lib.plots import save_embedding_plot
+from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores, uvicorn_app
 from runtimes.tokenize import TextTokenizer
 
 CONCURRENCY = (1, 4, 16)
-SECONDS = 5.0
+QUICK_PEAK_SHAPES = ((512, 512, 512),)  # a quick run's matmul floor: one small shape, not the published ones
 ACCURACY_TEXTS = ["hi", "The cat sat on the mat.", SENTENCE,
                   "Health checks tell a load balancer when a replica can take traffic. " * 4,
                   " ".join(f"word{i}" for i in range(200)), "Ünïcödé and emoji 🚀 in one line"]
@@ -70,7 +69,7 @@ def st_onnx_python(work: Path) -> Path:
     return python
 
 
-def arms(work: Path, threads: int) -> list[Arm]:
+def arms(work: Path, threads: int, quick: bool) -> list[Arm]:
     home = minilm_home(work)
     found: list[Arm] = []
     for precision in ("fp32", "int8"):
@@ -78,11 +77,15 @@ def arms(work: Path, threads: int) -> list[Arm]:
         port = free_port()
         found.append(Arm(f"mbuild {precision}", mbuild_serve(build, port), port, "/v1/health/ready",
                          {**home, "MBUILD_THREADS": str(threads)}))
-    for name, python, backend in (("naive torch", Path(sys.executable), "torch"),
-                                  ("naive st-onnx", st_onnx_python(work), "onnx")):
+    for name, backend in (("naive torch", "torch"), ("naive st-onnx", "onnx")):
+        if backend == "onnx" and quick and not (work / "st-onnx-venv" / "ready").is_file():
+            skipped("the naive st-onnx arm", f"its venv {work / 'st-onnx-venv'} is missing; `python -m bench "
+                    "embeddings` (no --quick) makes it once (a few minutes of pip)")
+            continue
+        python = st_onnx_python(work) if backend == "onnx" else Path(sys.executable)
         port = free_port()
         env = {"BENCH_MODEL_DIR": str(minilm_path()), "BENCH_BACKEND": backend, "BENCH_THREADS": str(threads)}
-        found.append(Arm(name, uvicorn_app("bench.naive_embed_app:app", port, python), port, "/health",
+        found.append(Arm(name, uvicorn_app("bench.peers.naive_embed_app:app", port, python), port, "/health",
                          {**home, **env}))
     return found
 
@@ -109,22 +112,24 @@ def flops_per_sequence(config: dict[str, Any], tokens: int) -> float:
     return float(layers * per_layer)
 
 
-def _measure(port: int, concurrency: int, client: set[int], loads: list[Load]) -> float:
+def _measure(port: int, concurrency: int, client: set[int], loads: list[Load], seconds: float) -> float:
     with pinned(client):
-        load = closed_loop(HOST, port, post(HOST, port, "/v1/embeddings", {"input": SENTENCE}), concurrency, SECONDS)
+        load = closed_loop(HOST, port, post(HOST, port, "/v1/embeddings", {"input": SENTENCE}), concurrency, seconds)
     if load.failures:
         raise RuntimeError(f"port {port}: non-200 answers {load.failures}")
     loads.append(load)
     return load.rate
 
 
-def main(repeats: int = 3, work: Path | None = None) -> Path:
-    work = work or Path(tempfile.gettempdir()) / "mbuild-bench-embeddings"
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
+    """Quick: one-second cases, a one-shape matmul floor, the st-onnx arm only where its venv is made."""
+    work = work or work_folder("embeddings")
+    seconds = QUICK_SECONDS if quick else SECONDS
     client, servers = split_cores()
     threads = len(servers)
     print(f"embeddings benchmark: builds in {work}; servers on cores {sorted(servers)} with {threads} thread(s), "
-          f"client on {sorted(client)}; {repeats} interleaved rounds of {SECONDS:.0f}s per case")
-    found = arms(work, threads)
+          f"client on {sorted(client)}; {repeats} interleaved rounds of {seconds:.0f}s per case")
+    found = arms(work, threads, quick)
     reference = reference_embeddings()
     loads: dict[str, list[Load]] = {}
     cases: list[tuple[str, Callable[[], float]]] = []
@@ -136,7 +141,7 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
             for concurrency in CONCURRENCY:
                 name = f"{arm.name} c={concurrency}"
                 loads[name] = []
-                cases.append((name, partial(_measure, port, concurrency, client, loads[name])))
+                cases.append((name, partial(_measure, port, concurrency, client, loads[name], seconds)))
         results = interleave(cases, repeats)
     engine_dir = work / "mbuild-fp32" / "model"
     tokenizer = TextTokenizer(engine_dir / "tokenizer.json", 512)
@@ -144,18 +149,18 @@ def main(repeats: int = 3, work: Path | None = None) -> Path:
     config = json.loads((minilm_path() / "config.json").read_text())
     flops = flops_per_sequence(config, tokens)
     with pinned(servers):  # the cores' peak; the fp32 engine alone, one sentence at a time (the floor under c=1 p50)
-        peak = fp32_peak_gflops(threads)
+        peak = fp32_peak_gflops(threads, QUICK_PEAK_SHAPES, 2) if quick else fp32_peak_gflops(threads)
         engine_ms = Engine(engine_dir, threads).call_ms()
-    data = _summary(found, results, loads, flops, tokens, peak, threads, repeats)
+    data = _summary(found, results, loads, flops, tokens, peak, threads, repeats, seconds)
     data["fp32_engine_ms_per_sentence"] = engine_ms
-    save_embedding_plot(data, OUT / "embeddings.png")
-    path = write("embeddings", data, render(data))
+    path = write("embeddings", data, render(data), out)
+    save_embedding_plot(data, out / "embeddings.png")
     print(path.read_text())
     return path
 
 
 def _summary(found: list[Arm], results: dict[str, Series], loads: dict[str, list[Load]], flops: float,
-             tokens: int, peak: float, threads: int, repeats: int) -> dict[str, Any]:
+             tokens: int, peak: float, threads: int, repeats: int, seconds: float) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for arm in found:
         for concurrency in CONCURRENCY:
@@ -172,7 +177,7 @@ def _summary(found: list[Arm], results: dict[str, Series], loads: dict[str, list
         row["gflops"] = flops * row["rate_median"] / 1e9
         row["share_of_peak"] = row["gflops"] / peak
     return {"scenario": "E1 embeddings, E2 distance to the floor", "machine": machine(), "threads": threads,
-            "repeats": repeats, "seconds_per_run": SECONDS, "tokens_per_sequence": tokens,
+            "repeats": repeats, "seconds_per_run": seconds, "tokens_per_sequence": tokens,
             "flops_per_sequence": flops, "peak_fp32_gflops": peak, "rows": rows,
             "targets": {"fp32 c=16 >= 2x naive": rows["mbuild fp32 c=16"]["rate_median"] / naive16["rate_median"],
                         "int8 c=16 >= 3x naive": rows["mbuild int8 c=16"]["rate_median"] / naive16["rate_median"],

