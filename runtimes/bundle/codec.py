@@ -35,7 +35,7 @@ def check_format(raw: object, file: str, expected: int) -> None:
     if found != expected:
         written = ("an older mbuild wrote it, with no format field" if found is None
                    else f"it is format {found!r}")
-        raise ContractError(f"{file}: {written}; this mbuild reads format {expected} of {file}")
+        raise ContractError(f"{file}: {written}; this mbuild reads format {expected}")
 
 
 def _kind(hint: Any) -> str:
