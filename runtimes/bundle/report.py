@@ -7,7 +7,7 @@ Written by the builder's gates (validate_encoder, validate_decoder) and the engi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from runtimes.bundle.codec import ContractError, bounds, check_format, decode, encode
 
@@ -41,8 +41,9 @@ class PromptCheck:
     equal: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Gate:
+    format: int = REPORT_FORMAT
     reference: str  # what the engine was compared with
     tolerance: GateTolerance
     load_seconds: float = field(metadata=bounds(0, 86_400))  # the engine's load as the image does it
@@ -54,52 +55,52 @@ class _Gate:
         """One line for people: 'passed: <summary>' or 'FAILED: <summary>'."""
         return verdict(self.passed, self.summary)
 
+    def headline(self) -> dict[str, Any]:
+        """What /v1/metadata shows of the gate: the verdict, the tolerance and the task's headline numbers."""
+        numbers = {name: getattr(self, name) for name in getattr(self, "HEADLINE", ())}
+        return {"passed": self.passed, "summary": self.summary, **numbers, "tolerance": encode(self.tolerance)}
+
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = encode(self)
         return data
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EncoderReport(_Gate):
+    """Cosine to sentence-transformers' embedding, per gate text."""
+
+    HEADLINE: ClassVar[tuple[str, ...]] = ("min_cosine", "max_abs_diff")
+    task: Literal["embedding"] = "embedding"
     inputs: tuple[InputCheck, ...]
     min_cosine: float
     mean_cosine: float
     max_abs_diff: float
-    task: Literal["embedding"] = "embedding"
-    format: int = REPORT_FORMAT
 
     @property
     def label(self) -> str:
         """The image's dev.mbuild.validation label: the verdict and the headline number."""
         return f"passed={self.passed} min_cosine={self.min_cosine:.6f}"
 
-    def headline(self) -> dict[str, Any]:
-        """What /v1/metadata shows of the gate."""
-        return {"passed": self.passed, "summary": self.summary, "min_cosine": self.min_cosine,
-                "max_abs_diff": self.max_abs_diff, "tolerance": encode(self.tolerance)}
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecoderReport(_Gate):
-    new_tokens: int
-    batched: int
+    """Greedy decode against transformers, then the logits along the engine's tokens (teacher-forced)."""
+
+    HEADLINE: ClassVar[tuple[str, ...]] = ("greedy_equal", "top1_agreement")
+    task: Literal["text-generation"] = "text-generation"
+    new_tokens: int  # per prompt
+    batched: int  # prompts decoded together
     prompts: tuple[PromptCheck, ...]
-    greedy_equal: int
+    greedy_equal: int  # prompts whose greedy decode equals the reference's
     top1_agreement: float
     max_logit_error: float
     mean_logit_error: float
     positions: int
-    task: Literal["text-generation"] = "text-generation"
-    format: int = REPORT_FORMAT
 
     @property
     def label(self) -> str:
         return (f"passed={self.passed} greedy_equal={self.greedy_equal}/{len(self.prompts)} "
                 f"top1={self.top1_agreement:.4f}")
-
-    def headline(self) -> dict[str, Any]:
-        return {"passed": self.passed, "summary": self.summary, "greedy_equal": self.greedy_equal,
-                "top1_agreement": self.top1_agreement, "tolerance": encode(self.tolerance)}
 
 
 GateReport = EncoderReport | DecoderReport

@@ -157,7 +157,9 @@ def test_a_build_directory_s_report_json_of_another_format_is_refused(tiny_build
 def test_head_geometry_is_one_derivation_for_dicts_and_configs() -> None:
     from transformers import LlamaConfig
 
-    raw = {"num_attention_heads": 8, "num_hidden_layers": 2, "hidden_size": 256, "num_key_value_heads": 2}
-    assert head_geometry(raw) == head_geometry(LlamaConfig(**raw))
+    raw: dict[str, Any] = {"num_attention_heads": 8, "num_hidden_layers": 2, "hidden_size": 256,
+                           "num_key_value_heads": 2}
+    config = LlamaConfig(num_attention_heads=8, num_hidden_layers=2, hidden_size=256, num_key_value_heads=2)
+    assert head_geometry(raw) == head_geometry(config)
     geometry = head_geometry({**raw, "num_key_value_heads": None})
     assert (geometry.layers, geometry.heads, geometry.kv_heads, geometry.head_dim) == (2, 8, 8, 32)
