@@ -7,6 +7,7 @@ another format, or a missing or ill-typed field, is a BundleError that names the
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,7 +46,7 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _contract(path: Path, reader: Any) -> Any:
+def _contract(path: Path, reader: Callable[[dict[str, Any]], T]) -> T:
     try:
         return reader(read_json(path))
     except ContractError as exc:
@@ -53,17 +54,16 @@ def _contract(path: Path, reader: Any) -> Any:
 
 
 def load_engine_config(model_dir: Path) -> EngineConfig:
-    config: EngineConfig = _contract(model_dir / ENGINE_FILE, EngineConfig.from_dict)
-    return config
+    return _contract(model_dir / ENGINE_FILE, EngineConfig.from_dict)
 
 
 def load_metadata(model_dir: Path) -> BundleMetadata | None:
     """metadata.json (model, profile, versions, what the host needs); None where a bundle has none (the gate's)."""
     path = model_dir / METADATA_FILE
-    return _contract(path, BundleMetadata.from_dict) if path.is_file() else None  # type: ignore[no-any-return]
+    return _contract(path, BundleMetadata.from_dict) if path.is_file() else None
 
 
 def load_report(model_dir: Path) -> GateReport | None:
     """report.json, the build's numerical gate; None where the bundle has none (never validated)."""
     path = model_dir / REPORT_FILE
-    return _contract(path, read_gate_report) if path.is_file() else None  # type: ignore[no-any-return]
+    return _contract(path, read_gate_report) if path.is_file() else None

@@ -31,8 +31,10 @@ def bounds(low: float, high: float) -> dict[str, float]:
 
 
 def check_format(raw: object, file: str, expected: int) -> None:
-    found = raw.get("format") if isinstance(raw, dict) else None
-    if found != expected:
+    if not isinstance(raw, dict):
+        raise ContractError(f"{file} must hold a JSON object (got {type(raw).__name__})")
+    found = raw.get("format")
+    if type(found) is not int or found != expected:  # true == 1 in Python, not in a format field
         written = ("an older mbuild wrote it, with no format field" if found is None
                    else f"it is format {found!r}")
         raise ContractError(f"{file}: {written}; this mbuild reads format {expected}")
