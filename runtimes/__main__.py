@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from runtimes.bundle import BundleError, load_engine_config, load_metadata
+from runtimes.bundle.metadata import ProfileInfo
 from runtimes.exits import Exit
 from runtimes.fit import memory_limit_gb, misfits
 from runtimes.hardware import detect_gpus, read_cpu_flags
@@ -25,7 +26,8 @@ def preflight(model_dir: Path, site: str | None = None) -> None:
     """Fail before serving when the bundle is plainly broken (readiness would never come)."""
     if not model_dir.is_dir():
         raise BundleError(f"model folder {model_dir} does not exist (set MBUILD_MODEL_DIR)")
-    wanted = load_metadata(model_dir).get("metadata", {}).get("requires", {}).get("python")
+    meta = load_metadata(model_dir)
+    wanted = meta.requires.python if meta else None
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     # Only the image's own packages (MBUILD_SITE) are tied to one Python; `mbuild serve` uses the host's.
     if site and wanted and wanted != running:
@@ -37,10 +39,10 @@ def preflight(model_dir: Path, site: str | None = None) -> None:
     TextTokenizer(model_dir / config.tokenizer_file, config.max_seq_length)
 
 
-def carried_profiles(model_dir: Path) -> list[dict[str, str]]:
+def carried_profiles(model_dir: Path) -> list[ProfileInfo]:
     """The profiles in the bundle: one per image today (a build is one profile's engine)."""
-    profile = load_metadata(model_dir).get("metadata", {}).get("profile")
-    return [profile] if profile else []
+    meta = load_metadata(model_dir)
+    return [meta.profile] if meta else []
 
 
 def choose_profile(model_dir: Path, wanted: str | None) -> None:
@@ -48,9 +50,8 @@ def choose_profile(model_dir: Path, wanted: str | None) -> None:
     if not wanted:
         return
     profiles = carried_profiles(model_dir)
-    if not any(wanted in (p.get("name"), p.get("id")) or (len(wanted) >= 12 and str(p.get("id", "")).startswith(
-            wanted)) for p in profiles):
-        carried = ", ".join(f"{p.get('name')} ({str(p.get('id', ''))[:12]})" for p in profiles) or "none"
+    if not any(wanted in (p.name, p.id) or (len(wanted) >= 12 and p.id.startswith(wanted)) for p in profiles):
+        carried = ", ".join(f"{p.name} ({p.id[:12]})" for p in profiles) or "none"
         raise BundleError(f"the model profile {wanted!r} (MBUILD_MODEL_PROFILE / NIM_MODEL_PROFILE) is not in this "
                           f"image; it carries: {carried}")
 
@@ -59,14 +60,16 @@ def list_profiles(model_dir: Path) -> int:
     problems = hardware_problems(model_dir)
     for profile in carried_profiles(model_dir):
         fit = "runnable here" if not problems else "not runnable here: " + "; ".join(problems)
-        print(f"{profile.get('id', '')[:12]}  {profile.get('name')}  ({fit})")
+        print(f"{profile.id[:12]}  {profile.name}  ({fit})")
     return 0
 
 
 def hardware_problems(model_dir: Path) -> list[str]:
-    requires = load_metadata(model_dir).get("metadata", {}).get("requires", {})
-    gpus = detect_gpus() if requires.get("device") == "gpu" else ()
-    return misfits(requires, read_cpu_flags(), gpus, memory_limit_gb())
+    meta = load_metadata(model_dir)
+    if meta is None:  # a bundle without metadata.json (not an image's) asks nothing of the host
+        return []
+    gpus = detect_gpus() if meta.requires.device == "gpu" else ()
+    return misfits(meta.requires, read_cpu_flags(), gpus, memory_limit_gb())
 
 
 def main(argv: list[str] | None = None) -> int:

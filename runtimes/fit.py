@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from runtimes.bundle.metadata import Requirements
 from runtimes.hardware import GpuInfo, read_ram_gb
 
 _CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
@@ -29,18 +29,18 @@ def memory_limit_gb() -> float:
     return round(ram, 1)
 
 
-def misfits(requires: dict[str, Any], cpu_flags: frozenset[str], gpus: Sequence[GpuInfo],
+def misfits(requires: Requirements, cpu_flags: frozenset[str], gpus: Sequence[GpuInfo],
             memory_gb: float) -> list[str]:
     problems = []
-    missing = sorted(set(requires.get("cpu_flags", [])) - cpu_flags)
+    missing = sorted(set(requires.cpu_flags) - cpu_flags)
     if missing:
         problems.append(f"the engine was built for CPUs with {', '.join(missing)}, which this host lacks; "
                         "rebuild on (or for) this CPU class, e.g. mbuild package MODEL --gpu cpu")
-    needed = float(requires.get("memory_gb") or 0)
-    if requires.get("device") == "gpu":
-        count = int(requires.get("gpus", 1))
-        ccs = [str(c) for c in requires.get("compute_capabilities", [])]
-        models = ", ".join(requires.get("gpu_models", [])) or "GPU"
+    needed = requires.memory_gb
+    if requires.device == "gpu":
+        count = requires.gpus
+        ccs = list(requires.compute_capabilities)
+        models = ", ".join(requires.gpu_models) or "GPU"
         if len(gpus) < count:
             problems.append(f"the engine needs {count} NVIDIA GPU(s) ({models}, compute capability "
                             f"{' or '.join(ccs)}); {len(gpus)} visible (run with --gpus all and the NVIDIA container "

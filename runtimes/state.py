@@ -7,10 +7,9 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from runtimes.batcher import Batcher
-from runtimes.bundle import EngineConfig, load_engine_config, load_metadata
+from runtimes.bundle import BundleMetadata, EngineConfig, GateReport, load_engine_config, load_metadata, load_report
 from runtimes.engines import Encoder, encoder_for
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.health import Health, State
@@ -32,9 +31,9 @@ class EmbeddingRuntime:
         engine = encoder_for(model_dir, config, settings.threads)
         tokenizer = TextTokenizer(model_dir / config.tokenizer_file, config.max_seq_length)
         engine.warm_up()
-        max_batch = settings.max_batch or int(config.options.get("max_batch", 32))
+        max_batch = settings.max_batch or config.batching.max_batch
         delay_ms = settings.max_batch_delay_ms
-        delay_ms = float(config.options.get("max_batch_delay_ms", 0)) if delay_ms is None else delay_ms
+        delay_ms = config.batching.max_batch_delay_ms if delay_ms is None else delay_ms
         return cls(engine, tokenizer, Batcher(engine.run, max_batch, settings.max_queue, metrics, delay_ms / 1000))
 
 
@@ -43,7 +42,8 @@ class ServiceState:
     settings: Settings
     health: Health = field(default_factory=Health)
     metrics: Metrics = field(default_factory=Metrics)
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: BundleMetadata | None = None
+    report: GateReport | None = None
     config: EngineConfig | None = None
     embedding: EmbeddingRuntime | None = None
     generation: GenerationRuntime | None = None
@@ -56,8 +56,8 @@ class ServiceState:
 
     def served_names(self) -> list[str]:
         """The name /v1/models lists first, then the other names a request may use for the model."""
-        model = self.metadata.get("metadata", {}).get("model", {})
-        names = [self.settings.served_name, model.get("repo"), model.get("alias")]
+        model = self.metadata.model if self.metadata else None
+        names = [self.settings.served_name, *((model.repo, model.alias) if model else ())]
         return [n for n in dict.fromkeys(names) if n] or ["model"]
 
     def load(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -67,6 +67,7 @@ class ServiceState:
             model_dir = self.settings.model_dir
             self.config = load_engine_config(model_dir)
             self.metadata = load_metadata(model_dir)
+            self.report = load_report(model_dir)
             self.health.move(State.WARMING)
             if self.config.task == "embedding":
                 runtime: EmbeddingRuntime | GenerationRuntime = EmbeddingRuntime.load(

@@ -85,7 +85,7 @@ def serve_arm(build: Path, env: dict[str, str]) -> dict[str, Any]:
         at_ready = tree_memory(root)[0]
         model = httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
         chat_started = time.perf_counter()
-        chunks, text = _stream(base, model, bool(load_engine_config(build / "model").options.get("chat_template")))
+        chunks, text = _stream(base, model, bool(load_engine_config(build / "model").decoder.chat_template))
         return {"ready_s": round(ready_s, 1), "rss_at_ready": at_ready, "peak_rss": max(peak[0], at_ready),
                 "chat_chunks": chunks, "chat_text": text, "chat_s": round(time.perf_counter() - chat_started, 1)}
     finally:

@@ -21,7 +21,7 @@ class Engine:
         config = load_engine_config(model_dir)
         self.engine = encoder_for(model_dir, config, threads)
         self.tokenizer = TextTokenizer(model_dir / "tokenizer.json", config.max_seq_length)
-        self.max_batch = int(config.options.get("max_batch", 32))  # as runtimes.state reads it
+        self.max_batch = config.batching.max_batch  # as runtimes.state reads it
 
     def sentences_per_second(self, concurrency: int, seconds: float = SECONDS) -> float:
         texts, done = [SENTENCE] * concurrency, 0

@@ -37,7 +37,7 @@ from bench.lib.llm_models import LLAMA_1B, LLAMA_100M, LLAMA_TINY, make_llama_sp
 from bench.lib.mbuild import build_or_engine
 from builder.engine.compile_ort import optimize
 from builder.engine.export_decoder import export_decoder_tensorrt
-from runtimes.bundle import EngineConfig, load_engine_config
+from runtimes.bundle import Batching, load_engine_config
 from runtimes.engines.decoder import DecoderEngine
 
 CONTEXTS = (128, 512, 1024, 2047)  # cached positions; the step's token is the next one (2048 at most)
@@ -66,8 +66,8 @@ def _grown_cache_engine(model: Path, out: Path) -> DecoderEngine:
     exported = export_decoder_tensorrt(model, out / "export")
     if not (out / "engine" / "model.onnx").is_file():
         optimize(out / "export" / "model.onnx", out / "engine" / "model.onnx")
-    fields = exported.engine_fields("onnxruntime", "model.onnx", {"max_batch": max(BATCHES)})
-    return DecoderEngine(out / "engine", EngineConfig.from_dict(fields), threads=1)
+    config = exported.engine_config("onnxruntime", "model.onnx", "fp32", Batching(max(BATCHES), 0))
+    return DecoderEngine(out / "engine", config, threads=1)
 
 
 def _step_ms(engine: DecoderEngine, batch: int, context: int) -> float:

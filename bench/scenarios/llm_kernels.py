@@ -90,7 +90,7 @@ def _step_ms(engine: DecoderEngine, batch: int) -> float:
 def _logits(engine: DecoderEngine) -> np.ndarray:
     """Logits at every position of fixed random sequences, one token a step: what accuracy compares."""
     engine.lengths[:] = 0
-    sequences = np.random.default_rng(1).integers(3, engine.config.dimensions, (ACCURACY_ROWS, ACCURACY_TOKENS))
+    sequences = np.random.default_rng(1).integers(3, engine.config.decoder.vocab_size, (ACCURACY_ROWS, ACCURACY_TOKENS))
     return np.array([engine.run(row, sequences[row:row + 1, t:t + 1])[0]
                      for row in range(ACCURACY_ROWS) for t in range(ACCURACY_TOKENS)])
 
@@ -139,7 +139,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     default = build_mbuild(model, work / "build-default", precision=None)
     folders = {"fp32 (mbuild)": fp32,
                **{name: _requantize(fp32, work / name.replace(" ", "-"), *q) for name, q in QUANTIZED.items()},
-               f"mbuild default build ({load_engine_config(default).options['precision']})": default}
+               f"mbuild default build ({load_engine_config(default).precision})": default}
     engines = {name: DecoderEngine(folder, load_engine_config(folder), threads=1, slots=max(BATCHES))
                for name, folder in folders.items()}
     cases: list[tuple[str, Callable[[], float]]] = [

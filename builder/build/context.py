@@ -13,25 +13,24 @@ from builder.engine.report import GateReport
 from builder.image.dockerfile import render_dockerfile
 from builder.image.spec import SPEC_FILE, ImageSpec, default_env, source_date_epoch, timestamp
 from builder.model.ref import ModelRef
+from builder.plan_record import PLAN_FILE
 from builder.planning.plan import DEPLOY_LABEL, BuildPlan
 from builder.resources import runtimes_dir
+from runtimes.bundle.codec import write_contract
+from runtimes.bundle.metadata import METADATA_FILE, BundleMetadata, ModelInfo, ProfileInfo
 
 # Only what the Dockerfile copies goes to the engine: the export's work files and logs stay out.
 DOCKERIGNORE = "*\n!site\n!app\n!model\n!mbuild.lock\n!bom.json\n!Dockerfile\n"
 
 
-def bundle_metadata(plan: BuildPlan) -> dict[str, Any]:
-    """metadata.json beside the engine: what /v1/metadata reports."""
-    return {
-        "model": {"repo": plan.model.repo, "revision": plan.model.revision, "sha": plan.model.sha,
-                  "alias": plan.model.alias},
-        "profile": {"id": plan.profile.id, "name": plan.profile.name, "engine": plan.profile.engine,
-                    "precision": plan.profile.precision, "mode": plan.profile.mode},
-        "image": plan.tag,
-        "plan_digest": plan.digest(),
-        "versions": dict(plan.tools),
-        "requires": plan.requires(),
-    }
+def bundle_metadata(plan: BuildPlan) -> BundleMetadata:
+    """metadata.json beside the engine: what /v1/metadata reports and what the container checks at start."""
+    return BundleMetadata(
+        model=ModelInfo(repo=plan.model.repo, revision=plan.model.revision, sha=plan.model.sha,
+                        alias=plan.model.alias),
+        profile=ProfileInfo(id=plan.profile.id, name=plan.profile.name, engine=plan.profile.engine,
+                            precision=plan.profile.precision, mode=plan.profile.mode),
+        image=plan.tag, plan_digest=plan.digest(), versions=dict(plan.tools), requires=plan.requires())
 
 
 def bill_of_materials(plan: BuildPlan, site: Path) -> dict[str, Any]:
@@ -66,7 +65,7 @@ def image_labels(plan: BuildPlan, report: GateReport | None, created: str) -> di
         "dev.mbuild.precision": plan.profile.precision,
         "dev.mbuild.plan.digest": plan.digest(),
         "dev.mbuild.version": __version__,
-        DEPLOY_LABEL: json.dumps(plan.deploy_summary(), sort_keys=True, separators=(",", ":")),
+        DEPLOY_LABEL: json.dumps(plan.record().to_dict(), sort_keys=True, separators=(",", ":")),
     }
     if report is not None and report.label:
         labels["dev.mbuild.validation"] = report.label
@@ -85,7 +84,7 @@ def render(build_dir: Path, plan: BuildPlan, report: GateReport | None) -> Image
     (build_dir / SPEC_FILE).write_text(spec.to_json())
     (build_dir / "Dockerfile").write_text(render_dockerfile(spec))
     (build_dir / ".dockerignore").write_text(DOCKERIGNORE)
-    (build_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n")
+    (build_dir / PLAN_FILE).write_text(json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n")
     (build_dir / "requirements.txt").write_text("\n".join(plan.runtime_requirements) + "\n")
     return spec
 
@@ -96,7 +95,7 @@ def assemble(build_dir: Path, plan: BuildPlan, report: GateReport) -> Path:
     if app.exists():
         shutil.rmtree(app)
     shutil.copytree(runtimes_dir(), app, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    (build_dir / "model" / "metadata.json").write_text(json.dumps(bundle_metadata(plan), indent=2) + "\n")
+    write_contract(build_dir / "model" / METADATA_FILE, bundle_metadata(plan))
     render(build_dir, plan, report)
     site = install_site(list(plan.runtime_requirements), plan.profile.python_version, build_dir / "site")
     (build_dir / "bom.json").write_text(json.dumps(bill_of_materials(plan, site), indent=2) + "\n")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from builder.build.plan_package import PackageOptions, plan_package
 from builder.engine import cache as engine_cache
 from builder.engine.expected_io import expected_export
 from builder.engine.make import make_engine
-from builder.engine.report import REPORT_FILE, GateReport
+from builder.engine.report import REPORT_FILE, GateReport, require_report
 from builder.errors import BaseImageError, InputError, MbuildError, ValidationFailed
 from builder.image import ImageBackend, ImageResult, choose_backend
 from builder.image.push import PushResult, push, record_image
@@ -70,12 +69,12 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
     if hit is None:
         host_fit.check_disk(plan, build_dir)
     if hit is not None and (cached_report := engine_cache.restore(hit, engine_dir, plan)) is not None:
-        report = GateReport.from_dict(cached_report)
-        shutil.copy2(engine_dir / "report.json", build_dir / "report.json")
+        report = cached_report
+        shutil.copy2(engine_dir / REPORT_FILE, build_dir / REPORT_FILE)
         reporter.skipped("engine", f"reused the validated engine {hit.name[:12]} from mbuild's cache: same model "
                                    "files, engine, precision and tools; no export, compile or validation")
     else:
-        report = GateReport.from_dict(make_engine(plan, snapshot, work, engine_dir, build_dir, reporter))
+        report = make_engine(plan, snapshot, work, engine_dir, build_dir, reporter)
         try:
             engine_cache.store(key, engine_dir)
         except OSError as exc:  # the build stands without the cache; only the next one is slower
@@ -122,7 +121,7 @@ def package(opts: PackageOptions, reporter: Reporter) -> PackageResult:
     if reused:
         reporter.skipped("build", f"reused {build_dir}: plan digest {plan.digest()[:12]} unchanged, "
                                   "no download, export, compile or validation")
-        report = GateReport.from_dict(json.loads((build_dir / REPORT_FILE).read_text()))
+        report = require_report(build_dir / REPORT_FILE)
     else:
         try:
             report = _build(opts, plan, build_dir, reporter)

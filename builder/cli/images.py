@@ -6,7 +6,7 @@ import json
 
 import click
 
-from builder.engine.report import GateReport
+from builder.engine.report import verdict
 from builder.image.inspect import inspect_target
 from builder.image.load import load as load_image
 from builder.image.push import push as push_image
@@ -51,7 +51,7 @@ def _size(n: int) -> str:
 def _validation(found: dict[str, object], labels: dict[str, str]) -> str:
     """One line: passed/FAILED and the gate's own summary, else the image's validation label."""
     if "passed" in found:
-        return GateReport.from_dict(found).verdict
+        return verdict(bool(found["passed"]), str(found.get("summary", "")))
     return str(found.get("label") or labels.get("dev.mbuild.validation") or "unknown")
 
 

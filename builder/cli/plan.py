@@ -27,7 +27,7 @@ def render_plan(plan: BuildPlan) -> str:
         f"  base       {plan.base_image}",
         f"  runtime    {', '.join(plan.runtime_requirements)}",
         f"  tools      {', '.join(f'{k} {v}' for k, v in plan.tools)}",
-        f"  requires   {json.dumps(plan.requires(), sort_keys=True)}",
+        f"  requires   {json.dumps(plan.requires().to_dict(), sort_keys=True)}",
     ]
     if model.files:
         lines.append(f"  files      {', '.join(model.files)}")

@@ -9,16 +9,17 @@ from pathlib import Path
 
 import click
 
-from builder.engine.report import REPORT_FILE, GateReport
+from builder.engine.report import REPORT_FILE, read_report
 from builder.errors import InputError, PortBusy, ValidationFailed
 from builder.resources import runtimes_dir
 from builder.settings import child_env
+from runtimes.bundle import ENGINE_FILE, BundleError, load_engine_config
 from runtimes.settings import PORT
 
 
 def _gate(build_dir: Path, allow_failed: bool) -> str | None:
     """The build's gate summary; a failed or missing gate stops here unless the user allows it."""
-    report = GateReport.read(build_dir / "model" / REPORT_FILE)
+    report = read_report(build_dir / "model" / REPORT_FILE)
     passed = report is not None and report.passed
     summary = report.summary if report else f"no readable model/{REPORT_FILE}: this engine was never validated"
     if passed:
@@ -54,9 +55,13 @@ def _check_port(host: str, port: int) -> None:
 def serve(build_dir: Path, host: str, port: int, allow_failed_gate: bool) -> None:
     """Serve BUILD_DIR's model with the same runtime the image runs."""
     model_dir = build_dir / "model"
-    if not (model_dir / "engine.json").is_file():
-        raise InputError(f"{build_dir} is not an mbuild build directory (no model/engine.json)",
+    if not (model_dir / ENGINE_FILE).is_file():
+        raise InputError(f"{build_dir} is not an mbuild build directory (no model/{ENGINE_FILE})",
                          hint="give the folder that `mbuild package` printed as 'build dir'")
+    try:
+        load_engine_config(model_dir)  # the runtime's own reading: another format stops here, not in the server
+    except BundleError as exc:
+        raise InputError(f"{build_dir} cannot be served: {exc}", hint="package it again with this mbuild") from exc
     warning = _gate(build_dir, allow_failed_gate)
     _check_port(host, port)
     if warning:

@@ -4,19 +4,19 @@ routes and the drain. Every manifest format is written from this one object."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from builder.engine.report import REPORT_FILE, GateReport
+from builder.engine.report import REPORT_FILE, read_report
 from builder.errors import InputError
 from builder.image.inspect import inspect_target
 from builder.image.push import read_record
 from builder.oci.refs import parse_image_source, parse_ref
+from builder.plan_record import PLAN_FILE, REWRITE_HINT, PlanRecord
 from builder.planning.plan import DEPLOY_LABEL
+from runtimes.bundle.codec import ContractError
 from runtimes.settings import DRAIN_SECONDS as DRAIN_SECONDS  # the container's own, re-exported to manifests
 from runtimes.settings import GRACE_SECONDS as GRACE_SECONDS
 from runtimes.settings import PORT as PORT
@@ -79,23 +79,21 @@ def split_image(ref: str) -> tuple[str, str, str]:
 
 
 def _measured_load(build_dir: Path) -> float | None:
-    report = GateReport.read(build_dir / REPORT_FILE)
-    seconds = report.measurements.get("load_seconds") if report else None
-    return float(seconds) if isinstance(seconds, (int, float)) and 0 <= seconds < 86_400 else None
+    report = read_report(build_dir / REPORT_FILE)
+    return report.load_seconds if report else None
 
 
-def _checked_plan(text: str, source: str) -> dict[str, Any]:
+def _checked_plan(text: str, source: str) -> PlanRecord:
     try:
-        plan = json.loads(text)
-        plan["tag"], plan["requires"], plan["profile"]["content"], plan["profile"]["id"]  # the fields read below
-    except (ValueError, KeyError, TypeError) as exc:
+        return PlanRecord.parse(text, source)
+    except ContractError as exc:
         raise InputError(f"{source} is not a build directory, an `mbuild plan --json` file or an image mbuild "
                          f"built ({exc})", hint="give the folder `mbuild package` wrote, save `mbuild plan MODEL "
-                                                "--json`, or name the image") from exc
-    return plan  # a dict: anything else failed the indexing above
+                                                f"--json`, or name the image; a plan of another mbuild: "
+                                                f"{REWRITE_HINT}") from exc
 
 
-def _from_image(target: str, image: str | None) -> tuple[dict[str, Any], str]:
+def _from_image(target: str, image: str | None) -> tuple[PlanRecord, str]:
     """The plan summary the image carries as a label, and the image as a cluster would pull it: --image, else by
     the digest the registry or engine knows. A local layout or archive is not pullable: --image is needed."""
     found = inspect_target(target)
@@ -110,7 +108,7 @@ def _from_image(target: str, image: str | None) -> tuple[dict[str, Any], str]:
     return _checked_plan(label, target), image or pullable
 
 
-def _plan_and_image(source: str, image: str | None) -> tuple[dict[str, Any], str | None, float | None]:
+def _plan_and_image(source: str, image: str | None) -> tuple[PlanRecord, str | None, float | None]:
     """The plan, the image as given or by the digest the build or registry knows, and the load time the build
     measured."""
     path = Path(source)
@@ -120,32 +118,27 @@ def _plan_and_image(source: str, image: str | None) -> tuple[dict[str, Any], str
             return plan, pullable, None
         raise InputError(f"{source} does not exist", hint="give a build directory, a plan file or an image")
     try:
-        plan = _checked_plan((path / "plan.json" if path.is_dir() else path).read_text(errors="replace"), source)
+        plan = _checked_plan((path / PLAN_FILE if path.is_dir() else path).read_text(errors="replace"), source)
     except OSError as exc:
         raise InputError(f"{source} is not a build directory or a plan file ({exc.strerror})",
                          hint="give the folder `mbuild package` wrote, or save `mbuild plan MODEL --json`") from exc
     if not path.is_dir():
         return plan, image, None
-    digest, record = None, read_record(path)
-    if record is not None:
-        raw = json.loads((path / "image.json").read_text())
-        if raw.get("digest"):
-            digest = f"{split_image(record.tag)[0]}@{raw['digest']}"
+    record = read_record(path)
+    digest = f"{split_image(record.tag)[0]}@{record.digest}" if record is not None and record.digest else None
     return plan, digest, _measured_load(path)
 
 
 def load_spec(source: str, image: str | None = None, name: str | None = None,
               namespace: str | None = None) -> DeploySpec:
     plan, built, load_seconds = _plan_and_image(source, image)
-    chosen = image or built or plan["tag"]
+    chosen = image or built or plan.tag
     parse_ref(chosen)  # a malformed --image is an InputError here, not a manifest the cluster rejects
-    requires, content = plan["requires"], plan["profile"]["content"]
-    gpus = int(requires.get("gpus") or 0) if requires.get("device") == "gpu" else 0
+    requires = plan.requires
     return DeploySpec(
-        name=dns_label(name or plan["tag"].split(":")[0].rsplit("/", 1)[-1]),
-        image=chosen, task=str(plan.get("task") or "embedding"), profile=str(plan["profile"]["name"]),
-        profile_id=str(plan["profile"]["id"]), model=str(plan["model"]["repo"]),
-        memory_gib=max(1, math.ceil(float(requires.get("memory_gb") or 1) / 1.073741824)), gpus=gpus,
-        compute_capabilities=tuple(requires.get("compute_capabilities") or ()),
-        max_batch=int(content.get("limits", {}).get("max_batch") or 8),
-        version=split_image(plan["tag"])[1] or "latest", namespace=namespace, load_seconds=load_seconds)
+        name=dns_label(name or plan.tag.split(":")[0].rsplit("/", 1)[-1]),
+        image=chosen, task=plan.task, profile=plan.profile.name, profile_id=plan.profile.id, model=plan.model.repo,
+        memory_gib=max(1, math.ceil(requires.memory_gb / 1.073741824)),
+        gpus=requires.gpus if requires.device == "gpu" else 0,
+        compute_capabilities=requires.compute_capabilities, max_batch=plan.max_batch,
+        version=split_image(plan.tag)[1] or "latest", namespace=namespace, load_seconds=load_seconds)

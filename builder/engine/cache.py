@@ -14,15 +14,15 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 from builder.hashing import sha256_json, tree_digest
 from builder.planning.plan import BuildPlan
 from builder.settings import host_settings
+from runtimes.bundle.codec import ContractError, write_contract
+from runtimes.bundle.engine import ENGINE_FILE, EngineConfig
+from runtimes.bundle.report import REPORT_FILE, GateReport, read_gate_report
 
 COMPLETE = ".complete"
-# Read by the runtime only, so they may differ between a cached engine and the plan that reuses it.
-RUNTIME_LIMITS = ("max_batch", "max_batch_delay_ms")
 
 
 def engine_key(plan: BuildPlan) -> str | None:
@@ -77,21 +77,19 @@ def store(key: str | None, engine_dir: Path) -> None:
     partial.rename(folder)  # atomic: a reader sees the whole engine or none
 
 
-def restore(hit: Path, engine_dir: Path, plan: BuildPlan) -> dict[str, Any] | None:
-    """Copy a cached engine into engine_dir with this plan's runtime limits and return its gate report;
-    None (and no engine_dir) when the entry cannot be read, so the caller builds the engine instead."""
+def restore(hit: Path, engine_dir: Path, plan: BuildPlan) -> GateReport | None:
+    """Copy a cached engine into engine_dir with this plan's batching (read by the runtime only, so it may differ
+    between a cached engine and the plan that reuses it) and return its gate report; None (and no engine_dir)
+    when the entry cannot be read, or is of another format, so the caller builds the engine instead."""
     if engine_dir.exists():
         shutil.rmtree(engine_dir)
     try:
         shutil.copytree(hit, engine_dir, copy_function=_link_or_copy, ignore=shutil.ignore_patterns(COMPLETE))
-        config_path = engine_dir / "engine.json"
-        config = json.loads(config_path.read_text())
-        limits = plan.profile.limits.model_dump()
-        config["options"].update({name: limits[name] for name in RUNTIME_LIMITS})
+        config_path = engine_dir / ENGINE_FILE
+        config = EngineConfig.from_dict(json.loads(config_path.read_text()))
         config_path.unlink()  # a hard link: write a new file, never through the link into the cache
-        config_path.write_text(json.dumps(config, indent=2) + "\n")
-        report: dict[str, Any] = json.loads((engine_dir / "report.json").read_text())
-        return report
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        write_contract(config_path, config.with_batching(plan.batching))
+        return read_gate_report(json.loads((engine_dir / REPORT_FILE).read_text()))
+    except (OSError, ValueError, ContractError):
         shutil.rmtree(engine_dir, ignore_errors=True)
         return None

@@ -76,7 +76,4 @@ def compile_engines(plan: BuildPlan, onnx_path: Path, engine_dir: Path, exported
                 "device_name": gpus[index].name, "gpu_model": engine.gpu_model, "profile": engine.profile.name,
                 "settings": settings.to_dict(), "timing_cache_sha256": hashlib.sha256(cache.read_bytes()).hexdigest()}
         (folder / gpu_select.META).write_text(json.dumps(meta, indent=2) + "\n")
-    limits = plan.profile.limits
-    options = {"max_batch": limits.max_batch, "max_batch_delay_ms": limits.max_batch_delay_ms,
-               "precision": plan.profile.precision}
-    return EngineConfig.from_dict(exported.engine_fields("tensorrt", gpu_select.ENGINES_DIR, options))
+    return exported.engine_config("tensorrt", gpu_select.ENGINES_DIR, plan.profile.precision, plan.batching)

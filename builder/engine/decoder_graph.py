@@ -42,6 +42,7 @@ from builder.engine.weight_writer import (
     pack_rows,
 )
 from builder.errors import UnsupportedModel
+from builder.model.geometry import HeadGeometry, head_geometry
 from builder.planning.precisions import TABLE_BITS, TABLE_BLOCK
 
 # Rope variants whose frequencies change with the sequence length would need the cache rebuilt at run time.
@@ -132,14 +133,14 @@ def attention_window(config: Any, layer: int) -> int:
     return -1
 
 
-def _layer(g: GraphWriter, config: Any, i: int, x: str, dims: dict[str, int]) -> str:
+def _layer(g: GraphWriter, config: Any, i: int, x: str, dims: HeadGeometry) -> str:
     prefix = f"model.layers.{i}"
     h = g.norm(x, f"{prefix}.input_layernorm.weight", f"layers.{i}.attn_norm")
     qkv = g.linear(h, [f"{prefix}.self_attn.{p}_proj" for p in "qkv"], f"layers.{i}.qkv")
     attention = g.node("GroupQueryAttention", [qkv, "", "", f"past_key.{i}", f"past_value.{i}", "seqlens_k",
                                                "total_sequence_length", "cos_cache", "sin_cache"],
-                       f"layers.{i}.attention", outputs=3, domain="com.microsoft", num_heads=dims["heads"],
-                       kv_num_heads=dims["kv_heads"], do_rotary=1, scale=dims["head_dim"] ** -0.5,
+                       f"layers.{i}.attention", outputs=3, domain="com.microsoft", num_heads=dims.heads,
+                       kv_num_heads=dims.kv_heads, do_rotary=1, scale=dims.head_dim ** -0.5,
                        local_window_size=attention_window(config, i))
     g.nodes[-1].output[1:] = [f"present_key.{i}", f"present_value.{i}"]
     out = g.linear(attention[0], [f"{prefix}.self_attn.o_proj"], f"layers.{i}.o_proj")
@@ -154,27 +155,20 @@ def _layer(g: GraphWriter, config: Any, i: int, x: str, dims: dict[str, int]) ->
     return g.node("Add", [x, down], f"layers.{i}.mlp_residual")[0]
 
 
-def dimensions(config: Any) -> dict[str, int]:
-    heads = int(config.num_attention_heads)
-    return {"layers": int(config.num_hidden_layers), "heads": heads,
-            "kv_heads": int(getattr(config, "num_key_value_heads", None) or heads),
-            "head_dim": int(getattr(config, "head_dim", None) or config.hidden_size // heads)}
-
-
-def write_decoder(model_dir: Path, config: Any, out_dir: Path, form: LinearFormat | None = None) -> dict[str, int]:
+def write_decoder(model_dir: Path, config: Any, out_dir: Path, form: LinearFormat | None = None) -> HeadGeometry:
     """model.onnx + model.onnx.data in out_dir, linear layers in `form` (fp32 by default); returns the cache
     dimensions the runtime needs."""
     if getattr(config, "hidden_act", "silu") != "silu":
         raise UnsupportedModel(f"activation {config.hidden_act!r} is not supported yet (silu is)")
-    dims = dimensions(config)
+    dims = head_geometry(config)
     out_dir.mkdir(parents=True, exist_ok=True)
     with _opened(model_dir, out_dir / DATA_FILE) as (checkpoint, weights):
         g = GraphWriter(weights, checkpoint, float(config.rms_norm_eps), form or LinearFormat())
-        cos, sin = rotary_tables(config, dims["head_dim"], int(config.max_position_embeddings))
+        cos, sin = rotary_tables(config, dims.head_dim, int(config.max_position_embeddings))
         weights.add("cos_cache", cos)
         weights.add("sin_cache", sin)
         x = g.embedding("input_ids")
-        for i in range(dims["layers"]):
+        for i in range(dims.layers):
             x = _layer(g, config, i, x, dims)
         last = g.node("Slice", [x, weights.add("last.start", np.array([-1], np.int64)),
                                 weights.add("last.end", np.array([np.iinfo(np.int64).max], np.int64)),
@@ -188,14 +182,14 @@ def write_decoder(model_dir: Path, config: Any, out_dir: Path, form: LinearForma
     return dims
 
 
-def _save(g: GraphWriter, dims: dict[str, int], vocab: int, out_dir: Path) -> None:
-    cache: list[str | int] = ["batch", dims["kv_heads"], "max_length", dims["head_dim"]]
+def _save(g: GraphWriter, dims: HeadGeometry, vocab: int, out_dir: Path) -> None:
+    cache: list[str | int] = ["batch", dims.kv_heads, "max_length", dims.head_dim]
     f32 = TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "new"]),
               helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["batch"]),
               helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [])]
     outputs = [helper.make_tensor_value_info("logits", f32, ["batch", vocab])]
-    for i in range(dims["layers"]):
+    for i in range(dims.layers):
         inputs += [helper.make_tensor_value_info(f"past_{kind}.{i}", f32, cache) for kind in ("key", "value")]
         outputs += [helper.make_tensor_value_info(f"present_{kind}.{i}", f32, cache) for kind in ("key", "value")]
     graph = helper.make_graph(g.nodes, "decoder", inputs, outputs, g.weights.initializers)

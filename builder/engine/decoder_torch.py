@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
+from builder.model.geometry import HeadGeometry, head_geometry
+
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     first, second = x.chunk(2, dim=-1)
@@ -30,9 +32,8 @@ class KvDecoder(torch.nn.Module):
         super().__init__()
         self.model = model
         config = model.config
-        self.heads = config.num_attention_heads
-        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.geometry = head_geometry(config)
+        self.heads, self.kv_heads, self.head_dim = self.geometry.heads, self.geometry.kv_heads, self.geometry.head_dim
         rotary = model.model.rotary_emb
         self.register_buffer("inv_freq", rotary.inv_freq.detach().clone(), persistent=False)
         self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
@@ -72,12 +73,11 @@ class KvDecoder(torch.nn.Module):
         return (logits, *presents)
 
 
-def write_grown_cache_graph(model_dir: Path, config: Any, out_dir: Path) -> tuple[list[str], dict[str, int]]:
-    """model.onnx in out_dir; returns the past input names and the cache dimensions."""
+def write_grown_cache_graph(model_dir: Path, config: Any, out_dir: Path) -> tuple[list[str], HeadGeometry]:
+    """model.onnx in out_dir; returns the past input names and the cache's geometry."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     wrapper = KvDecoder(model).eval()
-    layers = config.num_hidden_layers
-    past = [f"past.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+    past = [f"past.{i}.{kind}" for i in range(wrapper.geometry.layers) for kind in ("key", "value")]
     present = [name.replace("past", "present") for name in past]
     example = (torch.ones(2, 3, dtype=torch.long), torch.ones(2, 7, dtype=torch.long),
                torch.arange(4, 7).repeat(2, 1),
@@ -91,4 +91,4 @@ def write_grown_cache_graph(model_dir: Path, config: Any, out_dir: Path) -> tupl
         torch.onnx.export(wrapper, example, str(out_dir / "model.onnx"), opset_version=17, dynamo=False,
                           input_names=["input_ids", "attention_mask", "position_ids", *past],
                           output_names=["logits", *present], dynamic_axes=axes)
-    return past, {"layers": layers, "kv_heads": wrapper.kv_heads, "head_dim": wrapper.head_dim}
+    return past, wrapper.geometry

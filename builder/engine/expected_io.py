@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from builder.engine.exported import ExportShape
 from builder.model.catalog import ModelFacts
+from builder.model.geometry import HeadGeometry
 
 
 def expected_export(facts: ModelFacts) -> ExportShape:
     """The shape export_encoder/export_decoder would give, without exporting."""
     if facts.task == "embedding":
-        return ExportShape(("input_ids", "attention_mask", "token_type_ids"), facts.context, {})
+        return ExportShape(("input_ids", "attention_mask", "token_type_ids"), facts.context, None)
     past = [f"past.{i}.{kind}" for i in range(facts.layers) for kind in ("key", "value")]
     return ExportShape(("input_ids", "attention_mask", "position_ids", *past), facts.context,
-                       {"kv_heads": facts.kv_heads, "head_dim": facts.head_dim, "layers": facts.layers})
+                       HeadGeometry(facts.layers, facts.heads, facts.kv_heads, facts.head_dim))

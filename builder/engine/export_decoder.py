@@ -21,6 +21,7 @@ from builder.engine.weight_writer import LinearFormat
 from builder.errors import UnsupportedModel
 from builder.planning.engine_options import ort_options
 from builder.planning.profiles import Profile
+from runtimes.bundle.engine import DecoderOptions
 
 SUPPORTED = {"llama", "mistral", "qwen2"}
 
@@ -63,7 +64,7 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearForma
         inputs: tuple[str, ...] = ("input_ids", "attention_mask", "position_ids", *past)
     else:
         dims = write_decoder(model_dir, config, out_dir, form)
-        past = [f"past_{kind}.{i}" for i in range(dims["layers"]) for kind in ("key", "value")]
+        past = [f"past_{kind}.{i}" for i in range(dims.layers) for kind in ("key", "value")]
         inputs = ("input_ids", "seqlens_k", "total_sequence_length", *past)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     special = {"bos_token": tokenizer.bos_token or "", "eos_token": tokenizer.eos_token or ""}
@@ -71,12 +72,12 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearForma
         task="text-generation",
         inputs=inputs,
         output="logits",
-        dimensions=int(config.vocab_size),
         max_seq_length=int(config.max_position_embeddings),
+        geometry=dims,
         pad_token_id=int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
-        options={"layers": dims["layers"], "kv_heads": dims["kv_heads"], "head_dim": dims["head_dim"],
-                 "eos_token_ids": _eos_ids(model_dir, config, tokenizer), "special_tokens": special,
-                 "chat_template": _chat_template(model_dir, tokenizer)},
+        options=DecoderOptions(vocab_size=int(config.vocab_size), layers=dims.layers, kv_heads=dims.kv_heads,
+                               head_dim=dims.head_dim, eos_token_ids=tuple(_eos_ids(model_dir, config, tokenizer)),
+                               special_tokens=special, chat_template=_chat_template(model_dir, tokenizer)),
     )
 
 

@@ -18,6 +18,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 from builder.engine.exported import ExportResult
 from builder.engine.quiet import quiet_ml
 from builder.errors import UnsupportedModel
+from runtimes.bundle.engine import EncoderOptions
 
 OUTPUT_NAME = "sentence_embedding"  # not "embedding": that name clashes inside ONNX Runtime
 _POOLING_KEYS = {
@@ -124,8 +125,8 @@ def export_encoder(model_dir: Path, out_dir: Path) -> ExportResult:
         task="embedding",
         inputs=tuple(inputs),
         output=OUTPUT_NAME,
-        dimensions=int(config.hidden_size),
         max_seq_length=spec.max_seq_length,
+        geometry=None,
         pad_token_id=int(tokenizer.pad_token_id or 0),
-        options={"pooling": spec.pooling, "normalize": spec.normalize},
+        options=EncoderOptions(embedding_dim=int(config.hidden_size), pooling=spec.pooling, normalize=spec.normalize),
     )

@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 import traceback
-from dataclasses import asdict
 from pathlib import Path
 
 from builder import errors
@@ -37,8 +36,7 @@ def run_export(where: str, snapshot: Path, work: Path, profile: Profile) -> Expo
         tail = "\n".join((child.stderr or "").strip().splitlines()[-15:])
         raise errors.MbuildError(f"the export process ended with status {child.returncode}; this is a bug in "
                                  f"mbuild:\n{tail}")
-    fields = json.loads((work / RESULT).read_text())
-    return ExportResult(**{**fields, "inputs": tuple(fields["inputs"])})
+    return ExportResult.load(work / RESULT)
 
 
 def main(argv: list[str]) -> int:
@@ -55,7 +53,7 @@ def main(argv: list[str]) -> int:
     except Exception:
         traceback.print_exc()
         return 70
-    (Path(work) / RESULT).write_text(json.dumps(asdict(result)))
+    result.save(Path(work) / RESULT)
     return 0
 
 

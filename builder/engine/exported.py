@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from builder.model.geometry import HeadGeometry
+from runtimes.bundle.codec import decode, encode
+from runtimes.bundle.engine import OPTIONS, Batching, DecoderOptions, EncoderOptions, EngineConfig, OrtBuild, Task
 
 
 @dataclass(frozen=True)
@@ -12,23 +17,35 @@ class ExportShape:
 
     inputs: tuple[str, ...]
     max_seq_length: int
-    options: dict[str, Any]  # the task's own: pooling for encoders, layers, kv_heads, head_dim for decoders
+    geometry: HeadGeometry | None  # decoders: the KV cache's shape; None for encoders
 
 
 @dataclass(frozen=True)
 class ExportResult(ExportShape):
     """model.onnx and tokenizer.json were written; these are the engine.json fields they imply."""
 
-    task: str
+    task: Task
     output: str
-    dimensions: int
     pad_token_id: int
+    options: EncoderOptions | DecoderOptions  # engine.json's options: the task's own
 
     def capped(self, context: int | None) -> ExportResult:
         """The served context is what the profile reserved KV cache for, not the model's longest."""
         return replace(self, max_seq_length=min(self.max_seq_length, context)) if context else self
 
-    def engine_fields(self, engine: str, model_file: str, options: dict[str, Any]) -> dict[str, Any]:
-        """engine.json's fields: these, the engine, and the export's options joined with the compile's."""
-        return {**asdict(self), "inputs": list(self.inputs), "engine": engine, "model_file": model_file,
-                "options": {**self.options, **options}}
+    def engine_config(self, engine: str, model_file: str, precision: str, batching: Batching,
+                      onnxruntime: OrtBuild | None = None) -> EngineConfig:
+        """engine.json: these fields, with what the compile stage decided."""
+        return EngineConfig(engine=engine, task=self.task, model_file=model_file,  # type: ignore[arg-type]
+                            tokenizer_file="tokenizer.json", inputs=self.inputs, output=self.output,
+                            max_seq_length=self.max_seq_length, pad_token_id=self.pad_token_id,
+                            precision=precision, batching=batching, options=self.options, onnxruntime=onnxruntime)
+
+    def save(self, path: Path) -> None:
+        """For the export's child process to hand back (export_worker)."""
+        path.write_text(json.dumps(encode(self)))
+
+    @classmethod
+    def load(cls, path: Path) -> ExportResult:
+        raw = json.loads(path.read_text())
+        return decode(cls, raw, path.name, types_={"options": OPTIONS[raw["task"]]})

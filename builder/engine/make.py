@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from builder.engine.export_worker import run_export
 from builder.engine.exported import ExportResult
@@ -15,6 +13,9 @@ from builder.planning.engine_options import ort_options
 from builder.planning.plan import BuildPlan
 from builder.progress import Reporter
 from runtimes.bundle import EngineConfig
+from runtimes.bundle.codec import write_contract
+from runtimes.bundle.engine import ENGINE_FILE, OrtBuild
+from runtimes.bundle.report import REPORT_FILE, GateReport
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: ExportResu
         compiler = load_stage("builder.engine.compile_tensorrt", "compiling TensorRT engines")
         config: EngineConfig = compiler.compile_engines(plan, work / "model.onnx", engine_dir, exported)
         shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
-        (engine_dir / "engine.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+        write_contract(engine_dir / ENGINE_FILE, config)
         return config
     level = ort_options(plan.profile.engine_options).graph_optimization
     if built:
@@ -65,17 +66,16 @@ def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: ExportResu
                                    plan.profile, plan.task)
         compiler.optimize(source, engine_dir / "model.onnx", level)
     shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
-    options = {"max_batch": plan.profile.limits.max_batch, "graph_optimization": level,
-               "max_batch_delay_ms": plan.profile.limits.max_batch_delay_ms, "precision": plan.profile.precision}
     if plan.task == "text-generation":
         exported = exported.capped(plan.profile.limits.context)
-    config = EngineConfig.from_dict(exported.engine_fields("onnxruntime", "model.onnx", options))
-    (engine_dir / "engine.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+    config = exported.engine_config("onnxruntime", "model.onnx", plan.profile.precision, plan.batching,
+                                    OrtBuild(level))
+    write_contract(engine_dir / ENGINE_FILE, config)
     return config
 
 
 def make_engine(plan: BuildPlan, snapshot: Path, work: Path, engine_dir: Path, build_dir: Path,
-                 reporter: Reporter) -> dict[str, Any]:
+                 reporter: Reporter) -> GateReport:
     """Export, compile and validate; the engine folder ends with its gate report."""
     stages = TASKS[plan.task]
     tensorrt = plan.profile.engine == "tensorrt"
@@ -94,7 +94,6 @@ def make_engine(plan: BuildPlan, snapshot: Path, work: Path, engine_dir: Path, b
         _compile(plan, work, engine_dir, exported, built)
     gate = load_stage(stages.gate, "validating against the PyTorch reference")
     with reporter.stage("validate", stages.validating):
-        report: dict[str, Any] = gate.run_gate(snapshot, engine_dir, plan.profile.tolerance,
-                                               build_dir / "report.json")
-    shutil.copy2(build_dir / "report.json", engine_dir / "report.json")
+        report: GateReport = gate.run_gate(snapshot, engine_dir, plan.profile.tolerance, build_dir / REPORT_FILE)
+    shutil.copy2(build_dir / REPORT_FILE, engine_dir / REPORT_FILE)
     return report

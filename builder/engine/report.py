@@ -1,54 +1,39 @@
-"""GateReport: the numerical gate's verdict, one type for every task, read by labels, serve, inspect and the CLI.
+"""The builder's reading of report.json, the numerical gate's verdict (labels, serve, inspect, deploy, the CLI).
 
-report.json keeps each gate's own measurements (cosines for encoders, greedy/top-1 agreement for decoders);
-this is the part every reader shares, and the one place that phrases it.
+The contract itself is runtimes.bundle.report's, since the image reads the file too; here a report of another
+format, or an ill-typed one, becomes an InputError that says to rebuild.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPORT_FILE = "report.json"
+from builder.errors import InputError
+from runtimes.bundle.codec import ContractError, encode
+from runtimes.bundle.report import REPORT_FILE, DecoderReport, EncoderReport, GateReport, read_gate_report, verdict
+
+__all__ = ["REPORT_FILE", "DecoderReport", "EncoderReport", "GateReport", "read_report", "require_report",
+           "summary_dict", "verdict"]
 
 
-@dataclass(frozen=True)
-class GateReport:
-    passed: bool
-    summary: str
-    measurements: dict[str, Any] = field(default_factory=dict)  # the gate's report.json, as written
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> GateReport:
-        return cls(bool(raw.get("passed")), str(raw.get("summary", "")), dict(raw))
-
-    @classmethod
-    def read(cls, path: Path) -> GateReport | None:
-        """The report at path; None when there is none or it cannot be read (the engine was never validated)."""
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
-        return cls.from_dict(raw) if isinstance(raw, dict) and "passed" in raw else None
-
-    @property
-    def verdict(self) -> str:
-        """One line for people: 'passed: <summary>' or 'FAILED: <summary>'."""
-        return f"{'passed' if self.passed else 'FAILED'}: {self.summary}".rstrip(": ")
-
-    @property
-    def label(self) -> str | None:
-        """The image's dev.mbuild.validation label: the verdict and the gate's headline numbers."""
-        m = self.measurements
-        if "min_cosine" in m:
-            return f"passed={self.passed} min_cosine={m['min_cosine']:.6f}"
-        if "greedy_equal" in m:
-            return (f"passed={self.passed} greedy_equal={m['greedy_equal']}/{len(m['prompts'])} "
-                    f"top1={m['top1_agreement']:.4f}")
+def read_report(path: Path) -> GateReport | None:
+    """The report at path; None when there is none (the engine was never validated)."""
+    if not path.is_file():
         return None
+    return require_report(path)
 
-    def summary_dict(self) -> dict[str, Any]:
-        """What inspect shows and prints as JSON."""
-        return {"passed": self.passed, "summary": self.summary, "tolerance": self.measurements.get("tolerance")}
+
+def require_report(path: Path) -> GateReport:
+    try:
+        return read_gate_report(json.loads(path.read_text()))
+    except (OSError, ValueError, ContractError) as exc:
+        raise InputError(f"{path} is not a readable gate report: {exc}",
+                         hint="build it again with this mbuild (`mbuild package`); a build folder of another "
+                              "mbuild version is not read") from exc
+
+
+def summary_dict(report: GateReport) -> dict[str, Any]:
+    """What inspect shows and prints as JSON."""
+    return {"passed": report.passed, "summary": report.summary, "tolerance": encode(report.tolerance)}

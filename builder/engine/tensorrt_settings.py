@@ -89,16 +89,18 @@ def _decoder_profiles(inputs: list[str], max_batch: int, context: int, kv_heads:
 
 
 def trt_settings(profile: Profile, task: str, exported: ExportShape, compute_capability: str) -> TrtSettings:
-    """exported: the graph's inputs, longest sequence and the task's options (decoders: kv_heads, head_dim)."""
+    """exported: the graph's inputs, longest sequence and (decoders) the KV cache geometry."""
     options = trt_options(profile.engine_options)
     inputs = list(exported.inputs)
     max_batch = profile.limits.max_batch
     if task == "embedding":
         shapes = _encoder_profiles(inputs, max_batch, exported.max_seq_length)
-    else:
+    elif exported.geometry is not None:
         context = min(exported.max_seq_length, profile.limits.context or exported.max_seq_length)
-        decoder = exported.options
-        shapes = _decoder_profiles(inputs, max_batch, context, int(decoder["kv_heads"]), int(decoder["head_dim"]))
+        geometry = exported.geometry
+        shapes = _decoder_profiles(inputs, max_batch, context, geometry.kv_heads, geometry.head_dim)
+    else:
+        raise InputError("a language model's TensorRT settings need its KV cache geometry; the export has none")
     row = PRECISIONS[profile.precision]
     explicit, weak = row.trt_quantize, row.trt_flags
     if weak is None and explicit is None:

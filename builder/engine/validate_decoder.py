@@ -16,16 +16,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
-import json
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from builder.errors import ValidationFailed
 from builder.planning.profiles import Tolerance
 from runtimes.bundle import load_engine_config
+from runtimes.bundle.codec import write_contract
+from runtimes.bundle.report import DecoderReport, GateTolerance, PromptCheck
 from runtimes.generation.requests import Request
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
@@ -86,7 +86,7 @@ def _compare(engine: list[np.ndarray], reference: list[np.ndarray]) -> dict[str,
             "mean_logit_error": float(np.mean([d.mean(axis=1) for d in diffs])), "positions": total}
 
 
-def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_path: Path) -> dict[str, Any]:
+def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_path: Path) -> DecoderReport:
     # The gate's sequences are short: a small context keeps its KV cache small (each slot in use commits its
     # whole context; an 8B model's is 1 GB a slot at 4096 tokens).
     config = dataclasses.replace(load_engine_config(engine_dir), max_seq_length=GATE_CONTEXT)
@@ -119,21 +119,21 @@ def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_pat
             tolerance.max_logit_error is None or forced["max_logit_error"] <= tolerance.max_logit_error)
         summary = (f"teacher-forced top-1 agreement {forced['top1_agreement']:.3f} (>= {tolerance.min_top1}), "
                    f"max logit error {forced['max_logit_error']:.3f}")
-    report = {
-        "task": "text-generation",
-        "reference": "transformers modules (PyTorch, fp32, CPU, a layer at a time) along the engine's greedy tokens",
-        "new_tokens": NEW_TOKENS,
-        "batched": batch,
-        "prompts": [{"text": text, "prompt_tokens": len(p), "engine": s, "reference": r, "equal": e}
-                    for text, p, s, r, e in zip(PROMPTS, prompts, served, reference, equal, strict=True)],
-        "greedy_equal": sum(equal),
-        **forced,
-        "tolerance": tolerance.model_dump(),
-        "load_seconds": round(load_seconds, 3),
-        "summary": summary,
-        "passed": bool(passed),
-    }
-    report_path.write_text(json.dumps(report, indent=2) + "\n")
+    report = DecoderReport(
+        reference="transformers modules (PyTorch, fp32, CPU, a layer at a time) along the engine's greedy tokens",
+        new_tokens=NEW_TOKENS,
+        batched=batch,
+        prompts=tuple(PromptCheck(text, len(p), tuple(s), tuple(r), e)
+                      for text, p, s, r, e in zip(PROMPTS, prompts, served, reference, equal, strict=True)),
+        greedy_equal=sum(equal),
+        top1_agreement=float(forced["top1_agreement"]), max_logit_error=float(forced["max_logit_error"]),
+        mean_logit_error=float(forced["mean_logit_error"]), positions=int(forced["positions"]),
+        tolerance=GateTolerance(**tolerance.model_dump()),
+        load_seconds=round(load_seconds, 3),
+        summary=summary,
+        passed=bool(passed),
+    )
+    write_contract(report_path, report)
     if not passed:
         raise ValidationFailed(f"the compiled engine differs from transformers: {summary}",
                                hint=f"see {report_path}; try a higher precision profile (--precision fp32)")

@@ -6,10 +6,8 @@ exactly the code the image will serve.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from sentence_transformers import SentenceTransformer
@@ -18,6 +16,8 @@ from builder.engine.quiet import quiet_ml
 from builder.errors import ValidationFailed
 from builder.planning.profiles import Tolerance
 from runtimes.bundle import load_engine_config
+from runtimes.bundle.codec import write_contract
+from runtimes.bundle.report import EncoderReport, GateTolerance, InputCheck
 from runtimes.engines import encoder_for
 from runtimes.tokenize import TextTokenizer
 
@@ -36,7 +36,7 @@ GATE_TEXTS = (
 )
 
 
-def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_path: Path) -> dict[str, Any]:
+def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_path: Path) -> EncoderReport:
     """Compare engine and reference on GATE_TEXTS; write report.json; raise if out of tolerance."""
     min_cosine = tolerance.min_cosine
     started = time.perf_counter()  # the load as the image does it: deploy sizes its startup probe from this
@@ -54,21 +54,20 @@ def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_pat
     want = np.asarray(want, dtype=np.float64)
     got64 = got.astype(np.float64)
     cosine = (got64 * want).sum(1) / (np.linalg.norm(got64, axis=1) * np.linalg.norm(want, axis=1))
-    report = {
-        "task": "embedding",
-        "reference": "sentence-transformers (PyTorch, fp32, CPU)",
-        "inputs": [{"text": t if len(t) <= 80 else t[:77] + "...", "tokens": len(s), "cosine": float(c)}
-                   for t, s, c in zip(texts, seqs, cosine, strict=True)],
-        "min_cosine": float(cosine.min()),
-        "mean_cosine": float(cosine.mean()),
-        "max_abs_diff": float(np.abs(got64 - want).max()),
-        "tolerance": {"min_cosine": min_cosine},
-        "load_seconds": round(load_seconds, 3),
-        "summary": f"min cosine {cosine.min():.7f} over {len(texts)} inputs (tolerance {min_cosine})",
-        "passed": bool(cosine.min() >= min_cosine),
-    }
-    report_path.write_text(json.dumps(report, indent=2) + "\n")
-    if not report["passed"]:
+    report = EncoderReport(
+        reference="sentence-transformers (PyTorch, fp32, CPU)",
+        inputs=tuple(InputCheck(t if len(t) <= 80 else t[:77] + "...", len(s), float(c))
+                     for t, s, c in zip(texts, seqs, cosine, strict=True)),
+        min_cosine=float(cosine.min()),
+        mean_cosine=float(cosine.mean()),
+        max_abs_diff=float(np.abs(got64 - want).max()),
+        tolerance=GateTolerance(**tolerance.model_dump()),
+        load_seconds=round(load_seconds, 3),
+        summary=f"min cosine {cosine.min():.7f} over {len(texts)} inputs (tolerance {min_cosine})",
+        passed=bool(cosine.min() >= min_cosine),
+    )
+    write_contract(report_path, report)
+    if not report.passed:
         worst = int(cosine.argmin())
         raise ValidationFailed(
             f"the compiled engine differs from the reference: min cosine {cosine.min():.6f} < {min_cosine} "

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.engine.report import REPORT_FILE, GateReport
+from builder.engine.report import REPORT_FILE, read_report, summary_dict
 from builder.errors import InputError
 from builder.image.dockerfile_cli import ENGINES
 from builder.image.oci import LAYOUT_DIR
@@ -18,6 +18,8 @@ from builder.oci.base import local_layout, platform_manifest
 from builder.oci.layout import Descriptor, Layout
 from builder.oci.refs import DOCKER_HUB, parse_image_source, parse_ref
 from builder.oci.registry import Registry
+from builder.plan_record import PLAN_FILE, PlanRecord
+from runtimes.bundle.codec import ContractError
 
 
 @dataclass
@@ -85,10 +87,10 @@ def _from_registry(target: str) -> Inspection:
 def _unbuilt(build_dir: Path) -> Inspection:
     """A build directory with no image yet: its plan's tag and the labels the image will carry."""
     try:
-        tag = json.loads((build_dir / "plan.json").read_text())["tag"]
+        tag = PlanRecord.parse((build_dir / PLAN_FILE).read_text(), PLAN_FILE).tag
         labels = ImageSpec.load(build_dir).labels
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{build_dir} is an unfinished build (plan.json or {SPEC_FILE} unreadable: {exc})",
+    except (OSError, ValueError, KeyError, TypeError, ContractError) as exc:
+        raise InputError(f"{build_dir} is an unfinished build ({PLAN_FILE} or {SPEC_FILE} unreadable: {exc})",
                          hint="run `mbuild package` into it again") from exc
     return Inspection(f"{tag} (not built)", dict(labels))
 
@@ -96,7 +98,7 @@ def _unbuilt(build_dir: Path) -> Inspection:
 def inspect_target(target: str) -> Inspection:
     """A build directory, oci:DIR[:TAG], oci-archive:FILE[:TAG], docker-archive:FILE, or an engine's image."""
     path = Path(target)
-    if path.is_dir() and (path / "plan.json").is_file():
+    if path.is_dir() and (path / PLAN_FILE).is_file():
         record = read_record(path)
         if record is not None and record.backend == "oci":
             found = _from_layout(Layout(path / LAYOUT_DIR), record.tag, record.tag)
@@ -104,9 +106,9 @@ def inspect_target(target: str) -> Inspection:
             found = _from_engine(record.engine, record.tag) or Inspection(record.tag)
         else:
             found = _unbuilt(path)
-        gate = GateReport.read(path / REPORT_FILE)
+        gate = read_report(path / REPORT_FILE)
         if gate is not None:
-            found.validation = gate.summary_dict()
+            found.validation = summary_dict(gate)
         return found
     parsed = parse_image_source(target)
     if parsed.kind in {"oci", "oci-archive", "docker-archive"}:

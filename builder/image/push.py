@@ -21,8 +21,10 @@ from builder.oci.layout import Layout
 from builder.oci.push import push_layout, remote_digest
 from builder.oci.refs import ImageRef, ImageSource, parse_image_source, parse_ref
 from builder.oci.registry import is_insecure
+from runtimes.bundle.codec import ContractError, check_format, decode, write_contract
 
 IMAGE_RECORD = "image.json"  # which backend built the build directory's image, under which tag
+IMAGE_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,13 @@ class PushResult:
 
 @dataclass(frozen=True)
 class ImageRecord:
-    """image.json: which backend built a build directory's image, under which tag."""
+    """image.json: which backend built a build directory's image, under which tag, and its ids."""
 
     backend: str
     tag: str
+    image_id: str
+    digest: str | None  # the manifest digest, where the backend knows it
+    format: int = IMAGE_FORMAT
 
     @property
     def engine(self) -> str:
@@ -47,16 +52,22 @@ class ImageRecord:
 
 
 def read_record(build_dir: Path) -> ImageRecord | None:
-    try:
-        raw = json.loads((build_dir / IMAGE_RECORD).read_text())
-        return ImageRecord(str(raw["backend"]), str(raw["tag"]))
-    except (OSError, ValueError, KeyError, TypeError):
+    """The build directory's image.json; None where no image was built. One that cannot be read, or of another
+    format, is an InputError: guessing would push or deploy the wrong image."""
+    path = build_dir / IMAGE_RECORD
+    if not path.is_file():
         return None
+    try:
+        raw = json.loads(path.read_text())
+        check_format(raw, IMAGE_RECORD, IMAGE_FORMAT)
+        return decode(ImageRecord, raw, IMAGE_RECORD)
+    except (OSError, ValueError, ContractError) as exc:
+        raise InputError(f"{path} is not a readable image record: {exc}",
+                         hint="package the build directory again with this mbuild") from exc
 
 
 def record_image(build_dir: Path, backend: str, tag: str, image_id: str, digest: str | None) -> None:
-    (build_dir / IMAGE_RECORD).write_text(json.dumps(
-        {"backend": backend, "tag": tag, "image_id": image_id, "digest": digest}, indent=2) + "\n")
+    write_contract(build_dir / IMAGE_RECORD, ImageRecord(backend, tag, image_id, digest))
 
 
 def _skopeo(source: str, destination: ImageRef, extra: list[str]) -> str:

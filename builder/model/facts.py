@@ -10,6 +10,7 @@ from huggingface_hub import hf_hub_download
 
 from builder.errors import UnsupportedModel
 from builder.model.catalog import ModelFacts, Task, entry_for_repo
+from builder.model.geometry import head_geometry
 from builder.model.hubcache import hub_cache_dir, hub_endpoint
 from builder.model.pull import hub_errors
 from builder.model.ref import ModelRef
@@ -54,12 +55,10 @@ def facts_from_config(config: dict[str, Any], task: Task) -> ModelFacts:
     text = config.get("text_config") or config  # multimodal wrappers keep the LM's config inside
     try:
         hidden = int(text["hidden_size"])
-        layers = int(text["num_hidden_layers"])
-        heads = int(text["num_attention_heads"])
     except (KeyError, TypeError, ValueError) as exc:
         raise UnsupportedModel(f"config.json lacks {exc} needed to plan memory") from exc
-    kv_heads = int(text.get("num_key_value_heads") or heads)
-    head_dim = int(text.get("head_dim") or hidden // heads)
+    geometry = head_geometry(text)
+    layers, heads, kv_heads, head_dim = geometry.layers, geometry.heads, geometry.kv_heads, geometry.head_dim
     inter = int(text.get("intermediate_size") or 4 * hidden)
     vocab = int(text.get("vocab_size") or 32000)
     context = int(text.get("max_position_embeddings") or 2048)

@@ -12,9 +12,11 @@ import json
 import tarfile
 from pathlib import Path, PurePosixPath
 
-from builder.errors import BaseImageError
+from builder.errors import BaseImageError, InputError
 from builder.oci.base import BaseImage
+from builder.plan_record import PLAN_FILE, REWRITE_HINT, PlanRecord
 from builder.resources import mbuild_cache_dir
+from runtimes.bundle.codec import ContractError
 
 BIN_DIRS = ("usr/local/bin", "usr/bin", "bin")
 _WHITEOUT = ".wh."
@@ -70,8 +72,12 @@ def check_python(base: BaseImage, version: str | None) -> None:
 
 
 def plan_python(context: Path) -> str | None:
-    """The Python version the build's packages were made for, from its plan.json."""
-    try:
-        return str(json.loads((context / "plan.json").read_text())["runtime"]["python"])
-    except (OSError, ValueError, KeyError, TypeError):
+    """The Python version the build's packages were made for, from its plan.json; None for a context without one
+    (then any python3 will do)."""
+    path = context / PLAN_FILE
+    if not path.is_file():
         return None
+    try:
+        return PlanRecord.parse(path.read_text(), str(path)).requires.python
+    except (OSError, ContractError) as exc:
+        raise InputError(f"the build context's {PLAN_FILE} cannot be read: {exc}", hint=REWRITE_HINT) from exc

@@ -11,13 +11,16 @@ from typing import Any
 
 from builder.errors import InputError
 from builder.hashing import sha256_json, tree_digest
-from builder.model.catalog import ModelFacts
+from builder.model.catalog import ModelFacts, Task
 from builder.model.ref import ModelRef
+from builder.plan_record import PLAN_FORMAT, PlannedContent, PlannedLimits, PlannedModel, PlannedProfile, PlanRecord
 from builder.planning.memory import MemoryNeed
 from builder.planning.profiles import Profile
 from builder.planning.target import Target
 from builder.resources import resource_dir, runtimes_dir
 from builder.versions import runtime_requirements, tool_versions
+from runtimes.bundle.engine import Batching
+from runtimes.bundle.metadata import Requirements
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class BuildPlan:
     engines: tuple[EngineTarget, ...] = ()  # GPU builds: one per target GPU model; empty on CPUs
 
     @property
-    def task(self) -> str:
+    def task(self) -> Task:
         return self.facts.task
 
     def inputs(self) -> dict[str, Any]:
@@ -85,24 +88,32 @@ class BuildPlan:
     def tag(self) -> str:
         return f"{self.image_name}:{self.version}"
 
-    def requires(self) -> dict[str, Any]:
+    def requires(self) -> Requirements:
         """What the serving host must have; the container checks it at start."""
-        gpu = {"compute_capabilities": [e.compute_capability for e in self.engines],
-               "gpu_models": [e.gpu_model for e in self.engines], "gpus": self.profile.tp} if self.engines else {}
-        return {"device": self.profile.device, "cpu_flags": list(self.profile.match.cpu_flags),
-                "memory_gb": self.need.rounded_gb, "python": self.profile.python_version, **gpu}
+        return Requirements(device=self.profile.device, cpu_flags=tuple(self.profile.match.cpu_flags),
+                            memory_gb=self.need.rounded_gb, python=self.profile.python_version,
+                            gpus=self.profile.tp if self.engines else 0,
+                            compute_capabilities=tuple(e.compute_capability for e in self.engines),
+                            gpu_models=tuple(e.gpu_model for e in self.engines))
 
-    def deploy_summary(self) -> dict[str, Any]:
-        """What `mbuild deploy` reads of a plan, in the same shape: the image carries it as a label, so an image
-        alone can be deployed."""
-        return {"tag": self.tag, "task": self.task, "model": {"repo": self.model.repo},
-                "profile": {"id": self.profile.id, "name": self.profile.name,
-                            "content": {"limits": {"max_batch": self.profile.limits.max_batch}}},
-                "requires": self.requires()}
+    @property
+    def batching(self) -> Batching:
+        """engine.json's batching: the profile's limits."""
+        return Batching(self.profile.limits.max_batch, self.profile.limits.max_batch_delay_ms)
+
+    def record(self) -> PlanRecord:
+        """What `mbuild deploy` reads of a plan, at the same paths as in to_dict(): the image carries it as a
+        label, so an image alone can be deployed."""
+        return PlanRecord(tag=self.tag, task=self.task, model=PlannedModel(self.model.repo),
+                          profile=PlannedProfile(self.profile.id, self.profile.name,
+                                                 PlannedContent(PlannedLimits(self.profile.limits.max_batch))),
+                          requires=self.requires())
 
     def to_dict(self) -> dict[str, Any]:
+        """plan.json (and `mbuild plan --json`)."""
         inputs = self.inputs()
         return {
+            "format": PLAN_FORMAT,
             "digest": self.digest(),
             "tag": self.tag,
             **inputs,
@@ -113,7 +124,7 @@ class BuildPlan:
             "profile": {"id": self.profile.id, "name": self.profile.name, "why": list(self.why),
                         "content": self.profile.model_dump(mode="json")},
             "memory": self.need.as_dict(),
-            "requires": self.requires(),
+            "requires": self.requires().to_dict(),
         }
 
 

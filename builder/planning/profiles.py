@@ -24,6 +24,7 @@ from builder.planning.gpus import known_gpus
 from builder.planning.precisions import CPU_PRECISIONS, PRECISIONS, Precision
 from builder.resources import resource_dir
 from builder.settings import host_settings
+from runtimes.bundle.engine import DEFAULT_MAX_BATCH
 
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
 CPU_CLASSES = {"cpu": 2, "cpu.avx512": 1, "cpu.vnni": 0}  # value: rank, most specific first
@@ -42,7 +43,8 @@ class Match(_Strict):
 
 
 class Limits(_Strict):
-    max_batch: int = Field(32, ge=1, le=4096, description="sequences per engine call (and concurrent sequences)")
+    max_batch: int = Field(DEFAULT_MAX_BATCH, ge=1, le=4096,
+                           description="sequences per engine call (and concurrent sequences)")
     max_batch_delay_ms: float = Field(2, ge=0, le=1000)
     context: int | None = Field(None, ge=16, description="tokens reserved per sequence for the KV cache")
 

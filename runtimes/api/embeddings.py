@@ -95,7 +95,7 @@ async def embeddings(request: Request) -> EmbeddingResponse:
         check_texts(texts)
     else:
         ids = checked_ids(runtime, ids, body.truncate, hint)
-    dims = runtime.engine.config.dimensions
+    dims = runtime.engine.config.encoder.embedding_dim
     if body.dimensions is not None and body.dimensions != dims:
         raise ApiError(400, f"this model returns {dims} dimensions; 'dimensions' must be {dims} or left out",
                        "unsupported_dimensions")

@@ -37,7 +37,7 @@ def refuse_unsupported(fields: dict[str, bool]) -> None:
 
 
 def check_token_ids(runtime: GenerationRuntime, prompts: list[list[int]]) -> None:
-    vocab = runtime.engine.config.dimensions
+    vocab = runtime.engine.config.decoder.vocab_size
     for index, prompt in enumerate(prompts):
         if not prompt:
             raise ApiError(400, f"prompt {index} is empty", "empty_input")

@@ -74,7 +74,7 @@ def _io(state: ServiceState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
         return ([{"name": "text", "datatype": "BYTES", "shape": [-1]},
                  {"name": "input_ids", "datatype": "INT64", "shape": [-1, -1]},
                  {"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]}],
-                [{"name": "embedding", "datatype": "FP32", "shape": [-1, config.dimensions]}])
+                [{"name": "embedding", "datatype": "FP32", "shape": [-1, config.encoder.embedding_dim]}])
     return ([{"name": "text_input", "datatype": "BYTES", "shape": [-1]},
              {"name": "max_tokens", "datatype": "INT32", "shape": [-1]}],
             [{"name": "text_output", "datatype": "BYTES", "shape": [-1]}])

@@ -16,6 +16,7 @@ from runtimes import __version__
 from runtimes.api.admission import check_model
 from runtimes.api.auth import require_key, require_key_for_metrics
 from runtimes.api.errors import OpenAIRoute
+from runtimes.bundle.codec import encode
 from runtimes.state import ServiceState
 
 health = APIRouter(route_class=OpenAIRoute)
@@ -69,24 +70,24 @@ async def version() -> dict[str, str]:
 @router.get("/v1/manifest", tags=["models"])
 async def manifest(request: Request) -> dict[str, Any]:
     """NIM's manifest route: the model, the profile the image carries and what it requires of the host."""
-    meta = _state(request).metadata.get("metadata", {})
-    return {"model": meta.get("model", {}), "profiles": [meta["profile"]] if meta.get("profile") else [],
-            "requires": meta.get("requires", {}), "image": meta.get("image"), "plan_digest": meta.get("plan_digest")}
+    meta = _state(request).metadata
+    if meta is None:
+        return {"model": {}, "profiles": [], "requires": {}, "image": None, "plan_digest": None}
+    return {"model": encode(meta.model), "profiles": [encode(meta.profile)], "requires": meta.requires.to_dict(),
+            "image": meta.image, "plan_digest": meta.plan_digest}
 
 
 @router.get("/v1/metadata", tags=["models"])
 async def metadata(request: Request) -> dict[str, Any]:
     state = _state(request)
-    meta = state.metadata.get("metadata", {})
-    report = state.metadata.get("report", {})
+    meta = state.metadata
     return {
         "name": state.served_names()[0],
-        "model": meta.get("model", {}),
-        "profile": meta.get("profile", {}),
+        "model": encode(meta.model) if meta else {},
+        "profile": encode(meta.profile) if meta else {},
         "engine": state.config.to_dict() if state.config else None,
-        "validation": {k: report.get(k) for k in ("passed", "summary", "min_cosine", "max_abs_diff", "greedy_equal",
-                                                  "top1_agreement", "tolerance") if k in report},
-        "versions": {**meta.get("versions", {}), "runtime": __version__},
+        "validation": state.report.headline() if state.report else {},
+        "versions": {**(meta.versions if meta else {}), "runtime": __version__},
         "status": state.health.state.value,
     }
 

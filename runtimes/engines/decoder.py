@@ -27,14 +27,9 @@ from runtimes.engines.sessions import open_session
 class DecoderEngine:
     def __init__(self, model_dir: Path, config: EngineConfig, threads: int = 0, slots: int | None = None) -> None:
         self.config = config
-        options = config.options
-        try:
-            self.layers = int(options["layers"])
-            self.kv_heads = int(options["kv_heads"])
-            self.head_dim = int(options["head_dim"])
-        except KeyError as exc:
-            raise BundleError(f"engine.json lacks decoder option {exc}") from exc
-        self.slots = int(slots or options.get("max_batch", 8))
+        options = config.decoder
+        self.layers, self.kv_heads, self.head_dim = options.layers, options.kv_heads, options.head_dim
+        self.slots = slots or config.batching.max_batch
         self.context = int(config.max_seq_length)
         self.session: Any = open_session(model_dir, config, threads)
         names = {i.name for i in self.session.get_inputs()}
@@ -97,7 +92,7 @@ class DecoderEngine:
         binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids, np.int64))
         binding.bind_cpu_input("seqlens_k", (lengths - 1).astype(np.int32))
         binding.bind_cpu_input("total_sequence_length", np.array(int(lengths.max()), np.int32))
-        logits = np.empty((ids.shape[0], self.config.dimensions), np.float32)
+        logits = np.empty((ids.shape[0], self.config.decoder.vocab_size), np.float32)
         binding.bind_output("logits", "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data)
         self.session.run_with_iobinding(binding)
         return logits  # copy_outputs_to_cpu would also copy every bound cache buffer

@@ -32,5 +32,6 @@ class EncoderEngine:
 
     def warm_up(self) -> None:
         out = self.run([[self.config.pad_token_id] * 8, [self.config.pad_token_id] * 3])
-        if out.shape != (2, self.config.dimensions) or not np.isfinite(out).all():
-            raise BundleError(f"warm-up produced {out.shape} (expected (2, {self.config.dimensions})) or non-finite")
+        width = self.config.encoder.embedding_dim
+        if out.shape != (2, width) or not np.isfinite(out).all():
+            raise BundleError(f"warm-up produced {out.shape} (expected (2, {width})) or non-finite")

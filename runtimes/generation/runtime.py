@@ -40,24 +40,24 @@ class GenerationRuntime:
             raise BundleError(f"cannot load tokenizer {model_dir / config.tokenizer_file}: {exc}") from exc
         tokenizer.no_padding()
         tokenizer.no_truncation()
-        options = config.options
+        options = config.decoder
         template = None
-        if options.get("chat_template"):
+        if options.chat_template:
             try:
-                template = ChatTemplate(str(options["chat_template"]), dict(options.get("special_tokens", {})))
+                template = ChatTemplate(options.chat_template, dict(options.special_tokens))
             except ChatTemplateError as exc:
                 raise BundleError(str(exc)) from exc
-        eos = tuple(int(t) for t in options.get("eos_token_ids", []))
+        eos = options.eos_token_ids
         # A grown-cache graph (TensorRT's) is built for whole prompts on an empty cache: no chunks, no reuse.
         chunk = settings.prefill_chunk if engine.in_place else engine.context
         scheduler = Scheduler(engine, eos, engine.slots, settings.max_queue, metrics, context=engine.context,
-                              vocab=config.dimensions, prefill_chunk=chunk,
+                              vocab=options.vocab_size, prefill_chunk=chunk,
                               prefix_cache_bytes=settings.prefix_cache_mb << 20 if engine.in_place else 0)
         parser = settings.tool_call_parser
         found = detect_format(template.source) if template and parser == "auto" else None
         tools = TOOL_FORMATS.get(found or parser)
         return cls(engine, tokenizer, template, scheduler, config.max_seq_length, eos,
-                   Grammars(tokenizer, config.dimensions, eos), tools)
+                   Grammars(tokenizer, options.vocab_size, eos), tools)
 
     def tool_tokens(self) -> dict[str, int]:
         """The tool format's markers that are single tokens of this vocabulary (grammars name them by id)."""

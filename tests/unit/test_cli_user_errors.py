@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from builder.build.build_dir import MARKER
 from builder.cli import INTERNAL_ERROR, cli
 from builder.errors import BaseImageError, OutputUnusable, PortBusy, UnsafeInput, ValidationFailed
+from tests.support.bundles import write_bundle_files
 
 PLAN = ["package", "all-minilm-l6-v2", "--backend", "none", "--plan-only", "--output"]
 
@@ -72,11 +73,7 @@ def test_hostile_layout_through_the_cli_is_its_own_exit_code(tmp_path: Path) -> 
 
 
 def _build_dir(tmp_path: Path, passed: bool | None) -> Path:
-    model = tmp_path / "build" / "model"
-    model.mkdir(parents=True)
-    (model / "engine.json").write_text("{}")
-    if passed is not None:
-        (model / "report.json").write_text(json.dumps({"passed": passed, "summary": "min cosine 0.41 < 0.99"}))
+    write_bundle_files(tmp_path / "build" / "model", passed)
     (tmp_path / "build" / MARKER).write_text("")
     return tmp_path / "build"
 

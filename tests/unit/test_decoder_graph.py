@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2
 from builder.engine.compile_ort import optimize
 from builder.engine.export_decoder import export_decoder, export_decoder_tensorrt
 from builder.errors import UnsupportedModel
-from runtimes.bundle import EngineConfig
+from runtimes.bundle import Batching
 from runtimes.engines.decoder import DecoderEngine
 from tests.support.tiny_models import save_random_decoder
 
@@ -55,8 +55,8 @@ def _reference(folder: Path) -> list[list[int]]:
 def _engine(folder: Path, out: Path, grown_cache: bool) -> DecoderEngine:
     exported = (export_decoder_tensorrt if grown_cache else export_decoder)(folder, out / "export")
     optimize(out / "export" / "model.onnx", out / "engine" / "model.onnx")
-    fields = exported.engine_fields("onnxruntime", "model.onnx", {"max_batch": 4})
-    return DecoderEngine(out / "engine", EngineConfig.from_dict(fields), threads=1)
+    return DecoderEngine(out / "engine", exported.engine_config("onnxruntime", "model.onnx", "fp32", Batching(4, 0)),
+                         threads=1)
 
 
 def _served(engine: DecoderEngine) -> list[list[int]]:

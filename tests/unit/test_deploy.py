@@ -15,8 +15,10 @@ import pytest
 import yaml
 
 from runtimes.api import probes
+from runtimes.bundle.codec import write_contract
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
+from tests.support.bundles import encoder_report
 from tests.support.deploy_cases import CASES, cli, image_for, kubectl_reads, missing_tool, plan_file, validate_core
 from tests.support.golden import assert_golden
 
@@ -118,25 +120,27 @@ def test_resources_probes_and_metrics_match_the_profile_and_the_runtime(
 
 
 def test_the_startup_probe_follows_the_build_s_measured_load(tmp_path: Path) -> None:
-    """A build directory's report.json gives the load time; a saved plan (or a report without one) falls back to
-    the estimate from the weights."""
+    """A build directory's report.json gives the load time; a saved plan falls back to the estimate from the
+    weights; a report whose load time is no number is refused, naming the field."""
     build = tmp_path / "build"
     build.mkdir()
     plan_file("llama-8b-h100x2", build)
 
-    def budget(report: dict[str, Any] | None) -> int:
-        if report is not None:
-            (build / "report.json").write_text(json.dumps(report))
+    def budget(load_seconds: float | None) -> int:
+        if load_seconds is not None:
+            write_contract(build / "report.json", encoder_report(True, load_seconds=load_seconds))
         result = cli("deploy", str(build), "--image", image_for("llama-8b-h100x2"))
         assert result.returncode == 0, result.stderr
         deployment = next(o for o in yaml.safe_load_all(result.stdout) if o["kind"] == "Deployment")
         probe = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
         return int(probe["periodSeconds"] * probe["failureThreshold"])
 
-    estimate = budget(None)
-    assert budget({"passed": True, "summary": "", "load_seconds": 50.0}) == 260  # 60 + 4 x 50
-    assert budget({"passed": True, "summary": "", "load_seconds": 1.5}) == 120  # never under the image's own
-    assert budget({"passed": True, "summary": "", "load_seconds": "soon"}) == estimate != 260
+    assert budget(None) != 260
+    assert budget(50.0) == 260  # 60 + 4 x 50
+    assert budget(1.5) == 120  # never under the image's own
+    (build / "report.json").write_text(json.dumps({**encoder_report(True).to_dict(), "load_seconds": "soon"}))
+    refused = cli("deploy", str(build), "--image", image_for("llama-8b-h100x2"))
+    assert refused.returncode == 2 and "report.json: load_seconds must be a finite number" in refused.stderr
 
 
 def test_bad_sources_are_clear_errors(tmp_path: Path) -> None:

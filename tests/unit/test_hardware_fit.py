@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -10,31 +11,37 @@ import sys
 from pathlib import Path
 
 from runtimes.__main__ import choose_profile
+from runtimes.bundle import Requirements
 from runtimes.fit import misfits
 from runtimes.hardware import GpuInfo
 
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 80)
 L4 = GpuInfo("NVIDIA L4", "8.9", 23)
-GPU_REQ = {"device": "gpu", "compute_capabilities": ["9.0"], "gpu_models": ["h100"], "gpus": 1, "memory_gb": 20,
-           "cpu_flags": []}
+GPU_REQ = Requirements(device="gpu", cpu_flags=(), memory_gb=20, python="3.12", gpus=1, compute_capabilities=("9.0",),
+                       gpu_models=("h100",))
+
+
+def cpu_req(flags: tuple[str, ...], memory_gb: float) -> Requirements:
+    return Requirements(device="cpu", cpu_flags=flags, memory_gb=memory_gb, python="3.12", gpus=0,
+                        compute_capabilities=(), gpu_models=())
 
 
 def test_a_matching_host_fits() -> None:
     assert misfits(GPU_REQ, frozenset(), [H100], 64) == []
-    assert misfits({"device": "cpu", "cpu_flags": ["avx2"], "memory_gb": 2}, frozenset({"avx2"}), [], 8) == []
+    assert misfits(cpu_req(("avx2",), 2), frozenset({"avx2"}), [], 8) == []
 
 
 def test_compute_capability_mismatch_says_rebuild() -> None:
     (problem,) = misfits(GPU_REQ, frozenset(), [L4], 64)
     assert "built for compute capability 9.0" in problem and "NVIDIA L4 is 8.9" in problem and "--gpu" in problem
-    both = {**GPU_REQ, "compute_capabilities": ["9.0", "8.9"], "gpu_models": ["h100", "l4"]}
+    both = dataclasses.replace(GPU_REQ, compute_capabilities=("9.0", "8.9"), gpu_models=("h100", "l4"))
     assert misfits(both, frozenset(), [L4], 64) == []  # an image with an engine for each
 
 
 def test_missing_gpus_memory_and_flags() -> None:
     assert "1 NVIDIA GPU(s)" in misfits(GPU_REQ, frozenset(), [], 64)[0]
-    assert "needs 90 GB per GPU" in misfits({**GPU_REQ, "memory_gb": 90}, frozenset(), [H100], 64)[0]
-    cpu = misfits({"device": "cpu", "cpu_flags": ["avx512_vnni"], "memory_gb": 30}, frozenset({"avx2"}), [], 16)
+    assert "needs 90 GB per GPU" in misfits(dataclasses.replace(GPU_REQ, memory_gb=90), frozenset(), [H100], 64)[0]
+    cpu = misfits(cpu_req(("avx512_vnni",), 30), frozenset({"avx2"}), [], 16)
     assert any("avx512_vnni" in p for p in cpu) and any("needs 30 GB of memory" in p for p in cpu)
 
 

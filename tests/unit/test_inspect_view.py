@@ -11,6 +11,8 @@ from builder.cli import cli
 from builder.image.push import record_image
 from builder.oci.layout import Layout, canonical
 from builder.oci.media import OCI_CONFIG, OCI_LAYER, OCI_MANIFEST
+from runtimes.bundle.codec import write_contract
+from tests.support.bundles import encoder_report
 from tests.support.oci_images import PYTHON_BIN, gzip_layer, sha, tar_bytes
 
 TAG = "mbuild/tiny:sha-0123456789ab"
@@ -31,8 +33,7 @@ def _build_dir(root: Path) -> Path:
                 "config": layout.put_bytes(config, OCI_CONFIG).to_dict(), "layers": layers}
     layout.write_index(layout.put_bytes(canonical(manifest), OCI_MANIFEST), TAG)
     (root / "plan.json").write_text(json.dumps({"tag": TAG}))
-    (root / "report.json").write_text(json.dumps({"passed": False, "summary": "min cosine 0.41 (tolerance 0.99)",
-                                                  "min_cosine": 0.41, "tolerance": {"min_cosine": 0.99}}))
+    write_contract(root / "report.json", encoder_report(False, "min cosine 0.41 (tolerance 0.99)"))
     record_image(root, "oci", TAG, "sha256:" + "0" * 64, None)
     return root
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from builder.build.context import image_labels
 from builder.errors import InputError
 from builder.model.catalog import lookup_alias
 from builder.model.ref import ModelRef
+from builder.plan_record import PLAN_FORMAT, PlanRecord
 from builder.planning import plan as plan_module
 from builder.planning.memory import memory_need
-from builder.planning.plan import BuildPlan, make_plan
+from builder.planning.plan import DEPLOY_LABEL, BuildPlan, make_plan
 from builder.planning.profiles import load_profiles
 from builder.planning.target import Target
 
@@ -99,3 +102,13 @@ def test_a_disk_too_small_for_the_engine_is_refused_with_both_numbers(tmp_path: 
     assert "MBUILD_BUILD_CHECK=0" in (refused.value.hint or "")
     monkeypatch.setenv("MBUILD_BUILD_CHECK", "0")
     host_fit.check_disk(plan, tmp_path)  # the override builds anyway
+
+
+def test_plan_json_and_the_deploy_label_read_back_as_the_plan_s_record() -> None:
+    """plan.json (to_dict) and the image's label (record) hold the reader's fields at the same paths."""
+    plan = _plan()
+    saved = json.loads(json.dumps(plan.to_dict()))
+    assert saved["format"] == PLAN_FORMAT and PlanRecord.from_dict(saved) == plan.record()
+    label = image_labels(plan, None, "2024-01-01T00:00:00Z")[DEPLOY_LABEL]
+    assert PlanRecord.parse(label) == plan.record()
+    assert plan.record().max_batch == plan.profile.limits.max_batch == plan.batching.max_batch

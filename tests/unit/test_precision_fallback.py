@@ -10,6 +10,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from builder.errors import ValidationFailed
+from runtimes.bundle import load_engine_config
 from tests.support.procs import mbuild
 from tests.support.tiny_models import make_tiny_llama
 
@@ -35,8 +36,7 @@ def test_a_default_build_falls_back_from_int8_to_fp32_and_says_why(outlier_llama
     assert result.returncode == 0, result.stderr
     assert "int8 failed its gate (the compiled engine differs from transformers" in result.stderr
     assert "trying the next precision" in result.stderr and "Traceback" not in result.stderr
-    engine = json.loads((out / "model" / "engine.json").read_text())
-    assert engine["options"]["precision"] == "fp32"
+    assert load_engine_config(out / "model").precision == "fp32"
     plan = json.loads((out / "plan.json").read_text())
     assert any("int8 failed it on this model" in line for line in plan["profile"]["why"])
     assert json.loads((out / "report.json").read_text())["passed"] is True

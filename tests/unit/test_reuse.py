@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from builder.cli import cli
 from builder.engine.cache import cached, store
+from runtimes.bundle import load_engine_config
 
 
 def package(*args: str) -> str:
@@ -50,15 +51,12 @@ def test_a_limits_only_change_reuses_the_engine_with_the_new_limits(tiny_encoder
     package(str(tiny_encoder), "--output", str(tmp_path / "latency"), "--mode", "latency")
     throughput = package(str(tiny_encoder), "--output", str(tmp_path / "throughput"), "--mode", "throughput")
     assert "reused the validated engine" in throughput and "✓ export" not in throughput
-    options = {mode: json.loads((tmp_path / mode / "model" / "engine.json").read_text())["options"]
-               for mode in ("latency", "throughput")}
-    assert options["latency"]["max_batch"] < options["throughput"]["max_batch"]
-    assert {k: v for k, v in options["latency"].items() if k not in {"max_batch", "max_batch_delay_ms"}} == {
-        k: v for k, v in options["throughput"].items() if k not in {"max_batch", "max_batch_delay_ms"}}
+    configs = {mode: load_engine_config(tmp_path / mode / "model") for mode in ("latency", "throughput")}
+    assert configs["latency"].batching.max_batch < configs["throughput"].batching.max_batch
+    assert configs["latency"].with_batching(configs["throughput"].batching) == configs["throughput"]
     # the cached copy keeps its own limits: the second build wrote a new file, not through a hard link
     package(str(tiny_encoder), "--output", str(tmp_path / "latency-again"), "--mode", "latency", "--version", "3")
-    again = json.loads((tmp_path / "latency-again" / "model" / "engine.json").read_text())["options"]
-    assert again == options["latency"]
+    assert load_engine_config(tmp_path / "latency-again" / "model") == configs["latency"]
 
 
 def test_another_precision_builds_a_new_engine(tiny_encoder: Path, tmp_path: Path) -> None:
@@ -80,7 +78,7 @@ def test_a_damaged_cache_entry_is_rebuilt_not_trusted(tiny_encoder: Path, tmp_pa
         entry.write_text("{not json")
     again = package(str(tiny_encoder), "--output", str(tmp_path / "second"), "--version", "2")
     assert "reused the validated engine" not in again and "✓ export" in again and "✓ validate" in again
-    assert json.loads((tmp_path / "second" / "model" / "engine.json").read_text())["options"]
+    assert load_engine_config(tmp_path / "second" / "model").task == "embedding"
 
 
 def test_an_unwritable_cache_leaves_the_build_whole(tiny_encoder: Path, tmp_path: Path,

@@ -131,7 +131,7 @@ def test_metadata_reports_model_profile_and_validation(client: TestClient) -> No
     assert meta["profile"]["name"] == "onnxruntime-cpu-fp32-tp1-latency"
     assert len(meta["model"]["sha"]) == 40
     assert meta["validation"]["passed"] is True and meta["validation"]["min_cosine"] >= 0.9999
-    assert meta["engine"]["dimensions"] == 32
+    assert meta["engine"]["options"]["embedding_dim"] == 32
 
 
 def test_metrics_count_requests_and_batches(client: TestClient) -> None:

@@ -6,6 +6,7 @@ transformers' whole-model forward pass. A host that cannot build is refused up f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 import tracemalloc
@@ -29,7 +30,7 @@ from builder.engine.export_decoder import export_decoder_tensorrt
 from builder.engine.reference import reference_logits
 from builder.engine.weight_writer import LinearFormat
 from builder.errors import InputError, UnsupportedModel
-from runtimes.bundle import EngineConfig
+from runtimes.bundle import Batching
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.hardware import read_ram_gb
 from tests.support.procs import mbuild
@@ -97,12 +98,12 @@ def test_sharded_bf16_export_equals_the_torch_export_in_a_fraction_of_the_model(
     assert peak < bound
 
     previous = export_decoder_tensorrt(sharded_bf16, tmp_path / "torch")
-    streamed_fields = previous.engine_fields("onnxruntime", "model.onnx", {"max_batch": 4})
-    streamed_fields["inputs"] = ["input_ids", "seqlens_k", "total_sequence_length",
-                                 *[f"past_{k}.{i}" for i in range(dims["layers"]) for k in ("key", "value")]]
-    streamed = _logits(DecoderEngine(tmp_path / "streamed", EngineConfig.from_dict(streamed_fields), threads=1))
-    torch_export = _logits(DecoderEngine(tmp_path / "torch", EngineConfig.from_dict(
-        previous.engine_fields("onnxruntime", "model.onnx", {"max_batch": 4})), threads=1))
+    torch_config = previous.engine_config("onnxruntime", "model.onnx", "fp32", Batching(4, 0))
+    streamed_config = dataclasses.replace(torch_config, inputs=(
+        "input_ids", "seqlens_k", "total_sequence_length",
+        *[f"past_{k}.{i}" for i in range(dims.layers) for k in ("key", "value")]))
+    streamed = _logits(DecoderEngine(tmp_path / "streamed", streamed_config, threads=1))
+    torch_export = _logits(DecoderEngine(tmp_path / "torch", torch_config, threads=1))
     diff = float(np.abs(streamed - torch_export).max())
     print(f"max abs logit difference, streamed vs torch.onnx export: {diff:.2e}")
     assert diff < 1e-4

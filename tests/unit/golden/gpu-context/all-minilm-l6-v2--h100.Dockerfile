@@ -5,7 +5,7 @@ FROM nvcr.io/nvidia/tensorrt:25.08-py3
 
 LABEL \
       dev.mbuild.compute-capability="9.0" \
-      dev.mbuild.deploy="{\"model\":{\"repo\":\"sentence-transformers/all-MiniLM-L6-v2\"},\"profile\":{\"content\":{\"limits\":{\"max_batch\":4}},\"id\":\"<sha256>\",\"name\":\"tensorrt-h100-fp16-tp1-latency\"},\"requires\":{\"compute_capabilities\":[\"9.0\"],\"cpu_flags\":[],\"device\":\"gpu\",\"gpu_models\":[\"h100\"],\"gpus\":1,\"memory_gb\":2.1,\"python\":\"3.12\"},\"tag\":\"mbuild/all-minilm-l6-v2:sha-<digest>\",\"task\":\"embedding\"}" \
+      dev.mbuild.deploy="{\"format\":1,\"model\":{\"repo\":\"sentence-transformers/all-MiniLM-L6-v2\"},\"profile\":{\"content\":{\"limits\":{\"max_batch\":4}},\"id\":\"<sha256>\",\"name\":\"tensorrt-h100-fp16-tp1-latency\"},\"requires\":{\"compute_capabilities\":[\"9.0\"],\"cpu_flags\":[],\"device\":\"gpu\",\"gpu_models\":[\"h100\"],\"gpus\":1,\"memory_gb\":2.1,\"python\":\"3.12\"},\"tag\":\"mbuild/all-minilm-l6-v2:sha-<digest>\",\"task\":\"embedding\"}" \
       dev.mbuild.engine="tensorrt" \
       dev.mbuild.model.id="sentence-transformers/all-MiniLM-L6-v2" \
       dev.mbuild.model.revision="main" \

@@ -5,7 +5,7 @@ FROM nvcr.io/nvidia/tensorrt:25.08-py3
 
 LABEL \
       dev.mbuild.compute-capability="9.0,8.9" \
-      dev.mbuild.deploy="{\"model\":{\"repo\":\"meta-llama/Llama-3.1-8B-Instruct\"},\"profile\":{\"content\":{\"limits\":{\"max_batch\":32}},\"id\":\"<sha256>\",\"name\":\"tensorrt-h100-fp8-tp1-throughput\"},\"requires\":{\"compute_capabilities\":[\"9.0\",\"8.9\"],\"cpu_flags\":[],\"device\":\"gpu\",\"gpu_models\":[\"h100\",\"l40s\"],\"gpus\":1,\"memory_gb\":18.7,\"python\":\"3.12\"},\"tag\":\"mbuild/llama-3.1-8b:sha-<digest>\",\"task\":\"text-generation\"}" \
+      dev.mbuild.deploy="{\"format\":1,\"model\":{\"repo\":\"meta-llama/Llama-3.1-8B-Instruct\"},\"profile\":{\"content\":{\"limits\":{\"max_batch\":32}},\"id\":\"<sha256>\",\"name\":\"tensorrt-h100-fp8-tp1-throughput\"},\"requires\":{\"compute_capabilities\":[\"9.0\",\"8.9\"],\"cpu_flags\":[],\"device\":\"gpu\",\"gpu_models\":[\"h100\",\"l40s\"],\"gpus\":1,\"memory_gb\":18.7,\"python\":\"3.12\"},\"tag\":\"mbuild/llama-3.1-8b:sha-<digest>\",\"task\":\"text-generation\"}" \
       dev.mbuild.engine="tensorrt" \
       dev.mbuild.model.id="meta-llama/Llama-3.1-8B-Instruct" \
       dev.mbuild.model.revision="main" \

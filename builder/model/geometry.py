@@ -1,0 +1,35 @@
+"""A decoder's attention geometry (layers, heads, KV heads, head width), from a transformers config object or a
+config.json dict: the one derivation planning (facts.py) and both decoder exports use."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from builder.errors import UnsupportedModel
+
+
+@dataclass(frozen=True)
+class HeadGeometry:
+    layers: int
+    heads: int
+    kv_heads: int  # grouped-query attention: fewer key/value heads than query heads; MHA: all of them
+    head_dim: int
+
+
+def _get(config: Mapping[str, Any] | Any, name: str) -> Any:
+    return config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
+
+
+def head_geometry(config: Mapping[str, Any] | Any) -> HeadGeometry:
+    """kv_heads defaults to heads, head_dim to hidden_size / heads, as transformers' own models do."""
+    try:
+        heads = int(_get(config, "num_attention_heads"))
+        layers = int(_get(config, "num_hidden_layers"))
+        head_dim = int(_get(config, "head_dim") or int(_get(config, "hidden_size")) // heads)
+        kv_heads = int(_get(config, "num_key_value_heads") or heads)
+    except (TypeError, ValueError, ZeroDivisionError) as exc:
+        raise UnsupportedModel(f"the model's config lacks a usable num_attention_heads, num_hidden_layers or "
+                               f"hidden_size ({exc})") from exc
+    return HeadGeometry(layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim)

@@ -1,0 +1,100 @@
+"""engine.json: how to run the compiled model. Written by the builder's compile stage, read by the runtime.
+
+`options` is typed by the task: an encoder's embedding width and pooling, a decoder's vocabulary and KV cache
+geometry, template and stop tokens. `batching` is the plan's (the engine cache rewrites it per plan); the
+runtime never falls back to a default of its own. `onnxruntime` holds that backend's build settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from runtimes.bundle.codec import ContractError, bounds, check_format, decode, encode
+
+ENGINE_FILE = "engine.json"
+ENGINE_FORMAT = 1
+DEFAULT_MAX_BATCH = 32  # sequences per engine call (decoders: KV cache slots); the profiles' default
+Task = Literal["embedding", "text-generation"]
+
+
+@dataclass(frozen=True)
+class Batching:
+    """What the runtime batches by: the profile's limits."""
+
+    max_batch: int = field(metadata=bounds(1, 4096))
+    max_batch_delay_ms: float = field(metadata=bounds(0, 1000))
+
+
+@dataclass(frozen=True)
+class EncoderOptions:
+    embedding_dim: int = field(metadata=bounds(1, 1 << 20))  # the width of one pooled vector
+    pooling: str
+    normalize: bool
+
+
+@dataclass(frozen=True)
+class DecoderOptions:
+    vocab_size: int = field(metadata=bounds(1, 1 << 24))  # logits per position
+    layers: int = field(metadata=bounds(1, 1024))
+    kv_heads: int = field(metadata=bounds(1, 1024))
+    head_dim: int = field(metadata=bounds(1, 4096))
+    eos_token_ids: tuple[int, ...]
+    special_tokens: dict[str, str]  # what the chat template names (bos_token, eos_token)
+    chat_template: str | None
+
+
+@dataclass(frozen=True)
+class OrtBuild:
+    """How ONNX Runtime optimized the graph (the runtime loads it with optimization off)."""
+
+    graph_optimization: str
+
+
+OPTIONS: dict[str, type[EncoderOptions] | type[DecoderOptions]] = {
+    "embedding": EncoderOptions, "text-generation": DecoderOptions}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    engine: Literal["onnxruntime", "tensorrt"]
+    task: Task
+    model_file: str
+    tokenizer_file: str
+    inputs: tuple[str, ...]
+    output: str
+    max_seq_length: int = field(metadata=bounds(1, 1 << 24))
+    pad_token_id: int = field(metadata=bounds(0, 1 << 24))
+    precision: str
+    batching: Batching
+    options: EncoderOptions | DecoderOptions
+    onnxruntime: OrtBuild | None = None
+    format: int = ENGINE_FORMAT
+
+    @property
+    def encoder(self) -> EncoderOptions:
+        if not isinstance(self.options, EncoderOptions):
+            raise ContractError(f"{ENGINE_FILE}: task {self.task!r} is not an embedding model")
+        return self.options
+
+    @property
+    def decoder(self) -> DecoderOptions:
+        if not isinstance(self.options, DecoderOptions):
+            raise ContractError(f"{ENGINE_FILE}: task {self.task!r} is not a language model")
+        return self.options
+
+    def with_batching(self, batching: Batching) -> EngineConfig:
+        return dataclasses.replace(self, batching=batching)
+
+    @classmethod
+    def from_dict(cls, raw: object) -> EngineConfig:
+        check_format(raw, ENGINE_FILE, ENGINE_FORMAT)
+        task = raw.get("task") if isinstance(raw, dict) else None
+        if task not in OPTIONS:
+            raise ContractError(f"{ENGINE_FILE}: task must be one of {', '.join(map(repr, OPTIONS))} (got {task!r})")
+        return decode(cls, raw, ENGINE_FILE, types_={"options": OPTIONS[str(task)]})
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = encode(self)
+        return data
