@@ -78,3 +78,10 @@ def test_names_at_their_limits_are_taken(plan: Path) -> None:
                           ".".join(["s" * 63] * 3 + ["s" * 61]))
     assert code == 0, output
     assert f"namespace: {'n' * 63}" in output and f"name: {'m' * 63}" in output
+
+
+@pytest.mark.parametrize("image", [image_for(CASE) + "\n", image_for(CASE) + "\nx: y", "reg{{ x }}.io/a/b:1",
+                                   "reg\n.io/a/b:1", " registry.example.com/a/b:1"])
+def test_an_image_kubernetes_would_refuse_is_a_clear_error(plan: Path, image: str) -> None:
+    result = CliRunner().invoke(cli, ["deploy", str(plan), "--image", image])
+    assert result.exit_code == 2 and "not a valid image reference" in result.output, result.output
