@@ -7,11 +7,11 @@ from pathlib import Path
 import click
 import yaml
 
+from builder.deploy import inputs
 from builder.deploy.helm import write_chart
 from builder.deploy.k8s import manifests
 from builder.deploy.kserve import inference_service
 from builder.deploy.spec import load_spec
-from builder.errors import InputError
 
 
 @click.command()
@@ -41,9 +41,10 @@ def deploy(source: str, fmt: str, image: str | None, name: str | None, namespace
     The image goes by digest; memory, GPUs and the GPU's compute capability come from the profile; the probes,
     the drain and the autoscaling metrics from the runtime's routes.
     """
-    if min_replicas > max_replicas:
-        raise InputError(f"--min-replicas {min_replicas} is above --max-replicas {max_replicas}")
+    inputs.check_options(name, namespace, api_key_secret, replicas, min_replicas, max_replicas)
     spec = load_spec(source, image, name, namespace)
+    if name is None:
+        inputs.object_name(spec.name, given=False)  # the image's name may start with a digit
     scale = (replicas or min_replicas, min_replicas, max_replicas, api_key_secret or f"{spec.name}-api-key")
     if fmt == "helm":
         folder = output or Path(spec.name)

@@ -12,14 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from builder.errors import BaseImageError, ToolMissing
+from builder.errors import BaseImageError, InputError, ToolMissing
 from builder.image.spec import source_date_epoch, timestamp
 from builder.oci.layers import LayerBlob, write_layer
 from builder.oci.layout import Layout, canonical
@@ -34,6 +36,46 @@ FORMAT = 1  # bump when the layer's contents change for the same inputs
 PRUNED = ("var/lib/apt/lists", "var/cache/apt", "var/cache/debconf", "var/cache/ldconfig", "var/log",
           "usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "tmp", "run")
 TRUNCATED = ("etc/machine-id",)  # systemd's id is made per install; an empty file keeps the image's bytes equal
+
+
+# What a release and a package are called (Debian policy 5.6.1/5.6.7), plus apt's :ARCH and =VERSION: anything
+# else would reach mmdebstrap as an option, a path under the cache (the suite names the folder) or a second
+# --include list (a comma).
+_SUITE = re.compile(r"[a-z0-9][a-z0-9.+_-]{0,63}")
+_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?(=[A-Za-z0-9.+~:-]+)?")
+
+
+def check_mirror(mirror: str) -> None:
+    """An http(s) URL with a host, as apt fetches from: mmdebstrap also reads a folder, a file:// or a sources
+    line as the mirror, and fails late, with only its exit code, on anything else."""
+    def refuse(why: str) -> InputError:
+        return InputError(f"--mirror {mirror!r} {why}", hint="give the mirror as http://HOST/PATH or "
+                                                               f"https://HOST/PATH, e.g. {DEFAULT_MIRROR}")
+
+    if any(c.isspace() or not c.isprintable() for c in mirror):
+        raise refuse("holds whitespace or control characters")
+    parts = urlsplit(mirror)
+    if parts.scheme not in ("http", "https"):
+        raise refuse("is not an http or https URL")
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or over 65535
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise refuse("has a port that is not a number in 1-65535")
+    if not parts.hostname:
+        raise refuse("names no host")
+
+
+def check_inputs(suite: str, mirror: str, packages: tuple[str, ...]) -> None:
+    """Everything `mbuild base` hands to the bootstrap tool, refused up front with the option to fix."""
+    if not _SUITE.fullmatch(suite):
+        raise InputError(f"--suite {suite!r} is not a release name", hint="give one such as bookworm or noble")
+    check_mirror(mirror)
+    for package in packages:
+        if not _PACKAGE.fullmatch(package):
+            raise InputError(f"--package {package!r} is not a Debian package name",
+                             hint="give one name per --package, e.g. --package libgomp1 (NAME[:ARCH][=VERSION])")
 
 
 @dataclass(frozen=True)
@@ -132,6 +174,7 @@ def write_layout(root: Path, layout_dir: Path, tag: str, epoch: int, made_by: st
 
 def make_base(suite: str = DEFAULT_SUITE, mirror: str = DEFAULT_MIRROR, packages: tuple[str, ...] = PACKAGES,
               force: bool = False) -> BaseResult:
+    check_inputs(suite, mirror, packages)
     epoch = source_date_epoch()
     inputs = json.dumps({"suite": suite, "mirror": mirror, "packages": sorted(packages), "epoch": epoch,
                          "format": FORMAT}, sort_keys=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,18 +34,54 @@ class ImportResult:
     bytes: int
 
 
-def _source_files(src: Path) -> list[Path]:
-    # Dot-folders (.git, .cache/huggingface from local_dir downloads) are not model content.
-    files = sorted(
-        p for p in src.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(src).parts)
-    )
+_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+_REPLACE = "replace it with the regular file it stands for (copy its bytes in), or remove it from the folder"
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _link_target(src: Path, path: Path, rel: str) -> Path:
+    """Where a link in the folder leads, once it is known to lead to a regular file inside the folder."""
+    try:
+        target = path.resolve()
+        mode = target.stat().st_mode
+    except (RuntimeError, OSError) as exc:  # 3.11's resolve raises RuntimeError on a loop
+        missing = isinstance(exc, FileNotFoundError)
+        raise InputError(f"{rel} in {src} is a link to {os.readlink(path)}, which "
+                         + ("does not exist" if missing else "leads back to itself (a loop)"),
+                         hint=_REPLACE) from exc
     # A link may point within the folder (a local_dir download's own links); one that leaves it would copy
-    # a file the user never meant to import (a key, /etc/shadow) into a cache others read.
-    for path in files:
-        if not stays_inside(src, path):
-            raise UnsafeInput(f"{path} is a link to {path.resolve()}, outside {src}; refusing to import it",
-                              hint="copy the real file into the folder, or remove the link")
+    # a file the user never meant to import (a key, /etc/shadow, /dev/zero) into a cache others read.
+    if not stays_inside(src, path):
+        what = "a file" if stat.S_ISREG(mode) else _kind(mode)
+        raise UnsafeInput(f"{rel} in {src} is a link to {target} ({what}), outside {src}; refusing to import it",
+                          hint="copy the real file into the folder, or remove the link")
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{rel} in {src} is a link to a folder ({target}); its files are not imported through it",
+                         hint="replace the link with a copy of the folder, or remove it")
+    return target
+
+
+def _source_files(src: Path) -> list[Path]:
+    """Every regular file of the folder, links inside it followed. Anything else is refused by name, never left
+    out: a tokenizer.json that is a FIFO or weights that are a device would make an image without them (and
+    reading either may never end)."""
+    files = []
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src).as_posix()
+        # Dot-folders (.git, .cache/huggingface from local_dir downloads) are not model content.
+        if any(part.startswith(".") for part in rel.split("/")):
+            continue
+        mode = _link_target(src, path, rel).stat().st_mode if path.is_symlink() else path.lstat().st_mode
+        if stat.S_ISDIR(mode):
+            continue
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{rel} in {src} is {_kind(mode)}, not a regular file, so it cannot be imported",
+                             hint=_REPLACE)
+        files.append(path)
     return files
 
 

@@ -20,6 +20,7 @@ from builder.oci.digests import DIGEST
 DOCKER_HUB = "registry-1.docker.io"
 _NAME = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_REGISTRY = re.compile(r"([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:]+\])(:[0-9]+)?")  # host[:port]
 
 SourceKind = Literal["oci", "oci-archive", "docker-archive", "dir", "name"]
 TRANSPORTS: tuple[SourceKind, ...] = ("oci-archive", "oci", "docker-archive")
@@ -61,7 +62,9 @@ def parse_ref(text: str) -> ImageRef:
         path, tag = path.rsplit(":", 1)
     if registry == DOCKER_HUB and "/" not in path:
         path = f"library/{path}"
-    if not _NAME.match(path) or (tag and not _TAG.match(tag)) or (digest and not DIGEST.match(digest)):
+    # fullmatch: `$` also matches before a final newline, which would reach a manifest's image field.
+    if (not _REGISTRY.fullmatch(registry) or not _NAME.fullmatch(path) or (tag and not _TAG.fullmatch(tag))
+            or (digest and not DIGEST.fullmatch(digest))):
         raise InputError(f"{text!r} is not a valid image reference",
                          hint="e.g. registry.example.com:5000/team/app:1.0 or name@sha256:<64 hex digits>")
     return ImageRef(registry, path, tag if tag or digest else "latest", digest)

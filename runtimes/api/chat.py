@@ -14,7 +14,7 @@ from runtimes.api.completion_shapes import ChatChunks, chat_logprobs, chat_messa
 from runtimes.api.errors import ApiError, OpenAIRoute
 from runtimes.api.generation import admit_run, respond
 from runtimes.api.schemas_generation import ChatCompletionRequest
-from runtimes.api.structured import compile_constraint, guide_spec, tool_use, tools_for_template
+from runtimes.api.structured import check_tool_results, compile_constraint, guide_spec, tool_use, tools_for_template
 from runtimes.generation.chat_template import ChatTemplateError
 from runtimes.generation.guided import GuideSpec
 from runtimes.ids import hex_id
@@ -29,6 +29,7 @@ async def chat_completions(request: Request) -> Any:
     runtime = generation_runtime(state, body.model)
     if body.top_logprobs is not None and not body.logprobs:
         raise ApiError(400, "'top_logprobs' needs 'logprobs': true", "invalid_request")
+    check_tool_results(body.messages)
     tools = tool_use(body, runtime)
     constraint: tuple[str, GuideSpec | str] | None = guide_spec(body)
     if tools is not None and tools.forced is not None:

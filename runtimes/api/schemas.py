@@ -7,6 +7,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator
 
 MAX_INPUTS = 2048  # OpenAI's own limit on inputs per embeddings request
+# Every request body: a field the server does not implement is a 400 that names it, never silently ignored; and
+# each value must have its JSON type, as OpenAI checks: true, never "yes" or 1; 5, never "5" or true.
+STRICT = ConfigDict(extra="forbid", strict=True)
+# What clients send back (assistant messages with refusal, annotations) carries metadata that changes nothing.
+EXTRAS_IGNORED = ConfigDict(extra="ignore", strict=True)
 
 
 MAX_ITEMS = 1 << 20
@@ -34,8 +39,7 @@ TEXTS_OR_IDS = WrapValidator(_texts_or_ids)
 
 
 class EmbeddingRequest(BaseModel):
-    # A field the server does not implement is a 400 that names it, never silently ignored.
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     input: Annotated[str | list[str] | list[int] | list[list[int]], TEXTS_OR_IDS] = Field(
         description="A text or a list of texts to embed; or the model's token ids, one list or a list of lists.")

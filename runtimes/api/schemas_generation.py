@@ -1,8 +1,8 @@
 """Request bodies of the OpenAI-compatible text-generation routes (plus vLLM's common extras).
 
-Every field is bounded, and a field the server does not implement is refused with a 400 that names it
-(extra="forbid"), never ignored. Messages keep extra="ignore": clients send back assistant messages with
-metadata (refusal, annotations) that does not change what is generated.
+Every field is bounded and takes only its JSON type (schemas.STRICT), and a field the server does not implement
+is refused with a 400 that names it (extra="forbid"), never ignored. Messages keep extra="ignore": clients send
+back assistant messages with metadata (refusal, annotations) that does not change what is generated.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
-from runtimes.api.schemas import TEXTS_OR_IDS
+from runtimes.api.schemas import EXTRAS_IGNORED, STRICT, TEXTS_OR_IDS
 from runtimes.generation.guided import MAX_CHOICES
 from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
 
@@ -26,7 +26,6 @@ INT64 = 1 << 63
 MAX_TOOLS = 128
 MAX_DESCRIPTION = 4096
 MAX_GRAMMAR = 16384
-STRICT = ConfigDict(extra="forbid")
 
 
 class StreamOptions(BaseModel):
@@ -35,47 +34,46 @@ class StreamOptions(BaseModel):
 
 
 class FunctionDef(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = EXTRAS_IGNORED
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")  # OpenAI's rule for names
     description: str | None = Field(None, max_length=MAX_DESCRIPTION)
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
-class Tool(BaseModel):
+class _OfFunction(BaseModel):
     model_config = STRICT
     type: Literal["function"]
+
+
+class Tool(_OfFunction):
     function: FunctionDef
 
 
 class FunctionName(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = EXTRAS_IGNORED
     name: str = Field(max_length=64)
 
 
-class NamedToolChoice(BaseModel):
-    model_config = STRICT
-    type: Literal["function"]
+class NamedToolChoice(_OfFunction):
     function: FunctionName
 
 
-class CalledFunction(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    name: str = Field(max_length=64)
+class CalledFunction(FunctionName):
     arguments: str = Field(max_length=MAX_DESCRIPTION * 16)
 
 
 class AssistantToolCall(BaseModel):
     """A tool call sent back in an assistant message of the conversation."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = EXTRAS_IGNORED
     id: str = Field(max_length=MAX_NAME)
     type: Literal["function"] = "function"
     function: CalledFunction
 
 
 class JsonSchemaFormat(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = EXTRAS_IGNORED
     name: str = Field("response", max_length=64)
     description: str | None = Field(None, max_length=MAX_DESCRIPTION)
     schema_: dict[str, Any] = Field(default_factory=lambda: {"type": "object"}, alias="schema")
@@ -100,13 +98,13 @@ class Guided(BaseModel):
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = EXTRAS_IGNORED
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = EXTRAS_IGNORED
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | Annotated[list[TextPart], Field(max_length=256)] | None = None
     name: str | None = Field(None, max_length=MAX_NAME)

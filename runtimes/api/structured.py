@@ -10,7 +10,7 @@ from typing import Any
 
 from runtimes.api.admission import off_loop
 from runtimes.api.errors import ApiError
-from runtimes.api.schemas_generation import ChatCompletionRequest, Guided, NamedToolChoice, _Sampling
+from runtimes.api.schemas_generation import ChatCompletionRequest, ChatMessage, Guided, NamedToolChoice, _Sampling
 from runtimes.generation.guided import Grammar, GuideError, GuideSpec
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.tools import ToolFormat
@@ -58,6 +58,23 @@ class ToolUse:
     forced: str | None  # the Lark grammar of the calls tool_choice requires, if it requires one
 
 
+def check_tool_results(messages: list[ChatMessage]) -> None:
+    """Each tool message answers a call an earlier assistant message made, by its id, as OpenAI requires: a
+    result for no call would reach the template as a conversation the model was never taught."""
+    called: set[str] = set()
+    for i, message in enumerate(messages):
+        called.update(call.id for call in message.tool_calls or ())
+        if message.role != "tool":
+            continue
+        if not message.tool_call_id:
+            raise ApiError(400, f"'messages[{i}]' has role 'tool' but no 'tool_call_id': send the id of the call "
+                                "it answers", "invalid_messages")
+        if message.tool_call_id not in called:
+            raise ApiError(400, f"'messages[{i}]' answers tool_call_id {message.tool_call_id!r}, which no earlier "
+                                "assistant message's 'tool_calls' holds: send the assistant message with that call "
+                                "before its result", "invalid_messages")
+
+
 def tool_use(body: ChatCompletionRequest, runtime: GenerationRuntime) -> ToolUse | None:
     """How this request's output is read for tool calls (None: it is not), from tools and tool_choice."""
     choice = body.tool_choice or ("auto" if body.tools else "none")
@@ -65,6 +82,11 @@ def tool_use(body: ChatCompletionRequest, runtime: GenerationRuntime) -> ToolUse
         if choice != "none":
             raise ApiError(400, "'tool_choice' needs 'tools': send the functions the model may call", "invalid_tools")
         return None
+    names = [tool.function.name for tool in body.tools]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # a call names its function: which of two would it be?
+        raise ApiError(400, f"'tools' holds more than one function named {', '.join(map(repr, twice))}: give "
+                            "each function its own name", "invalid_tools")
     form = runtime.tool_format
     if form is None:
         raise ApiError(400, "this model's chat template does not render tools, so it was not taught a tool-call "

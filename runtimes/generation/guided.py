@@ -25,6 +25,10 @@ CACHED_GRAMMARS = 32  # compiled grammars kept, least recently used dropped firs
 # Compact JSON (no free whitespace): what OpenAI's structured outputs give, and a model cannot pad the output
 # with whitespace until max_tokens cuts it into an invalid document.
 _JSON_OPTIONS: Any = {"whitespace_flexible": False}
+PROBE_STEPS = 4  # tokens of one path a grammar is followed along when it is compiled
+# llguidance's words for a schema it refuses, where they name its own options, said as what the request can do.
+_IN_API_WORDS = {"oneOf constraints are not supported": "'oneOf' is not supported: write it as 'anyOf' (the output "
+                                                         "then matches at least one of the options)"}
 
 
 class GuideError(ValueError):
@@ -53,6 +57,10 @@ def grammar_text(spec: GuideSpec) -> str:
     if spec.kind == "choice":
         return llguidance.LLMatcher.grammar_from_lark("start: " + " | ".join(lark_string(c) for c in spec.value))
     return llguidance.LLMatcher.grammar_from_lark(spec.value)
+
+
+def _in_api_words(reason: str) -> str:
+    return next((words for found, words in _IN_API_WORDS.items() if found in reason), reason)
 
 
 class Grammars:
@@ -90,7 +98,7 @@ class Grammars:
         try:
             text = spec if isinstance(spec, str) else grammar_text(spec)
         except ValueError as exc:
-            raise GuideError(str(exc)) from exc
+            raise GuideError(_in_api_words(str(exc))) from exc
         with self.lock:
             if text in self.compiled:
                 self.compiled.move_to_end(text)
@@ -108,8 +116,26 @@ class Grammars:
             Guide(matcher, self.vocab).allowed()  # the first mask builds the lexer: here, not in the batch's step
         if matcher.is_error():
             reason = matcher.get_error().strip().splitlines()[0][:500]
-            raise GuideError("it matches no output at all" if reason == "NoExtensionBias" else reason)
+            raise GuideError("it matches no output at all" if reason == "NoExtensionBias" else _in_api_words(reason))
+        reason = self._probe(matcher)
+        if reason:
+            raise GuideError(f"it is too costly to follow ({reason}); simplify the output constraint: fewer nested "
+                             "or counted repetitions")
         return Grammar(matcher, self.vocab)
+
+    def _probe(self, matcher: llguidance.LLMatcher) -> str:
+        """Why following the grammar fails along one path of PROBE_STEPS tokens (the lowest id allowed each step: a
+        byte, in a byte-level vocabulary), on a copy; "" when it does not. Nested counted groups (a{1000}{1000},
+        40 nested (...){2}) compile, then blow the lexer's bounds at their first byte: found here, that is a 400
+        before the request is admitted, not a stream that fails."""
+        guide = Guide(matcher.deep_copy(), self.vocab)
+        for _ in range(PROBE_STEPS):
+            allowed = guide.allowed()
+            allowed[[t for t in self.eos_ids if t < self.vocab]] = False
+            tokens = np.flatnonzero(allowed)
+            if guide.matcher.is_error() or not len(tokens) or not guide.matcher.consume_token(int(tokens[0])):
+                break
+        return guide.matcher.get_error().strip().splitlines()[0][:200] if guide.matcher.is_error() else ""
 
 
 class Grammar:

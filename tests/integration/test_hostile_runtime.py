@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.corpus import AUTH, KEY, Case, send, served_model, server_rss
+from tests.support.corpus import AUTH, KEY, Case, check, send, served_model, server_rss
 from tests.support.hostile_cases import ENCODER_CASES, LLM_CASES, MSG
 from tests.support.procs import served
 
@@ -130,36 +130,6 @@ class Innocents:
         deadline = time.monotonic() + seconds
         while self.streaming < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
-
-
-def check(case: Case, got: httpx.Response) -> str | None:
-    """What is wrong with the answer a user got, if anything."""
-    status, kind = got.status_code, got.headers.get("content-type", "")
-    if not case.allows(status):
-        return f"status {status} (wanted {case.status}): {got.text[:300]}"
-    if status < 300:
-        if case.method == "GET":
-            return None
-        if "text/event-stream" in kind:
-            complete = got.text.rstrip().endswith("data: [DONE]") and '"error"' not in got.text
-            return None if complete else f"a broken stream: {got.text[-300:]}"
-        body = got.json()
-        wanted = case.body.get("n", 1) if isinstance(case.body, dict) else 1
-        if "error" in body or ("choices" in body and len(body["choices"]) != wanted):
-            return f"a 200 that is not a correct answer: {got.text[:300]}"
-        return None
-    try:
-        error = got.json()["error"]
-    except (ValueError, KeyError, TypeError):
-        return f"status {status} without a JSON error: {got.text[:200]!r}"
-    v2 = case.path.startswith("/v2")
-    if v2 and not (isinstance(error, str) and error):
-        return f'a V2 error must be {{"error": "..."}}: {got.text[:200]}'
-    if not v2 and not (isinstance(error, dict) and all(isinstance(error.get(k), str) and error[k]
-                                                       for k in ("message", "type", "code"))):
-        return f'an OpenAI error must be {{"error": {{"message", "type", "code"}}}}: {got.text[:200]}'
-    message = error if isinstance(error, str) else error["message"]
-    return f"the error does not name {case.names!r}: {message[:200]}" if case.names not in message else None
 
 
 def run_cases(server: Server, cases: list[Case], normal: tuple[str, dict[str, Any]], innocents: Innocents,

@@ -111,6 +111,44 @@ NESTED_SCHEMA: dict[str, object] = {"type": "object"}
 for _ in range(150):
     NESTED_SCHEMA = {"type": "object", "properties": {"a": NESTED_SCHEMA}}
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+OTHER_F = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["x"],
+                                                                       "properties": {"x": {"type": "integer"}}}}}
+CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+NESTED_GROUPS = "(" * 40 + "a" + "){2}" * 40  # compiles, then its lexer cannot take the first byte
+# A JSON boolean or number sent as another type: pydantic's lax mode took "yes" as true, "8" as 8, true as 1.
+MISTYPED = {"stream": "false", "logprobs": 1, "parallel_tool_calls": "yes", "skip_special_tokens": "no",
+            "ignore_eos": "true", "max_tokens": "8", "n": True, "temperature": "0.5",
+            "stream_options": {"include_usage": "yes"}}
+STRUCTURED_AND_TOOL_CASES = [
+    Case("chat: guided_json oneOf (overlapping options)", CHAT,
+         j(messages=MSG, max_tokens=4, guided_json={"oneOf": [{"type": "integer"}, {"type": "number"}]}), 400,
+         names="'anyOf'"),
+    Case("chat: guided_regex of 40 nested counted groups", CHAT, j(messages=MSG, max_tokens=4,
+                                                                     guided_regex=NESTED_GROUPS), 400,
+         names="guided_regex"),
+    Case("chat: guided_regex of 40 nested counted groups, streamed", CHAT,
+         j(messages=MSG, max_tokens=4, guided_regex=NESTED_GROUPS, stream=True), 400, names="guided_regex"),
+    Case("chat: guided_regex a{1000}{1000}", CHAT, j(messages=MSG, max_tokens=4, guided_regex="a{1000}{1000}"),
+         400, names="guided_regex"),
+    Case("chat: response_format pattern of 40 nested counted groups", CHAT, j(
+        messages=MSG, max_tokens=4, response_format={"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "string", "pattern": f"^{NESTED_GROUPS}$"}}}), 400,
+         names="response_format"),
+    Case("chat: guided_json nested 150 deep", CHAT, j(messages=MSG, max_tokens=4, guided_json=NESTED_SCHEMA), 400),
+    Case("chat: two tools named f", CHAT, j(messages=MSG, max_tokens=4, tools=[TOOL, OTHER_F]), 400, names="'f'"),
+    Case("chat: a tool result for a call never made", CHAT,
+         j(messages=[*MSG, {"role": "tool", "tool_call_id": "call_9", "content": "{}"}], max_tokens=4), 400,
+         names="call_9"),
+    Case("chat: a tool result without tool_call_id", CHAT,
+         j(messages=[*MSG, CALL, {"role": "tool", "content": "{}"}], max_tokens=4), 400, names="tool_call_id"),
+    Case("chat: a tool result for an earlier call", CHAT,
+         j(messages=[*MSG, CALL, {"role": "tool", "tool_call_id": "call_1", "content": "{}"}], max_tokens=4), 200),
+    *[Case(f"chat: {k} {v!r}", CHAT, {**j(messages=MSG, max_tokens=4, tools=[TOOL]), k: v}, 400, names=k)
+      for k, v in MISTYPED.items()],
+    Case("cmpl: echo 'true'", COMPLETIONS, j(prompt="a", max_tokens=4, echo="true"), 400, names="echo"),
+    Case("cmpl: logprobs true", COMPLETIONS, j(prompt="a", max_tokens=4, logprobs=True), 400, names="logprobs"),
+]
 LLM_CASES = [
     Case("chat: 100k nested lists as content", CHAT, raw(messages=b'[{"role":"user","content":' + DEEP + b"}]"),
          400),
@@ -184,5 +222,6 @@ LLM_CASES = [
     Case("v2 llm: 100k nested lists", V2, raw(inputs=DEEP), 400),
     Case("v2 llm: Inference-Header-Content-Length '١٢'", V2, json.dumps(v2(TXT_IN)).encode(), 400,
          headers=header("١٢".encode())),
+    *STRUCTURED_AND_TOOL_CASES,
     *metadata_cases("llm"),
 ]

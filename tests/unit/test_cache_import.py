@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import stat
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,60 @@ def test_folder_without_config(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["cache", "import", str(tmp_path), "--repo", "org/x"])
     assert result.exit_code == 2
     assert "no config.json" in result.output
+
+
+def _special(kind: str, path: Path) -> None:
+    """Make a file that is not a regular one at path: what a careless copy or a hostile folder may hold."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(path))
+    elif kind == "device":
+        try:
+            os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # what /dev/zero is
+        except PermissionError:
+            pytest.skip("making a device node needs root")
+    elif kind == "dangling link":
+        path.symlink_to(path.with_name("gone.bin"))
+    elif kind == "looping link":
+        path.symlink_to(path.name)
+    elif kind == "link to a folder":
+        (path.parent / "real").mkdir()
+        (path.parent / "real" / "weights.bin").write_bytes(b"w")
+        path.symlink_to("real")
+    else:
+        path.symlink_to("/dev/zero")
+
+
+@pytest.mark.parametrize(("kind", "code", "words"), [
+    ("fifo", 2, "named pipe"),
+    ("socket", 2, "socket"),
+    ("device", 2, "character device"),
+    ("dangling link", 2, "does not exist"),
+    ("looping link", 2, "loop"),
+    ("link to a folder", 2, "link to a folder"),
+    ("link to /dev/zero", 15, "character device"),
+])
+def test_a_file_that_is_not_a_regular_one_is_refused_by_name(tmp_path: Path, kind: str, code: int,
+                                                             words: str) -> None:
+    """Nothing is silently left out: a FIFO, a device, a socket or a link that leads nowhere is an error that
+    names the file and what it is, before anything is read (a FIFO or /dev/zero would never end) or written."""
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "weights.safetensors").write_bytes(b"w" * 100)
+    _special(kind, model / "sub" / "tokenizer.json")
+    result = CliRunner().invoke(cli, ["cache", "import", str(model), "--repo", "org/special"])
+    assert result.exit_code == code, result.output
+    assert "sub/tokenizer.json" in result.output and words in result.output and "hint:" in result.output
+    assert "next:" not in result.output and "Traceback" not in result.output
+    assert not repo_folder("org/special").exists()
+
+
+def test_special_files_in_dot_folders_are_not_model_content(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    (model / ".cache").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    os.mkfifo(model / ".cache" / "lock")
+    assert import_folder(model, "org/dotted").files == 1

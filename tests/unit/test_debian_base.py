@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from builder.cli import cli
 from builder.errors import ToolMissing
 from builder.image import debian_base
 from builder.image.debian_base import prune, write_layout
@@ -111,3 +113,36 @@ def test_load_streams_the_layout_as_the_archive_engines_load(layouts: tuple[tupl
                   for name in entry["Layers"]]
     assert entry["RepoTags"] == ["mbuild-local/python:3.11"]
     assert layers == config["rootfs"]["diff_ids"]
+
+
+@pytest.mark.parametrize(("option", "value", "words"), [
+    ("--mirror", "ftp://deb.debian.org/debian", "http"),
+    ("--mirror", "file:///etc", "http"),
+    ("--mirror", "http://deb.debian.org/debian\nhttp://evil.example/", "whitespace"),
+    ("--mirror", "http://deb.debian.org/deb ian", "whitespace"),
+    ("--mirror", "http:///debian", "host"),
+    ("--mirror", "https://deb.debian.org:99999/debian", "port"),
+    ("--mirror", "deb http://deb.debian.org/debian bookworm main", "http"),
+    ("--suite", "--variant=extract", "suite"),
+    ("--suite", "../../../../tmp/x", "suite"),
+    ("--package", "python3,evil", "package"),
+    ("--package", "-oAPT::Get=1", "package"),
+])
+def test_bad_mirrors_suites_and_packages_are_refused_before_the_bootstrap_runs(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, option: str, value: str, words: str) -> None:
+    """mmdebstrap would take most of these and fail with only "mmdebstrap failed" (or read a local folder as the
+    mirror, or an option): each is a clear error naming the option, and nothing runs or is written."""
+    ran: list[list[str]] = []
+    monkeypatch.setattr(debian_base.subprocess, "run", lambda command, **_: ran.append(command))
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setenv("MBUILD_CACHE", str(tmp_path / "cache"))
+    result = CliRunner().invoke(cli, ["base", option, value])
+    assert result.exit_code == 2, result.output
+    assert option in result.output and words in result.output and "hint:" in result.output, result.output
+    assert not ran and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("mirror", ["http://deb.debian.org/debian", "https://snapshot.debian.org/archive/debian/"
+                                    "20240101T000000Z/", "http://10.0.0.5:3142/debian", "https://user:pw@m.example/"])
+def test_http_mirrors_are_taken(mirror: str) -> None:
+    debian_base.check_inputs("bookworm-backports", mirror, ("python3", "ca-certificates", "libc6:amd64=2.36-9"))

@@ -102,6 +102,9 @@ def test_a_constrained_sequence_leaves_its_batch_neighbours_alone(client: TestCl
                 jsonschema.validate(json.loads(choice["message"]["content"]), WEATHER)
 
 
+NESTED = "(" * 40 + "a" + "){2}" * 40  # 40 nested groups: 2**40 a's, whose lexer cannot take its first byte
+
+
 @pytest.mark.parametrize(("body", "code", "named"), [
     ({"guided_regex": "[a-"}, "invalid_constraint", "guided_regex"),
     ({"guided_json": {"type": "bogus"}}, "invalid_constraint", "guided_json"),
@@ -116,22 +119,41 @@ def test_a_constrained_sequence_leaves_its_batch_neighbours_alone(client: TestCl
     ({"response_format": {"type": "yaml"}}, "invalid_request", "response_format"),
     ({"nvext": {"guided_decoding_backend": "x"}}, "invalid_request", "guided_decoding_backend"),
     ({"guided_choice": []}, "invalid_request", "guided_choice"),
+    ({"guided_json": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}, "invalid_constraint", "'anyOf'"),
+    ({"guided_regex": NESTED}, "invalid_constraint", "guided_regex"),
+    ({"guided_regex": "a{1000}{1000}"}, "invalid_constraint", "simplify"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "string", "pattern": f"^{NESTED}$"}}}}, "invalid_constraint", "response_format"),
 ])
 def test_constraints_that_cannot_work_are_400s_naming_the_field(client: TestClient, body: dict[str, Any], code: str,
                                                                 named: str) -> None:
     response = client.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 8, **body})
     error = response.json()["error"]
     assert (response.status_code, error["code"]) == (400, code), response.text
-    assert named in error["message"]
+    assert named in error["message"] and "coerce_one_of" not in error["message"]
     assert client.get("/v1/health/ready").status_code == 200
 
 
+@pytest.mark.parametrize("regex", [NESTED, "a{1000}{1000}"])
+def test_a_grammar_that_fails_at_its_first_bytes_is_refused_before_the_stream_starts(client: TestClient,
+                                                                                     regex: str) -> None:
+    """Found when the grammar is compiled, so a streamed request gets a 400, not a 200 whose stream then fails."""
+    body = {"messages": ASK, "max_tokens": 8, "guided_regex": regex, "stream": True}
+    with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        response.read()
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid_constraint"
+
+
 def test_a_grammar_too_costly_to_follow_fails_its_request_alone(client: TestClient) -> None:
-    """A regex whose lexer outgrows the parser's bounds ends its own request with a 400 (stream: an error event);
-    a request beside it decodes as it would alone."""
+    """A grammar whose lexer outgrows the parser's bounds only past the tokens compiling it follows (here at its
+    second property) ends its own request with a 400 (stream: an error event); a request beside it decodes as it
+    would alone."""
     free = {"messages": ASK, "max_tokens": 24, "temperature": 0}
     alone = client.post("/v1/chat/completions", json=free).json()["choices"][0]["message"]["content"]
-    hostile = {**free, "guided_regex": "a{1000}{1000}"}
+    late = {"type": "object", "required": ["a", "b"], "additionalProperties": False, "properties": {
+        "a": {"type": "string", "minLength": 30, "maxLength": 30}, "b": {"type": "string", "pattern": f"^{NESTED}$"}}}
+    hostile = {**free, "max_tokens": 100, "guided_json": late}
     with ThreadPoolExecutor(2) as pool:
         beside = pool.submit(client.post, "/v1/chat/completions", json=free)
         refused = client.post("/v1/chat/completions", json=hostile)

@@ -180,3 +180,36 @@ def test_a_model_without_a_tool_format_refuses_tools(tiny_llm_build: Path) -> No
         response = client.post("/v1/chat/completions", json={"messages": ASK, "tools": TOOLS, "max_tokens": 4})
         assert (response.status_code, response.json()["error"]["code"]) == (400, "tools_unsupported")
         assert "MBUILD_TOOL_CALL_PARSER" in response.json()["error"]["message"]
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+CALLED = {"role": "assistant", "content": None, "tool_calls": [CALL]}
+
+
+@pytest.mark.parametrize(("body", "code", "words"), [
+    ({"tools": [*TOOLS, {"type": "function", "function": {"name": "weather", "parameters": ZONE}}]},
+     "invalid_tools", "'weather'"),
+    ({"tools": [TOOLS[0], TOOLS[0]], "tool_choice": "none"}, "invalid_tools", "'weather'"),
+    ({"messages": [*ASK, {"role": "tool", "tool_call_id": "call_404", "content": "{}"}]}, "invalid_messages",
+     "call_404"),
+    ({"messages": [*ASK, CALLED, {"role": "tool", "tool_call_id": "call_2", "content": "{}"}]}, "invalid_messages",
+     "call_2"),
+    ({"messages": [*ASK, CALLED, {"role": "tool", "content": "{}"}]}, "invalid_messages", "tool_call_id"),
+    ({"messages": [{"role": "tool", "tool_call_id": "call_1", "content": "{}"}, CALLED, *ASK]}, "invalid_messages",
+     "messages[0]"),  # a result before its call
+    ({"tools": TOOLS, "parallel_tool_calls": "yes"}, "invalid_request", "parallel_tool_calls"),
+    ({"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": "false"}, "invalid_request",
+     "parallel_tool_calls"),
+])
+def test_tool_requests_openai_refuses_are_400s_that_say_why(client: TestClient, body: dict[str, Any], code: str,
+                                                            words: str) -> None:
+    response = client.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 4, **body})
+    error = response.json()["error"]
+    assert (response.status_code, error["code"]) == (400, code), response.text
+    assert words in error["message"], error["message"]
+
+
+def test_a_tool_result_answering_an_earlier_call_is_taken(client: TestClient) -> None:
+    result = {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 20}'}
+    choice = ask(client, messages=[*ASK, CALLED, result], tool_choice="none", max_tokens=4)
+    assert choice["message"]["content"]

@@ -1,0 +1,30 @@
+"""The LLM hostile-input corpus (tests/support/hostile_cases.py) against the app in-process, on the tiny Llama: the
+same cases and the same judge as the integration run (which adds innocent clients, memory and a real server), so
+a case a change breaks fails here first. Each answer is the status the case wants, with a JSON error that names
+the field at fault, and the service stays ready."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.support.corpus import KEY, Case, check, send, served_model
+from tests.support.hostile_cases import LLM_CASES
+from tests.unit.test_generation_service import serving
+
+
+@pytest.fixture(scope="module")
+def client(tiny_llm_build: Path) -> Iterator[TestClient]:
+    # As the integration run serves it: a key, and a body limit that lets oversized lists reach the parser.
+    with serving(tiny_llm_build / "model", api_key=KEY, max_body_bytes=8 << 20) as test_client:
+        yield test_client
+
+
+@pytest.mark.parametrize("case", LLM_CASES, ids=lambda case: case.name)
+def test_each_case_gets_the_answer_a_user_must_see(client: TestClient, case: Case) -> None:
+    got = send(client, "", case, served_model(client, ""), timeout=None)
+    assert check(case, got) is None, check(case, got)
+    assert client.get("/v1/health/ready").status_code == 200
