@@ -18,6 +18,7 @@ PORT = 8000  # the container's port: the image exposes it, manifests and `mbuild
 DRAIN_SECONDS = 5  # after SIGTERM: readiness 503 while load balancers stop sending, then the server's SIGTERM
 GRACE_SECONDS = 20  # the server's SIGTERM to SIGKILL: in-flight requests finish
 PREFILL_CHUNK = 512  # prompt tokens per engine step, so running streams keep decoding
+MODEL_DIR = Path("/opt/mbuild/model")  # where the image carries the engine; MBUILD_MODEL_DIR moves it elsewhere
 TOOL_PARSERS = ("llama3_json", "hermes", "mistral")  # runtimes/generation/tools.py reads each
 LOG_LEVELS = ("debug", "info", "warning", "warn", "error", "critical")
 
@@ -55,7 +56,7 @@ _CHOICES = (("log_level", "MBUILD_LOG_LEVEL", LOG_LEVELS), ("log_format", "MBUIL
 
 @dataclass(frozen=True)
 class Settings:
-    model_dir: Path = Path("/opt/mbuild/model")
+    model_dir: Path = MODEL_DIR
     host: str = "0.0.0.0"
     port: int = PORT
     api_key: str | None = None  # None: no authentication (see auth_notice)

@@ -13,6 +13,7 @@ from builder.engine.report import REPORT_FILE, read_report
 from builder.errors import InputError
 from builder.image.inspect import inspect_target
 from builder.image.push import read_record
+from builder.image.spec import UID as UID  # the image's user, re-exported to manifests
 from builder.oci.refs import parse_image_source, parse_ref
 from builder.plan_record import PLAN_FILE, REWRITE_HINT, PlanRecord
 from builder.planning.plan import DEPLOY_LABEL
@@ -22,7 +23,6 @@ from runtimes.settings import GRACE_SECONDS as GRACE_SECONDS
 from runtimes.settings import PORT as PORT
 
 LIVE, READY, METRICS = "/v1/health/live", "/v1/health/ready", "/v1/metrics"
-UID = 10001  # the image's user
 _NAME = re.compile(r"[^a-z0-9-]+")
 
 

@@ -15,10 +15,11 @@ from typing import Any
 
 from builder.oci.layers import Copy
 from builder.settings import host_settings
-from runtimes.settings import PORT
+from runtimes.settings import MODEL_DIR, PORT
 
 SPEC_FILE = "image-spec.json"
-UID = 10001
+UID = 10001  # the image's user (not root); manifests run the pod as it
+ROOT = MODEL_DIR.parent.as_posix()  # /opt/mbuild: the image's own files
 
 
 def source_date_epoch() -> int:
@@ -41,10 +42,10 @@ class Healthcheck:
 
 # Ordered from least to most often changed, so rebuilds reuse the big layers.
 COPIES = (
-    Copy(("site",), "/opt/mbuild/site"),
-    Copy(("app",), "/opt/mbuild/app"),
-    Copy(("model",), "/opt/mbuild/model"),
-    Copy(("mbuild.lock", "bom.json"), "/opt/mbuild/"),
+    Copy(("site",), f"{ROOT}/site"),
+    Copy(("app",), f"{ROOT}/app"),
+    Copy(("model",), MODEL_DIR.as_posix()),
+    Copy(("mbuild.lock", "bom.json"), f"{ROOT}/"),
 )
 
 
@@ -54,14 +55,14 @@ def default_env(device: str = "cpu") -> tuple[tuple[str, str], ...]:
         if device == "gpu" else ()
     return (
         ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
-        ("PYTHONPATH", "/opt/mbuild/app:/opt/mbuild/site"),
+        ("PYTHONPATH", f"{ROOT}/app:{ROOT}/site"),
         ("PYTHONDONTWRITEBYTECODE", "1"),
         ("PYTHONUNBUFFERED", "1"),
         ("HOME", "/tmp"),
         ("BENTOML_HOME", "/tmp/bentoml"),
         ("BENTOML_DO_NOT_TRACK", "true"),
-        ("MBUILD_MODEL_DIR", "/opt/mbuild/model"),
-        ("MBUILD_SITE", "/opt/mbuild/site"),
+        ("MBUILD_MODEL_DIR", MODEL_DIR.as_posix()),
+        ("MBUILD_SITE", f"{ROOT}/site"),
         # No MBUILD_PORT: the runtime listens on PORT unless told, and one set here would hide NIM_SERVER_PORT.
         *gpu,
     )
