@@ -4,6 +4,7 @@ SSE event), served in-process by the real engine on a tiny Llama."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tests.unit.test_generation_service import client
+from tests.unit.test_structured_output import NESTED
 
 __all__ = ["client"]  # the module-scoped service fixture, shared
 ASK = {"messages": [{"role": "user", "content": "Hello, how are you"}], "max_tokens": 8, "temperature": 0}
@@ -25,13 +27,24 @@ def last_event(client: TestClient, body: dict[str, Any]) -> Any:
 
 
 def test_a_constraint_that_cannot_go_on_reads_the_same_whole_or_streamed(client: TestClient) -> None:
-    hostile = {**ASK, "guided_regex": "a{1000}{1000}"}  # its lexer outgrows the parser's bounds mid-request
+    # Its lexer outgrows the parser's bounds only at the second property, past what compiling follows, so the
+    # request is admitted and fails mid-generation (a pattern that fails at once is refused before admission).
+    late = {"type": "object", "required": ["a", "b"], "additionalProperties": False, "properties": {
+        "a": {"type": "string", "minLength": 30, "maxLength": 30}, "b": {"type": "string", "pattern": f"^{NESTED}$"}}}
+    hostile = {**ASK, "max_tokens": 100, "guided_json": late}
     whole = client.post("/v1/chat/completions", json=hostile)
     assert whole.status_code == 400, whole.text
     assert whole.json()["error"]["type"] == "invalid_request_error"
     assert whole.json()["error"]["code"] == "constraint_failed"
     assert "simplify the output constraint" in whole.json()["error"]["message"]
-    assert last_event(client, hostile) == whole.json()
+    # Where the grammar gives out can differ by run (sampling is greedy, but the 30-character string's tokens are
+    # not fixed by the schema); the body around it is the same.
+    assert at_token(last_event(client, hostile)) == at_token(whole.json())
+
+
+def at_token(body: Any) -> Any:
+    message = re.sub(r"at token \d+", "at token N", body["error"]["message"])
+    return {**body, "error": {**body["error"], "message": message}}
 
 
 def test_an_engine_failure_reads_the_same_whole_or_streamed(client: TestClient,
