@@ -14,6 +14,7 @@ from runtimes.bundle.codec import write_contract
 from runtimes.bundle.tensorrt import ShapeRange, TrtBuild
 from runtimes.engines.gpu_select import built_engines, choose_engine
 from runtimes.hardware import GpuInfo
+from tests.support.bundles import edit_json
 
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 80)
 L40S = GpuInfo("NVIDIA L40S", "8.9", 46)
@@ -38,19 +39,6 @@ def bundle(tmp_path: Path, *engines: tuple[str, str, dict[str, Any]]) -> Path:
         (folder / "engine.plan").write_bytes(b"plan")
         write_contract(folder / "engine-meta.json", meta(cc, version, **build))
     return tmp_path
-
-
-def _edit(path: Path, dotted: str, value: object) -> None:
-    data = json.loads(path.read_text())
-    *parents, name = dotted.split(".")
-    node = data
-    for key in parents:
-        node = node[key]
-    if value is ...:
-        del node[name]
-    else:
-        node[name] = value
-    path.write_text(json.dumps(data))
 
 
 def test_picks_the_engine_for_this_gpu(tmp_path: Path) -> None:
@@ -115,7 +103,7 @@ def test_an_engine_meta_of_another_format_or_ill_typed_is_refused(tmp_path: Path
                                                                   says: str) -> None:
     """Before: a KeyError, or .get() defaults that called any engine version-incompatible and non-portable."""
     model = bundle(tmp_path, ("9.0", "10.13.0", {}))
-    _edit(model / "engines" / "sm_90" / "engine-meta.json", field, value)
+    edit_json(model / "engines" / "sm_90" / "engine-meta.json", {field: value})
     with pytest.raises(BundleError) as caught:
         choose_engine(model, H100, "10.13.0")
     assert says in str(caught.value) and "rebuild the engine for this GPU" in str(caught.value)
