@@ -2,7 +2,7 @@
 
 The TensorRT calls themselves live in runtimes.engines.tensorrt_engine (the one module that makes
 them); this stage checks the host can build, computes the settings, and lays out the bundle:
-model/engines/sm_XX/{engine.plan, engine-meta.json}. A host without TensorRT or without the target
+model/engines/sm_XX/{engine.plan, engine-meta.json (EngineMeta)}. A host without TensorRT or without the target
 GPU stops here with what it needs.
 """
 
@@ -17,7 +17,8 @@ from builder.engine.tensorrt_settings import TrtSettings, trt_settings
 from builder.errors import ToolMissing
 from builder.planning.plan import BuildPlan, EngineTarget
 from builder.resources import mbuild_cache_dir
-from runtimes.bundle import EngineConfig
+from runtimes.bundle import ENGINE_META_FILE, EngineConfig, EngineMeta
+from runtimes.bundle.codec import write_contract
 from runtimes.engines import gpu_select, tensorrt_engine
 from runtimes.hardware import GpuInfo, detect_gpus
 
@@ -67,13 +68,13 @@ def compile_engines(plan: BuildPlan, onnx_path: Path, engine_dir: Path, exported
                               "mbuild does not write yet", hint="use an fp16 or bf16 profile (--precision fp16)")
         tensorrt_engine.use_device(index)
         cache = mbuild_cache_dir() / "tensorrt" / f"timing-{version}-{gpu_select.sm(engine.compute_capability)}.cache"
-        # The runtime's builder takes plain data: runtimes/ never imports builder's types.
-        plan_bytes = tensorrt_engine.build_plan(onnx_path, settings.to_dict(), cache)
+        # The runtime's builder takes its own contract (TrtBuild): runtimes/ never imports builder's types.
+        plan_bytes = tensorrt_engine.build_plan(onnx_path, settings.build, cache)
         folder = engine_dir / gpu_select.ENGINES_DIR / gpu_select.sm(engine.compute_capability)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / gpu_select.PLAN).write_bytes(plan_bytes)
-        meta = {"tensorrt_version": version, "compute_capability": engine.compute_capability,
-                "device_name": gpus[index].name, "gpu_model": engine.gpu_model, "profile": engine.profile.name,
-                "settings": settings.to_dict(), "timing_cache_sha256": hashlib.sha256(cache.read_bytes()).hexdigest()}
-        (folder / gpu_select.META).write_text(json.dumps(meta, indent=2) + "\n")
+        meta = EngineMeta(tensorrt_version=version, compute_capability=engine.compute_capability,
+                          device_name=gpus[index].name, gpu_model=engine.gpu_model, profile=engine.profile.name,
+                          build=settings.build, timing_cache_sha256=hashlib.sha256(cache.read_bytes()).hexdigest())
+        write_contract(folder / ENGINE_META_FILE, meta)
     return exported.engine_config("tensorrt", gpu_select.ENGINES_DIR, plan.profile.precision, plan.batching)

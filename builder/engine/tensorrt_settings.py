@@ -1,7 +1,9 @@
 """What the TensorRT builder is told for a profile: precision, shapes, workspace, compatibility.
 
 Pure: computed from the profile, the exported graph's inputs and the target GPU, saved in the build
-context as tensorrt.json (golden-tested), and handed to the one module that calls TensorRT.
+context as tensorrt.json (golden-tested). What TensorRT's builder is told is the runtime's TrtBuild
+(runtimes/bundle/tensorrt.py), handed to the one module that calls TensorRT and kept in engine-meta.json;
+TrtSettings adds what planning knows around it.
 
 Precisions:
   fp16, bf16          weak typing: the builder may run layers in that precision (FP16 / BF16 flags)
@@ -15,7 +17,7 @@ Shapes:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from builder.engine.exported import ExportShape
@@ -23,42 +25,27 @@ from builder.errors import InputError
 from builder.planning.engine_options import trt_options
 from builder.planning.precisions import PRECISIONS
 from builder.planning.profiles import Profile
+from runtimes.bundle.codec import encode
+from runtimes.bundle.tensorrt import Compatibility, ShapeRange, TrtBuild
 
-COMPATIBILITY = {"none": "NONE", "ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
+COMPATIBILITY: dict[str, Compatibility] = {
+    "none": "NONE", "ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
 GB = 1 << 30
 
 
 @dataclass(frozen=True)
-class ShapeRange:
-    min: tuple[int, ...]
-    opt: tuple[int, ...]
-    max: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class TrtSettings:
+    """One engine's settings as planned (tensorrt.json holds them by GPU; nothing reads them back)."""
+
     compute_capability: str
     gpu_model: str
     precision: str
-    precision_flags: tuple[str, ...]
-    strongly_typed: bool
     explicit_quantization: str | None  # ModelOpt quantize_mode when Q/DQ nodes are needed
-    workspace_bytes: int
-    optimization_level: int
-    hardware_compatibility: str
-    version_compatible: bool
-    profiles: tuple[dict[str, ShapeRange], ...]
+    build: TrtBuild
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["profiles"] = [{name: asdict(r) for name, r in p.items()} for p in self.profiles]
+        data: dict[str, Any] = encode(self)
         return data
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> TrtSettings:
-        profiles = tuple({name: ShapeRange(tuple(r["min"]), tuple(r["opt"]), tuple(r["max"]))
-                          for name, r in p.items()} for p in raw["profiles"])
-        return cls(**{**raw, "precision_flags": tuple(raw["precision_flags"]), "profiles": profiles})
 
 
 def _encoder_profiles(inputs: list[str], max_batch: int, max_seq: int) -> tuple[dict[str, ShapeRange], ...]:
@@ -109,12 +96,14 @@ def trt_settings(profile: Profile, task: str, exported: ExportShape, compute_cap
         compute_capability=compute_capability,
         gpu_model=profile.hardware,
         precision=profile.precision,
-        precision_flags=weak or (),
-        strongly_typed=explicit is not None,
         explicit_quantization=explicit,
-        workspace_bytes=int(options.workspace_gb * GB),
-        optimization_level=options.builder_optimization_level,
-        hardware_compatibility=COMPATIBILITY[options.hardware_compatibility],
-        version_compatible=options.version_compatible,
-        profiles=shapes,
+        build=TrtBuild(
+            precision_flags=weak or (),
+            strongly_typed=explicit is not None,
+            workspace_bytes=int(options.workspace_gb * GB),
+            optimization_level=options.builder_optimization_level,
+            hardware_compatibility=COMPATIBILITY[options.hardware_compatibility],
+            version_compatible=options.version_compatible,
+            profiles=shapes,
+        ),
     )

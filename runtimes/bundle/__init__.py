@@ -1,6 +1,7 @@
 """The model bundle a build ships: engine files beside engine.json, metadata.json and report.json.
 
-Each file is a typed, versioned contract (engine.py, metadata.py, report.py), read here for the runtime:
+Each file is a typed, versioned contract (engine.py, metadata.py, report.py, tensorrt.py for each TensorRT
+engine's engine-meta.json), read here for the runtime:
 another format, or a missing or ill-typed field, is a BundleError that names the file and the field.
 """
 
@@ -22,12 +23,16 @@ from runtimes.bundle.engine import (
 )
 from runtimes.bundle.metadata import METADATA_FILE, BundleMetadata, Requirements
 from runtimes.bundle.report import REPORT_FILE, GateReport, read_gate_report
+from runtimes.bundle.tensorrt import ENGINE_META_FILE, EngineMeta
 
-__all__ = ["DEFAULT_MAX_BATCH", "ENGINE_FILE", "METADATA_FILE", "REPORT_FILE", "Batching", "BundleError",
-           "BundleMetadata", "DecoderOptions", "EncoderOptions", "EngineConfig", "GateReport", "Requirements",
-           "load_engine_config", "load_metadata", "load_report", "read_json"]
+__all__ = ["DEFAULT_MAX_BATCH", "ENGINE_FILE", "ENGINE_META_FILE", "METADATA_FILE", "REPORT_FILE", "Batching",
+           "BundleError", "BundleMetadata", "DecoderOptions", "EncoderOptions", "EngineConfig", "EngineMeta",
+           "GateReport", "Requirements", "load_engine_config", "load_engine_meta", "load_metadata", "load_report",
+           "read_json"]
 T = TypeVar("T")
 REBUILD = "rebuild the image (or build directory) with the mbuild this runtime came with"
+REBUILD_ENGINE = ("rebuild the engine for this GPU with the mbuild this runtime came with "
+                  "(mbuild package MODEL --gpu <this GPU>)")
 
 
 class BundleError(Exception):
@@ -46,11 +51,11 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _contract(path: Path, reader: Callable[[dict[str, Any]], T]) -> T:
+def _contract(path: Path, reader: Callable[[dict[str, Any]], T], advice: str = REBUILD) -> T:
     try:
         return reader(read_json(path))
     except ContractError as exc:
-        raise BundleError(f"{exc}; {REBUILD}") from exc
+        raise BundleError(f"{exc}; {advice}") from exc
 
 
 def load_engine_config(model_dir: Path) -> EngineConfig:
@@ -67,3 +72,8 @@ def load_report(model_dir: Path) -> GateReport | None:
     """report.json, the build's numerical gate; None where the bundle has none (never validated)."""
     path = model_dir / REPORT_FILE
     return _contract(path, read_gate_report) if path.is_file() else None
+
+
+def load_engine_meta(path: Path, name: str) -> EngineMeta:
+    """One TensorRT engine's engine-meta.json; name is how errors call it (engines/sm_90/engine-meta.json)."""
+    return _contract(path, lambda raw: EngineMeta.from_dict(raw, name), REBUILD_ENGINE)

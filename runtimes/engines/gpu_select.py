@@ -1,34 +1,31 @@
 """Which TensorRT engine of a bundle runs on this GPU, or why none can.
 
 A bundle may carry one engine per compute capability (model/engines/sm_90/, sm_89/, ...), each with
-engine-meta.json: the TensorRT version and GPU it was built with and its builder settings. TensorRT
-plans only load on the compute capability and TensorRT version that built them (unless built
+engine-meta.json (EngineMeta): the TensorRT version and GPU it was built with and its builder settings.
+TensorRT plans only load on the compute capability and TensorRT version that built them (unless built
 hardware- or version-compatible), so the choice and its refusals happen before anything loads.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from runtimes.bundle import BundleError
+from runtimes.bundle import ENGINE_META_FILE, BundleError, EngineMeta, load_engine_meta
 from runtimes.hardware import GpuInfo
 
 ENGINES_DIR = "engines"
 PLAN = "engine.plan"
-META = "engine-meta.json"
 
 
 @dataclass(frozen=True)
 class BuiltEngine:
     folder: Path
-    meta: dict[str, Any]
+    meta: EngineMeta
 
     @property
     def compute_capability(self) -> str:
-        return str(self.meta["compute_capability"])
+        return self.meta.compute_capability
 
     @property
     def plan(self) -> Path:
@@ -40,12 +37,8 @@ def sm(compute_capability: str) -> str:
 
 
 def built_engines(model_dir: Path) -> list[BuiltEngine]:
-    found = []
-    for meta in sorted((model_dir / ENGINES_DIR).glob(f"*/{META}")):
-        try:
-            found.append(BuiltEngine(meta.parent, json.loads(meta.read_text())))
-        except (OSError, ValueError) as exc:
-            raise BundleError(f"{meta} is not readable JSON: {exc}") from exc
+    found = [BuiltEngine(meta.parent, load_engine_meta(meta, str(meta.relative_to(model_dir))))
+             for meta in sorted((model_dir / ENGINES_DIR).glob(f"*/{ENGINE_META_FILE}"))]
     if not found:
         raise BundleError(f"no TensorRT engine in {model_dir / ENGINES_DIR}")
     return found
@@ -58,7 +51,7 @@ def _same_major_minor(a: str, b: str) -> bool:
 def choose_engine(model_dir: Path, gpu: GpuInfo | None, trt_version: str | None) -> BuiltEngine:
     """The engine for this device, or a BundleError that says what to rebuild."""
     engines = built_engines(model_dir)
-    built_for = ", ".join(f"{sm(e.compute_capability)} ({e.meta.get('device_name', '?')})" for e in engines)
+    built_for = ", ".join(f"{sm(e.compute_capability)} ({e.meta.device_name})" for e in engines)
     if gpu is None:
         raise BundleError(f"this image runs TensorRT engines built for {built_for}, and no NVIDIA GPU is visible; "
                           "run it with --gpus all and the NVIDIA container toolkit")
@@ -66,7 +59,7 @@ def choose_engine(model_dir: Path, gpu: GpuInfo | None, trt_version: str | None)
         raise BundleError("this image runs TensorRT engines, and the tensorrt package is not importable here; "
                           "use the TensorRT base image the build chose")
     matching = [e for e in engines if e.compute_capability == gpu.compute_capability]
-    portable = [e for e in engines if e.meta.get("settings", {}).get("hardware_compatibility") == "AMPERE_PLUS"
+    portable = [e for e in engines if e.meta.build.hardware_compatibility == "AMPERE_PLUS"
                 and tuple(map(int, gpu.compute_capability.split("."))) >= (8, 0)]
     candidates = matching or portable
     if not candidates:
@@ -74,9 +67,8 @@ def choose_engine(model_dir: Path, gpu: GpuInfo | None, trt_version: str | None)
                           f"{sm(gpu.compute_capability)}: rebuild for it (mbuild package MODEL --gpu <this GPU>), or "
                           "package several at once (--gpu h100,l40s)")
     engine = candidates[0]
-    built_with = str(engine.meta.get("tensorrt_version", "?"))
-    version_compatible = engine.meta.get("settings", {}).get("version_compatible", False)
-    if not version_compatible and not _same_major_minor(built_with, trt_version):
+    built_with = engine.meta.tensorrt_version
+    if not engine.meta.build.version_compatible and not _same_major_minor(built_with, trt_version):
         raise BundleError(f"the engine for {sm(engine.compute_capability)} was built with TensorRT {built_with}, but "
                           f"this image runs TensorRT {trt_version}; plans only load in the version that built them: "
                           "rebuild, or use the base image the build chose")

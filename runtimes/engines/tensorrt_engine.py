@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from runtimes.bundle.tensorrt import TrtBuild
+
 try:  # the optional extra: mbuild[tensorrt] on the build host, the NVIDIA base image at run time
     import tensorrt as trt
 
@@ -61,29 +63,29 @@ def use_device(index: int) -> None:
     _check(cudart.cudaSetDevice(index), "cudaSetDevice")
 
 
-def build_plan(onnx_path: Path, settings: dict[str, Any], timing_cache: Path) -> bytes:
-    """Parse the ONNX graph and build a serialized engine as the settings say (see tensorrt.json)."""
+def build_plan(onnx_path: Path, settings: TrtBuild, timing_cache: Path) -> bytes:
+    """Parse the ONNX graph and build a serialized engine as the settings say (engine-meta.json keeps them)."""
     _require()
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if settings["strongly_typed"] else 0
+    flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if settings.strongly_typed else 0
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_path)):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise RuntimeError(f"TensorRT cannot parse {onnx_path}: {errors}")
     config = builder.create_builder_config()
-    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(settings["workspace_bytes"]))
-    config.builder_optimization_level = int(settings["optimization_level"])
-    for flag in settings["precision_flags"]:
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_bytes)
+    config.builder_optimization_level = settings.optimization_level
+    for flag in settings.precision_flags:
         config.set_flag(getattr(trt.BuilderFlag, flag))
-    if settings["version_compatible"]:
+    if settings.version_compatible:
         config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
-    config.hardware_compatibility_level = getattr(trt.HardwareCompatibilityLevel, settings["hardware_compatibility"])
-    for shapes in settings["profiles"]:
+    config.hardware_compatibility_level = getattr(trt.HardwareCompatibilityLevel, settings.hardware_compatibility)
+    for shapes in settings.profiles:
         profile = builder.create_optimization_profile()
         for name, span in shapes.items():
-            profile.set_shape(name, tuple(span["min"]), tuple(span["opt"]), tuple(span["max"]))
+            profile.set_shape(name, span.min, span.opt, span.max)
         config.add_optimization_profile(profile)
     cache = config.create_timing_cache(timing_cache.read_bytes() if timing_cache.is_file() else b"")
     config.set_timing_cache(cache, ignore_mismatch=False)

@@ -15,6 +15,7 @@ import pytest
 from sentence_transformers import SentenceTransformer
 
 from builder.planning.gpus import identify
+from runtimes.bundle import load_engine_meta
 from runtimes.engines import tensorrt_engine
 from runtimes.hardware import detect_gpus
 from tests.conftest import MINILM_REPO
@@ -47,8 +48,8 @@ def gpu_build(minilm_source: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def test_the_engine_was_built_for_this_gpu(gpu_build: Path) -> None:
     folder = gpu_build / "model" / "engines" / f"sm_{GPUS[0].compute_capability.replace('.', '')}"
-    meta = json.loads((folder / "engine-meta.json").read_text())
-    assert meta["device_name"] == GPUS[0].name and meta["tensorrt_version"] == tensorrt_engine.trt_version()
+    meta = load_engine_meta(folder / "engine-meta.json", "engine-meta.json")
+    assert meta.device_name == GPUS[0].name and meta.tensorrt_version == tensorrt_engine.trt_version()
     assert (folder / "engine.plan").stat().st_size > 1000
     assert json.loads((gpu_build / "report.json").read_text())["passed"] is True
 

@@ -1,8 +1,11 @@
-"""Small, valid contract files for tests that need a bundle's engine.json or report.json without building one."""
+"""Small, valid contract files for tests that need a bundle's engine.json or report.json without building one,
+and edit_json for tests that spoil one."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from runtimes.bundle import Batching, EncoderOptions, EngineConfig
 from runtimes.bundle.codec import write_contract
@@ -31,3 +34,18 @@ def write_bundle_files(model_dir: Path, passed: bool | None) -> None:
     write_contract(model_dir / "engine.json", encoder_config())
     if passed is not None:
         write_contract(model_dir / "report.json", encoder_report(passed))
+
+
+def edit_json(path: Path, change: dict[str, Any]) -> None:
+    """Set each dotted field of a JSON file to its value; ... deletes the field."""
+    data = json.loads(path.read_text())
+    for dotted, value in change.items():
+        *parents, name = dotted.split(".")
+        node = data
+        for key in parents:
+            node = node[key]
+        if value is ...:
+            del node[name]
+        else:
+            node[name] = value
+    path.write_text(json.dumps(data))

@@ -16,6 +16,7 @@ import onnxruntime as ort
 import pytest
 
 from builder.engine import compile_tensorrt
+from runtimes.bundle.tensorrt import TrtBuild
 from runtimes.engines import sessions, tensorrt_engine
 from runtimes.hardware import GpuInfo
 
@@ -35,7 +36,7 @@ class FakeTrtSession:
         return list(self.session.run(list(output_names) if output_names else None, feeds))
 
 
-def fake_build_plan(onnx_path: Path, settings: dict[str, Any], timing_cache: Path) -> bytes:
+def fake_build_plan(onnx_path: Path, settings: TrtBuild, timing_cache: Path) -> bytes:
     timing_cache.parent.mkdir(parents=True, exist_ok=True)
     timing_cache.write_bytes(b"timing cache of the fake")
     return onnx_path.read_bytes()

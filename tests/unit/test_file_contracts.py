@@ -22,21 +22,8 @@ from builder.model.geometry import head_geometry
 from builder.plan_record import PlanRecord
 from runtimes.__main__ import preflight
 from runtimes.bundle import BundleError, load_engine_config, load_metadata, load_report
+from tests.support.bundles import edit_json
 from tests.support.deploy_cases import cli, plan_file
-
-
-def _edit(path: Path, change: dict[str, Any]) -> None:
-    data = json.loads(path.read_text())
-    for dotted, value in change.items():
-        *parents, name = dotted.split(".")
-        node = data
-        for key in parents:
-            node = node[key]
-        if value is ...:
-            del node[name]
-        else:
-            node[name] = value
-    path.write_text(json.dumps(data))
 
 
 @pytest.fixture
@@ -48,7 +35,7 @@ def bundle(tiny_build: Path, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("name", ["engine.json", "metadata.json", "report.json"])
 @pytest.mark.parametrize("found", [0, 2, ...], ids=["older", "newer", "no-format-field"])
 def test_the_runtime_refuses_a_bundle_file_of_another_format(bundle: Path, name: str, found: object) -> None:
-    _edit(bundle / name, {"format": found})
+    edit_json(bundle / name, {"format": found})
     with pytest.raises(BundleError) as caught:
         preflight(bundle)
         load_report(bundle)
@@ -58,7 +45,7 @@ def test_the_runtime_refuses_a_bundle_file_of_another_format(bundle: Path, name:
 
 
 def test_the_image_exits_3_with_the_reason_not_a_traceback(bundle: Path) -> None:
-    _edit(bundle / "engine.json", {"format": 0})
+    edit_json(bundle / "engine.json", {"format": 0})
     result = subprocess.run([sys.executable, "-m", "runtimes"], capture_output=True, text=True, timeout=60,
                             env={**os.environ, "MBUILD_MODEL_DIR": str(bundle), "MBUILD_PORT": "1"}, check=False)
     assert result.returncode == 3 and "Traceback" not in result.stderr
@@ -75,7 +62,7 @@ def test_the_image_exits_3_with_the_reason_not_a_traceback(bundle: Path) -> None
     ("report.json", {"passed": "yes"}, "report.json: passed must be true or false"),
 ])
 def test_a_missing_or_ill_typed_field_is_named(bundle: Path, name: str, change: dict[str, Any], says: str) -> None:
-    _edit(bundle / name, change)
+    edit_json(bundle / name, change)
     with pytest.raises(BundleError, match=re.escape(says)):
         load_engine_config(bundle)
         load_metadata(bundle)
@@ -148,7 +135,7 @@ def test_a_build_directory_s_image_json_of_another_format_is_refused(tiny_build:
 def test_a_build_directory_s_report_json_of_another_format_is_refused(tiny_build: Path, tmp_path: Path) -> None:
     build = tmp_path / "build"
     shutil.copytree(tiny_build, build, ignore=shutil.ignore_patterns("site", "oci"))
-    _edit(build / "model" / "report.json", {"format": 0})
+    edit_json(build / "model" / "report.json", {"format": 0})
     result = CliRunner().invoke(mbuild_cli, ["serve", str(build)])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "report.json: it is format 0; this mbuild reads format 1" in result.output and "hint:" in result.output

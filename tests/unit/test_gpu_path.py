@@ -8,6 +8,7 @@ TensorRT build and execution (the fake runs the ONNX graph with ONNX Runtime on 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from builder.build.plan_package import PackageOptions
 from builder.cli import cli
 from builder.progress import Reporter
 from runtimes.api.app import create_app
+from runtimes.bundle import load_engine_meta
+from runtimes.bundle.tensorrt import TrtBuild
+from runtimes.engines import tensorrt_engine
 from runtimes.settings import Settings
 from tests.support import fake_tensorrt
 
@@ -38,10 +42,10 @@ def gpu_build(tiny_encoder: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 def test_bundle_layout_and_metadata(gpu_build: Path) -> None:
     engine = json.loads((gpu_build / "model" / "engine.json").read_text())
     assert engine["engine"] == "tensorrt" and engine["model_file"] == "engines"
-    meta = json.loads((gpu_build / "model" / "engines" / "sm_90" / "engine-meta.json").read_text())
-    assert meta["tensorrt_version"] == fake_tensorrt.VERSION and meta["compute_capability"] == "9.0"
-    assert meta["device_name"] == fake_tensorrt.H100.name and meta["settings"]["precision_flags"] == ["FP16"]
-    assert len(meta["timing_cache_sha256"]) == 64
+    meta = load_engine_meta(gpu_build / "model" / "engines" / "sm_90" / "engine-meta.json", "engine-meta.json")
+    assert meta.tensorrt_version == fake_tensorrt.VERSION and meta.compute_capability == "9.0"
+    assert meta.device_name == fake_tensorrt.H100.name and meta.build.precision_flags == ("FP16",)
+    assert meta.gpu_model == "h100" and len(meta.timing_cache_sha256) == 64
     assert json.loads((gpu_build / "report.json").read_text())["passed"] is True
     requirements = (gpu_build / "requirements.txt").read_text()
     assert "onnxruntime-gpu==" in requirements and "cuda-python==" in requirements
@@ -85,6 +89,39 @@ def test_refuses_other_hardware_and_never_gets_ready(gpu_build: Path, monkeypatc
         state = _settle(client)
         assert state["status"] == "failed" and reason in state["reason"]
         assert client.get("/v1/health/ready").status_code == 503
+
+
+def test_an_engine_meta_of_another_format_is_refused_and_never_gets_ready(
+        gpu_build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(gpu_build / "model", model)
+    path = model / "engines" / "sm_90" / "engine-meta.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": 2}))
+    fake_tensorrt.install(monkeypatch, (fake_tensorrt.H100,))
+    with _client(model) as client:
+        state = _settle(client)
+    assert state["status"] == "failed"
+    assert "engines/sm_90/engine-meta.json: it is format 2; this mbuild reads format 1" in state["reason"]
+    assert "rebuild the engine for this GPU" in state["reason"]
+
+
+def test_a_build_at_start_is_told_the_settings_engine_meta_json_keeps(
+        gpu_build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(gpu_build / "model", model)
+    shutil.copy(model / "engines" / "sm_90" / "engine.plan", model / "model.onnx")  # the fake's plan is the graph
+    fake_tensorrt.install(monkeypatch, (fake_tensorrt.L4,))
+    told: list[TrtBuild] = []
+
+    def build_plan(onnx: Path, settings: TrtBuild, cache: Path) -> bytes:
+        told.append(settings)
+        return fake_tensorrt.fake_build_plan(onnx, settings, cache)
+
+    monkeypatch.setattr(tensorrt_engine, "build_plan", build_plan)
+    monkeypatch.setenv("MBUILD_TRT_BUILD_AT_START", "1")
+    with _client(model) as client:
+        assert _settle(client)["status"] == "ready"
+    assert told == [load_engine_meta(model / "engines" / "sm_90" / "engine-meta.json", "engine-meta.json").build]
 
 
 def test_building_without_the_target_gpu_says_so(tiny_encoder: Path, tmp_path: Path,

@@ -2,27 +2,42 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from runtimes.bundle import BundleError
-from runtimes.engines.gpu_select import choose_engine
+from runtimes.bundle import BundleError, EngineMeta
+from runtimes.bundle.codec import write_contract
+from runtimes.bundle.tensorrt import ShapeRange, TrtBuild
+from runtimes.engines.gpu_select import built_engines, choose_engine
 from runtimes.hardware import GpuInfo
+from tests.support.bundles import edit_json
 
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 80)
 L40S = GpuInfo("NVIDIA L40S", "8.9", 46)
 A10G = GpuInfo("NVIDIA A10G", "8.6", 23)
 
 
-def bundle(tmp_path: Path, *engines: tuple[str, str, dict[str, object]]) -> Path:
-    for cc, version, settings in engines:
+BUILD = TrtBuild(precision_flags=("FP16",), strongly_typed=False, workspace_bytes=1 << 30, optimization_level=3,
+                 hardware_compatibility="NONE", version_compatible=False,
+                 profiles=({"input_ids": ShapeRange((1, 1), (4, 64), (8, 128))},))
+
+
+def meta(cc: str, version: str, **build: Any) -> EngineMeta:
+    return EngineMeta(tensorrt_version=version, compute_capability=cc, device_name=f"gpu {cc}", gpu_model="h100",
+                      profile="tensorrt-h100-fp16-tp1-latency", build=dataclasses.replace(BUILD, **build),
+                      timing_cache_sha256="0" * 64)
+
+
+def bundle(tmp_path: Path, *engines: tuple[str, str, dict[str, Any]]) -> Path:
+    for cc, version, build in engines:
         folder = tmp_path / "engines" / f"sm_{cc.replace('.', '')}"
         folder.mkdir(parents=True)
         (folder / "engine.plan").write_bytes(b"plan")
-        (folder / "engine-meta.json").write_text(json.dumps(
-            {"compute_capability": cc, "tensorrt_version": version, "device_name": f"gpu {cc}", "settings": settings}))
+        write_contract(folder / "engine-meta.json", meta(cc, version, **build))
     return tmp_path
 
 
@@ -65,3 +80,30 @@ def test_missing_gpu_or_tensorrt(tmp_path: Path, gpu: GpuInfo | None, version: s
 def test_no_engines_at_all(tmp_path: Path) -> None:
     with pytest.raises(BundleError, match="no TensorRT engine"):
         choose_engine(tmp_path, H100, "10.13.0")
+
+
+def test_engine_meta_is_read_back_as_written(tmp_path: Path) -> None:
+    model = bundle(tmp_path, ("9.0", "10.13.0", {"version_compatible": True}))
+    assert [e.meta for e in built_engines(model)] == [meta("9.0", "10.13.0", version_compatible=True)]
+    written = json.loads((model / "engines" / "sm_90" / "engine-meta.json").read_text())
+    assert next(iter(written)) == "format" and written["build"]["profiles"][0]["input_ids"]["max"] == [8, 128]
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("format", 0, "engines/sm_90/engine-meta.json: it is format 0; this mbuild reads format 1"),
+    ("format", ..., "engines/sm_90/engine-meta.json: an older mbuild wrote it, with no format field"),
+    ("compute_capability", 9.0, "engines/sm_90/engine-meta.json: compute_capability must be a string (got 9.0)"),
+    ("build.version_compatible", "yes", "engine-meta.json: build.version_compatible must be true or false"),
+    ("build.hardware_compatibility", "ANY", "engine-meta.json: build.hardware_compatibility must be 'NONE' or"),
+    ("build.optimization_level", 9, "engine-meta.json: build.optimization_level must lie between 0 and 5"),
+    ("build.profiles", [{"input_ids": {"min": [1]}}], "engine-meta.json: build.profiles[0].input_ids.opt is missing"),
+    ("build", ..., "engines/sm_90/engine-meta.json: build is missing"),
+])
+def test_an_engine_meta_of_another_format_or_ill_typed_is_refused(tmp_path: Path, field: str, value: object,
+                                                                  says: str) -> None:
+    """Before: a KeyError, or .get() defaults that called any engine version-incompatible and non-portable."""
+    model = bundle(tmp_path, ("9.0", "10.13.0", {}))
+    edit_json(model / "engines" / "sm_90" / "engine-meta.json", {field: value})
+    with pytest.raises(BundleError) as caught:
+        choose_engine(model, H100, "10.13.0")
+    assert says in str(caught.value) and "rebuild the engine for this GPU" in str(caught.value)
