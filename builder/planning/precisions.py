@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from runtimes.bundle.tensorrt import PrecisionFlag
+
 Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4", "nvfp4"]
 
 
@@ -18,7 +20,7 @@ class PrecisionInfo:
     cpu: bool  # ONNX Runtime on CPU runs it
     quantized: bool  # integer weights: CPU kernels that gain from the host's instruction set
     min_compute_capability: tuple[int, int] | None = None  # GPUs older than this cannot run it
-    trt_flags: tuple[str, ...] | None = None  # weakly typed TensorRT: builder flags (None: not weakly typed)
+    trt_flags: tuple[PrecisionFlag, ...] | None = None  # weakly typed TensorRT: builder flags (None: not weakly typed)
     trt_quantize: str | None = None  # strongly typed TensorRT: the ModelOpt quantize mode
     weight_bits: int | None = None  # bits of a language model's linear weights in ONNX Runtime (MatMulNBits)
 

@@ -16,6 +16,9 @@ from runtimes.bundle.codec import bounds, check_format, decode, encode
 ENGINE_META_FILE = "engine-meta.json"
 ENGINE_META_FORMAT = 1
 Compatibility = Literal["NONE", "AMPERE_PLUS", "SAME_COMPUTE_CAPABILITY"]  # TensorRT's HardwareCompatibilityLevel
+# The BuilderFlag names a weakly typed build sets (planning/precisions.py's trt_flags); bounded here so a file
+# naming another is refused when read, not an AttributeError inside TensorRT's builder.
+PrecisionFlag = Literal["FP16", "BF16"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class ShapeRange:
 class TrtBuild:
     """What TensorRT's builder is told: flags, memory, compatibility and one shape profile per phase."""
 
-    precision_flags: tuple[str, ...]  # BuilderFlag names (weak typing); empty when strongly typed
+    precision_flags: tuple[PrecisionFlag, ...]  # BuilderFlag names (weak typing); empty when strongly typed
     strongly_typed: bool
     workspace_bytes: int = field(metadata=bounds(1, 1 << 50))
     optimization_level: int = field(metadata=bounds(0, 5))

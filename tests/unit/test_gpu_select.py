@@ -96,6 +96,7 @@ def test_engine_meta_is_read_back_as_written(tmp_path: Path) -> None:
     ("build.version_compatible", "yes", "engine-meta.json: build.version_compatible must be true or false"),
     ("build.hardware_compatibility", "ANY", "engine-meta.json: build.hardware_compatibility must be 'NONE' or"),
     ("build.optimization_level", 9, "engine-meta.json: build.optimization_level must lie between 0 and 5"),
+    ("build.precision_flags", ["FP16", "TF64"], "engine-meta.json: build.precision_flags[1] must be 'FP16' or"),
     ("build.profiles", [{"input_ids": {"min": [1]}}], "engine-meta.json: build.profiles[0].input_ids.opt is missing"),
     ("build", ..., "engines/sm_90/engine-meta.json: build is missing"),
 ])
