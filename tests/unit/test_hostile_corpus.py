@@ -1,4 +1,4 @@
-"""The LLM hostile-input corpus (tests/support/hostile_cases.py) against the app in-process, on the tiny Llama: the
+"""The hostile-input corpus (tests/support/hostile_cases.py) against the app in-process, on the tiny encoder and the tiny Llama: the
 same cases and the same judge as the integration run (which adds innocent clients, memory and a real server), so
 a case a change breaks fails here first. Each answer is the status the case wants, with a JSON error that names
 the field at fault, and the service stays ready."""
@@ -12,19 +12,37 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.support.corpus import KEY, Case, check, send, served_model
-from tests.support.hostile_cases import LLM_CASES
+from tests.support.hostile_cases import ENCODER_CASES, LLM_CASES
 from tests.unit.test_generation_service import serving
+
+
+def served_as_in_ci(build: Path) -> Iterator[TestClient]:
+    # As the integration run serves it: a key, and a body limit that lets oversized lists reach the parser.
+    with serving(build / "model", api_key=KEY, max_body_bytes=8 << 20) as test_client:
+        yield test_client
 
 
 @pytest.fixture(scope="module")
 def client(tiny_llm_build: Path) -> Iterator[TestClient]:
-    # As the integration run serves it: a key, and a body limit that lets oversized lists reach the parser.
-    with serving(tiny_llm_build / "model", api_key=KEY, max_body_bytes=8 << 20) as test_client:
-        yield test_client
+    yield from served_as_in_ci(tiny_llm_build)
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_build: Path) -> Iterator[TestClient]:
+    yield from served_as_in_ci(tiny_build)
+
+
+def answers_as_a_user_must_see(client: TestClient, case: Case) -> None:
+    got = send(client, "", case, served_model(client, ""), timeout=None)
+    assert check(case, got) is None, check(case, got)
+    assert client.get("/v1/health/ready").status_code == 200
 
 
 @pytest.mark.parametrize("case", LLM_CASES, ids=lambda case: case.name)
 def test_each_case_gets_the_answer_a_user_must_see(client: TestClient, case: Case) -> None:
-    got = send(client, "", case, served_model(client, ""), timeout=None)
-    assert check(case, got) is None, check(case, got)
-    assert client.get("/v1/health/ready").status_code == 200
+    answers_as_a_user_must_see(client, case)
+
+
+@pytest.mark.parametrize("case", ENCODER_CASES, ids=lambda case: case.name)
+def test_each_embedding_case_gets_the_answer_a_user_must_see(encoder: TestClient, case: Case) -> None:
+    answers_as_a_user_must_see(encoder, case)
