@@ -1,7 +1,7 @@
-"""The hostile-input corpus (tests/support/hostile_cases.py) against the app in-process, on the tiny encoder and the tiny Llama: the
-same cases and the same judge as the integration run (which adds innocent clients, memory and a real server), so
-a case a change breaks fails here first. Each answer is the status the case wants, with a JSON error that names
-the field at fault, and the service stays ready."""
+"""The hostile-input corpus (tests/support/hostile_cases.py) against the app in-process, on the tiny encoder and
+the tiny Llama: the same cases and the same judge as the integration run (which adds innocent clients, memory and
+a real server), so a case a change breaks fails here first. Each answer is the status the case wants, with a JSON
+error that names the field at fault, and the service stays ready."""
 
 from __future__ import annotations
 
