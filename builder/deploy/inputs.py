@@ -48,7 +48,8 @@ def check_options(name: str | None, namespace: str | None, api_key_secret: str |
                   minimum: int, maximum: int) -> None:
     """The options as given (the name made from the image is checked once it is made: object_name)."""
     if minimum > maximum:
-        raise InputError(f"--min-replicas {minimum} is above --max-replicas {maximum}")
+        raise InputError(f"--min-replicas {minimum} is above --max-replicas {maximum}",
+                         hint="give a --min-replicas no larger than --max-replicas")
     # The autoscaler would at once scale a Deployment outside its range back into it.
     if replicas is not None and not minimum <= replicas <= maximum:
         side = f"below --min-replicas {minimum}" if replicas < minimum else f"above --max-replicas {maximum}"
