@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM
 
 from builder.engine.compile_ort import optimize
 from builder.engine.export_decoder import export_decoder, export_decoder_tensorrt
+from builder.engine.rope import served_context
 from builder.errors import UnsupportedModel
 from runtimes.bundle import Batching
 from runtimes.engines.decoder import DecoderEngine
@@ -107,3 +108,12 @@ def test_every_slot_is_committed_at_start(tmp_path: Path) -> None:
     wide = DecoderEngine(tmp_path / "engine", engine.config, threads=1, slots=256)  # buffers of MBs, mmap'd
     assert wide.cache[0].nbytes >= 4 << 20
     assert [round(_resident_share(buffer), 2) for buffer in wide.cache] == [1.0] * len(wide.cache)
+
+
+def test_longrope_is_served_to_its_original_length() -> None:
+    """Past original_max_position_embeddings LongRoPE switches every position to its long factors, which a
+    table per position cannot express: the engine's context stops where its short-factor table is exact."""
+    config = SHAPES["phi3"]
+    assert config.rope_parameters["rope_type"] == "longrope"
+    assert served_context(config) == config.rope_parameters["original_max_position_embeddings"]
+    assert served_context(SHAPES["llama"]) == SHAPES["llama"].max_position_embeddings
