@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import mmap
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
