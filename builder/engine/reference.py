@@ -21,7 +21,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from builder.engine.checkpoint import Checkpoint
-from builder.engine.decoder_graph import attention_window
+from builder.engine.decoder_family import attention_window
 from builder.engine.weight_writer import BLOCK_BYTES
 
 
