@@ -75,8 +75,6 @@ class Experts:
         ck, h, i = self.checkpoint, self.hidden, self.inter
         if self.layout == "split":
             gate, up = (n.format(e=e) for n in self.names[:2])
-            self._expect(gate, (i, h))
-            self._expect(up, (i, h))
             for (first, g), (_, u) in zip(ck.blocks([gate], BLOCK_BYTES // 2), ck.blocks([up], BLOCK_BYTES // 2),
                                           strict=True):
                 rows = np.empty((2 * len(g), h), np.float32)
@@ -90,15 +88,13 @@ class Experts:
     def fc2(self, e: int) -> Rows:
         ck, h, i = self.checkpoint, self.hidden, self.inter
         if self.layout == "split":
-            down = self.names[2].format(e=e)
-            self._expect(down, (h, i))
-            yield from ck.blocks([down], BLOCK_BYTES)
+            yield from ck.blocks([self.names[2].format(e=e)], BLOCK_BYTES)
         elif self.layout == "fused":
             yield 0, ck.rows(self.names[1], e, e + 1)[0].T
         else:
             yield 0, mxfp4.expert_rows(ck, self.names[1], e, h, i)
 
-    def _expect(self, name: str, shape: tuple[int, ...]) -> None:
+    def expect(self, name: str, shape: tuple[int, ...]) -> None:
         found = self.checkpoint.shape(name)
         if found != shape:
             raise UnsupportedModel(f"tensor {name!r} is {list(found)}; the config implies {list(shape)}",
@@ -131,15 +127,23 @@ def experts(checkpoint: Checkpoint, config: Any, layer: int) -> Experts:
         packed = f"{prefix}.experts.gate_up_proj_blocks" in checkpoint
         names = (f"{prefix}.experts.gate_up_proj", f"{prefix}.experts.down_proj")
         # (up + 1) * gate * sigmoid(alpha * gate), both clamped at the limit: swiglu's beta 1
+        gating = {"activation_alpha": float(config.swiglu_alpha), "activation_beta": 1.0}
+        if getattr(config, "swiglu_limit", None) is not None:
+            gating["swiglu_limit"] = float(config.swiglu_limit)
         found = Experts(checkpoint, prefix, f"{prefix}.router", count, h, i, "mxfp4" if packed else "fused", names,
-                        {**swiglu, "normalize_routing_weights": 1, "activation_alpha": float(config.swiglu_alpha),
-                         "activation_beta": 1.0, "swiglu_limit": float(config.swiglu_limit)})
-        if not packed:
-            for name, shape in zip(names, ((count, h, 2 * i), (count, i, h)), strict=True):
-                found._expect(name, shape)
+                        {**swiglu, **gating, "normalize_routing_weights": 1})
     if not 0 < k <= count:
         raise UnsupportedModel(f"{kind} layer {layer} routes each token to {k} of {count} experts")
-    found._expect(f"{found.router}.weight", (count, h))
+    found.expect(f"{found.router}.weight", (count, h))
+    # every shape before the first byte is written: a mismatch is found in seconds, not after a layer's experts
+    checks: list[tuple[str, tuple[int, ...]]] = []
+    if found.layout == "split":
+        checks = [(n.format(e=e), shape) for e in range(count)
+                  for n, shape in zip(names, ((i, h), (i, h), (h, i)), strict=True)]
+    elif found.layout == "fused":  # (MXFP4's shapes are checked as each expert is read)
+        checks = list(zip(names, ((count, h, 2 * i), (count, i, h)), strict=True))
+    for name, shape in checks:
+        found.expect(name, shape)
     return found
 
 
@@ -220,12 +224,12 @@ def moe_block(g: GraphWriter, config: Any, layer: int, x: str) -> str:
     shape = g.weights.add(f"layers.{layer}.router.shape", np.array([-1, found.count], np.int64))
     logits = g.node("Reshape", [logits, shape], f"layers.{layer}.router_rows")[0]  # MoE wants [tokens, E]
     scheme = Scheme.of(g.form, found.hidden, found.inter)
+    biases = _biases(g, found, name)
     fc1 = ProjectionWriter(g, f"{name}.fc1", (found.count, 2 * found.inter, found.hidden), scheme)
     fc2 = ProjectionWriter(g, f"{name}.fc2", (found.count, found.hidden, found.inter), scheme)
     for e in range(found.count):
         fc1.write(e, found.fc1(e))
         fc2.write(e, found.fc2(e))
-    biases = _biases(g, found, name)
     if scheme.bits is None:
         return g.node("MoE", [x, logits, fc1.names[0], biases[0], fc2.names[0], biases[1]], name,
                       domain="com.microsoft", **found.attributes)[0]
@@ -245,7 +249,7 @@ def _biases(g: GraphWriter, found: Experts, name: str) -> tuple[str, str]:
     out = []
     for part, source, width in (("fc1", "gate_up_proj_bias", 2 * found.inter), ("fc2", "down_proj_bias", found.hidden)):
         tensor = f"{found.prefix}.experts.{source}"
-        found._expect(tensor, (found.count, width))
+        found.expect(tensor, (found.count, width))
         out.append(g.weights.add(f"{name}.{part}.bias", g.checkpoint.get(tensor)))
     return out[0], out[1]
 
