@@ -28,7 +28,7 @@ def widen(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
     values = np.empty((n, groups, 2 * blocks.shape[2]), np.float32)
     values[..., 0::2] = CODES[blocks & 0x0F]
     values[..., 1::2] = CODES[blocks >> 4]
-    # ldexp scales by 2^(s-127) exactly, where a table of powers would need 2^-127, below fp32's normals
+    # E8M0 is a bare biased exponent: the block is scaled by 2^(s - 127), which ldexp applies exactly
     np.ldexp(values, (scales.astype(np.int32) - BIAS)[..., None], out=values)
     return values.reshape(n, groups * 2 * blocks.shape[2])
 
