@@ -77,7 +77,8 @@ def attention_window(config: Any, layer: int) -> int:
     return -1
 
 
-def _is_moe(config: Any, layer: int) -> bool:
+def sparse_layer(config: Any, layer: int) -> bool:
+    """Whether a layer's feed-forward is a mixture of experts."""
     kind = config.model_type
     if kind in ("mixtral", "gpt_oss"):
         return True
@@ -133,6 +134,6 @@ def arch_of(config: Any) -> Arch:
         residual_scale=float(config.residual_multiplier) if granite else 1.0,
         logits_scale=1.0 / float(config.logits_scaling) if granite else 1.0,
         sinks=kind == "gpt_oss",
-        layers=tuple(LayerPlan(attention_window(config, i), _rope(config, i), _is_moe(config, i))
+        layers=tuple(LayerPlan(attention_window(config, i), _rope(config, i), sparse_layer(config, i))
                      for i in range(int(config.num_hidden_layers))),
     )

@@ -176,7 +176,7 @@ def _layer(g: GraphWriter, arch: Arch, config: Any, i: int, x: str, dims: HeadGe
     norms = arch.norms
     x = _block(g, arch, i, "attn", x, (norms.attn_in, norms.attn_out), lambda h: _attention(g, arch, i, h, dims))
     if arch.layers[i].moe:
-        from builder.engine.decoder_moe import moe_block
+        from builder.engine.decoder_moe import moe_block  # it builds on GraphWriter: imported here, not above
 
         def ffn(h: str) -> str:
             return moe_block(g, config, i, h)

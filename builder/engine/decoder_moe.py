@@ -46,16 +46,6 @@ BLOCKS = (256, 128, 64, 32, 16)  # the block sizes ONNX Runtime's packing kernel
 SILU_GATE = {"activation_alpha": 1.0, "activation_beta": 0.0}  # swiglu as silu(gate) * up
 
 
-def sparse_layer(config: Any, layer: int) -> bool:
-    """Whether a MoE family's layer has experts: Qwen3-MoE keeps dense MLPs in mlp_only_layers and off its
-    decoder_sparse_step (modeling_qwen3_moe.py's rule); Mixtral's and gpt-oss's layers all have them."""
-    if config.model_type != "qwen3_moe":
-        return True
-    step = int(getattr(config, "decoder_sparse_step", 1) or 1)
-    return (layer not in (getattr(config, "mlp_only_layers", None) or []) and int(config.num_experts) > 0
-            and (layer + 1) % step == 0)
-
-
 @dataclass(frozen=True)
 class Experts:
     """A layer's experts as its family stores them, read as MoE wants them: fc1 rows [2I, H] with gate and up
@@ -208,11 +198,9 @@ class ProjectionWriter:
 
 
 def moe_block(g: GraphWriter, config: Any, layer: int, x: str) -> str:
-    """The feed-forward block of a Mixtral, Qwen3-MoE or gpt-oss layer: x, the normalised hidden state
-    [batch, seq, hidden] fp32, in; the block's output (same shape, before the residual add) out. A Qwen3-MoE
-    layer without experts (sparse_layer) gets its dense SwiGLU MLP in the profile's linear format."""
-    if not sparse_layer(config, layer):
-        return _dense(g, f"model.layers.{layer}.mlp", layer, x)
+    """The feed-forward block of a Mixtral, Qwen3-MoE or gpt-oss layer with experts (decoder_family.sparse_layer;
+    the others are dense MLPs): x, the normalised hidden state [batch, seq, hidden] fp32, in; the block's output
+    (same shape, before the residual add) out."""
     found = experts(g.checkpoint, config, layer)
     name = f"layers.{layer}.moe"
     op, weights, _ = LinearWriter(g.weights, g.checkpoint, LinearFormat())([f"{found.router}.weight"],
@@ -252,11 +240,3 @@ def _biases(g: GraphWriter, found: Experts, name: str) -> tuple[str, str]:
         found.expect(tensor, (found.count, width))
         out.append(g.weights.add(f"{name}.{part}.bias", g.checkpoint.get(tensor)))
     return out[0], out[1]
-
-
-def _dense(g: GraphWriter, prefix: str, layer: int, x: str) -> str:
-    gate_up = g.linear(x, [f"{prefix}.gate_proj", f"{prefix}.up_proj"], f"layers.{layer}.gate_up")
-    gate, up = g.node("Split", [gate_up], f"layers.{layer}.split", outputs=2, axis=-1, num_outputs=2)
-    silu = g.node("QuickGelu", [gate], f"layers.{layer}.silu", domain="com.microsoft", alpha=1.0)[0]
-    act = g.node("Mul", [silu, up], f"layers.{layer}.gated")[0]
-    return g.linear(act, [f"{prefix}.down_proj"], f"layers.{layer}.down_proj")

@@ -17,9 +17,9 @@ WINDOW = 8
 COMMON: dict[str, Any] = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
                           "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
                           "initializer_range": 0.3, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
-ALTERNATING = {"num_hidden_layers": 3, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
-               "sliding_window": WINDOW}
-MOE = {"num_experts_per_tok": 2, "num_hidden_layers": 2}
+ALTERNATING: dict[str, Any] = {"num_hidden_layers": 3, "sliding_window": WINDOW,
+                               "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}
+MOE: dict[str, Any] = {"num_experts_per_tok": 2, "num_hidden_layers": 2}
 
 
 def family_configs() -> dict[str, Any]:
@@ -47,8 +47,8 @@ def family_configs() -> dict[str, Any]:
         tf.Olmo2Config(**COMMON),
         tf.SmolLM3Config(**{**COMMON, "num_hidden_layers": 4}, no_rope_layer_interval=4),
         tf.MixtralConfig(**{**COMMON, **MOE}, num_local_experts=4),
-        tf.Qwen3MoeConfig(**{**COMMON, **MOE}, num_experts=4, moe_intermediate_size=32, norm_topk_prob=True,
-                          head_dim=16),
+        tf.Qwen3MoeConfig(**{**COMMON, **MOE, "num_hidden_layers": 3, "head_dim": 16}, num_experts=4,
+                          moe_intermediate_size=32, norm_topk_prob=True, mlp_only_layers=[1]),  # layer 1 dense
         tf.GptOssConfig(**{**COMMON, **MOE, "num_hidden_layers": 2}, num_local_experts=4, head_dim=16,
                         layer_types=["sliding_attention", "full_attention"], sliding_window=WINDOW,
                         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,

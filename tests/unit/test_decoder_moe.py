@@ -29,6 +29,7 @@ from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
 from builder.engine import mxfp4
 from builder.engine.checkpoint import Checkpoint
+from builder.engine.decoder_family import arch_of, sparse_layer
 from builder.engine.decoder_graph import GraphWriter
 from builder.engine.decoder_moe import moe_block
 from builder.engine.weight_writer import DATA_FILE, LinearFormat, WeightFile
@@ -46,8 +47,6 @@ ORIGINAL = {"int8": 0.035, "int4": 0.3, "8bit-b32": 0.035, "int8-channel": 0.025
 
 def _config(kind: str, **changes: Any) -> Any:
     config = family_configs()[kind]
-    if kind == "qwen3_moe":
-        config.mlp_only_layers = [1]  # layer 1 is a dense MLP
     for key, value in changes.items():
         setattr(config, key, value)
     return config
@@ -62,7 +61,7 @@ def _build(folder: Path, config: Any, layer: int, form: LinearFormat, out: Path)
     """model.onnx in `out`: x [batch, seq, H] -> moe_block -> y."""
     out.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack, open(out / DATA_FILE, "wb") as data:
-        g = GraphWriter(WeightFile(data.fileno()), Checkpoint(folder, stack), 1e-6, form)
+        g = GraphWriter(WeightFile(data.fileno()), Checkpoint(folder, stack), arch_of(config), form)
         g.node("Identity", [moe_block(g, config, layer, "x")], "out")
         g.nodes[-1].output[0] = "y"
     x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", "s", int(config.hidden_size)]) for n in "xy")
@@ -100,7 +99,7 @@ def _x(hidden: int) -> np.ndarray:
 def test_fp32_matches_transformers(kind: str, folders: dict[str, Path], tmp_path: Path) -> None:
     config = _config(kind)
     x = _x(config.hidden_size)
-    for layer in range(config.num_hidden_layers):  # qwen3_moe's layer 1 is its dense MLP
+    for layer in [i for i in range(config.num_hidden_layers) if sparse_layer(config, i)]:
         y = _run(_build(folders[kind], config, layer, LinearFormat(), tmp_path / str(layer)), x)
         assert np.abs(y - _reference(_module(folders[kind], layer), x)).max() < 1e-4
 
