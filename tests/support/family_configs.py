@@ -28,6 +28,10 @@ def family_configs() -> dict[str, Any]:
                    "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
     gemma3_rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                    "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0}}
+    # Phi-4-mini's shape of rope: LongRoPE over part of each head (here 16 of 32 dimensions)
+    phi4_mini_rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                      "original_max_position_embeddings": 64, "short_factor": [1.0, 1.1, 1.2, 1.5, 2.0, 3.0, 4.0, 6.0],
+                      "long_factor": [1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 12.0, 16.0]}
     configs = [
         tf.LlamaConfig(**COMMON, rope_parameters=llama3_rope),
         tf.MistralConfig(**COMMON, sliding_window=WINDOW),
@@ -37,7 +41,7 @@ def family_configs() -> dict[str, Any]:
                         query_pre_attn_scalar=16, attn_logit_softcapping=5.0, final_logit_softcapping=3.0),
         tf.Gemma3TextConfig(**{**COMMON, **ALTERNATING}, head_dim=16, tie_word_embeddings=False,
                             query_pre_attn_scalar=16, rope_parameters=gemma3_rope),
-        tf.Phi3Config(**COMMON),
+        tf.Phi3Config(**{**COMMON, "hidden_size": 128}, rope_parameters=phi4_mini_rope),
         tf.GraniteConfig(**COMMON, embedding_multiplier=12.0, attention_multiplier=0.05, residual_multiplier=0.22,
                          logits_scaling=8.0),
         tf.Olmo2Config(**COMMON),
