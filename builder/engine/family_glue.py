@@ -58,12 +58,17 @@ class FamilyGlue:
     def embedded(self, rows: torch.Tensor) -> torch.Tensor:
         return rows * self.embed_scale if self.embed_scale != 1.0 else rows
 
-    def rotations(self, rotary: Any, x: torch.Tensor,
-                  positions: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """(cos, sin) for each layer type, from the model's own rotary module."""
+    def rotations(self, rotary: Any, x: torch.Tensor, positions: torch.Tensor,
+                  traced: bool = False) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """(cos, sin) for each layer type, from the model's own rotary module. `traced` calls its forward under
+        transformers' dynamic_rope_update: that update (LongRoPE's long factors, dynamic NTK's growth) changes
+        the tables only past the context an engine serves (rope.served_context), and its in-place copy into
+        the frequency buffer cannot be exported."""
+        forward = getattr(type(rotary).forward, "__wrapped__", None) if traced else None
+        call = rotary if forward is None else lambda *args: forward(rotary, *args)
         if self.rotary_per_type:
-            return {kind: rotary(x, positions, kind) for kind in sorted(set(self.layer_types))}
-        table = rotary(x, positions)
+            return {kind: call(x, positions, kind) for kind in sorted(set(self.layer_types))}
+        table = call(x, positions)
         return {kind: table for kind in set(self.layer_types)}
 
     def logits(self, logits: torch.Tensor) -> torch.Tensor:
