@@ -60,7 +60,7 @@ def reference_logits(model_dir: Path, sequences: list[list[int]], first: list[in
             layer.to("meta")  # its weights go before the next layer's come
         load_module(model.model.norm, checkpoint, "model.norm")
         hidden = [model.model.norm(state[0, start - 1:-1]).numpy() for state, start in zip(states, first, strict=True)]
-        head = embed if config.tie_word_embeddings else "lm_head.weight"  # a tied head reads the embedding table
+        head = embed if getattr(config, "tie_word_embeddings", False) else "lm_head.weight"  # tied: the embedding table
         blocks: list[list[np.ndarray]] = [[] for _ in sequences]
         for _, rows in checkpoint.blocks([head], BLOCK_BYTES):
             for s, h in enumerate(hidden):
