@@ -38,6 +38,7 @@ class KvDecoder(torch.nn.Module):
         inner, glue = self.model.model, self.glue
         x = glue.embedded(torch.nn.functional.embedding(input_ids, inner.embed_tokens.weight))
         before = past[0].shape[2]
+        # each key's position, for causality and windows: past slot j holds position j, new tokens theirs
         key_pos = torch.cat([torch.arange(before).unsqueeze(0).expand(input_ids.shape[0], -1), position_ids], dim=1)
         masks = {window: attention_bias(position_ids, key_pos, attention_mask, window, x.dtype)
                  for window in set(glue.windows)}
