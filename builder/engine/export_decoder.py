@@ -53,10 +53,6 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearForma
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if not getattr(tokenizer, "is_fast", False):
         raise UnsupportedModel("the model has no fast (Rust) tokenizer, which the runtime needs")
-    window = getattr(config, "sliding_window", None)
-    if grown_cache and window and window < config.max_position_embeddings and config.model_type == "mistral":
-        raise UnsupportedModel(f"the TensorRT graph attends to the whole context, but this model slides a "
-                               f"{window}-token window", hint="build for ONNX Runtime (a CPU profile) instead")
     if grown_cache:
         past, dims = write_grown_cache_graph(model_dir, config, out_dir)
         inputs: tuple[str, ...] = ("input_ids", "attention_mask", "position_ids", *past)
