@@ -9,6 +9,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from bench.lib.rss import run_sampled
 
 MBUILD = [sys.executable, "-m", "builder.cli"]  # resolved through PYTHONPATH: see this_checkout_first()
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: its builder/ and runtimes/ are what a run measures
@@ -33,20 +36,46 @@ def source_hash() -> str:
     return digest.hexdigest()[:10]
 
 
+BUILD_RECORD = "bench-build.json"  # beside a bundle: its build's wall time and peak memory (bench/lib/rss.py)
+
+
 def build_mbuild(model: str | Path, out: Path, env: dict[str, str] | None = None,
                  precision: str | None = "fp32") -> Path:
     """mbuild's own pipeline on CPU (the gate included), stopping at the build context; precision None: the
-    profile mbuild picks by default, what a user gets. A build left by other mbuild sources is redone."""
+    profile mbuild picks by default, what a user gets. A build left by other mbuild sources is redone. The build
+    runs under the memory sampler; its summary (wall time, peak RSS, the stage at the peak) is kept in
+    out/BUILD_RECORD, a failed one's too."""
     stamp = out / "bench-source.txt"
     if out.is_dir() and not (stamp.is_file() and stamp.read_text() == source_hash()):
         shutil.rmtree(out)
     if not (out / "model" / "engine.json").is_file():
         chosen = ["--precision", precision] if precision else []
-        subprocess.run([*MBUILD, "package", str(model), "--backend", "none", "--gpu", "cpu", *chosen,
-                        "--output", str(out), "--quiet"], check=True, capture_output=True,
-                       env={**os.environ, **(env or {})})
+        command = [*MBUILD, "package", str(model), "--backend", "none", "--gpu", "cpu", *chosen, "--output", str(out)]
+        run = run_sampled(command, {**os.environ, **(env or {})})
+        out.mkdir(parents=True, exist_ok=True)
+        (out / BUILD_RECORD).write_text(json.dumps(run.summary(), indent=2) + "\n")
+        if run.rc:
+            lines = "\n".join(line for _, line in run.stderr) or "\n".join(run.stdout_tail)
+            raise subprocess.CalledProcessError(run.rc, command, stderr=lines.encode())
         stamp.write_text(source_hash())
     return out / "model"
+
+
+def build_record(build: Path) -> dict[str, Any] | None:
+    """The summary build_mbuild kept of the build in `build` (a bundle folder), None when it kept none."""
+    record = build / BUILD_RECORD
+    return dict(json.loads(record.read_text())) if record.is_file() else None
+
+
+def plan(model: str | Path, *options: str) -> dict[str, Any]:
+    """`mbuild plan MODEL --gpu cpu OPTIONS --json`, offline; {} when it fails or prints no JSON."""
+    shown = subprocess.run([*MBUILD, "plan", str(model), "--gpu", "cpu", *options, "--json"], capture_output=True,
+                           text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        found = json.loads(shown.stdout) if shown.returncode == 0 else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def minilm_path() -> Path:
@@ -65,7 +94,7 @@ def minilm_home(work: Path) -> dict[str, str]:
     return env
 
 
-def try_build(model: Path, work: Path, precision: str) -> Path | str:
+def try_build(model: Path, work: Path, precision: str, env: dict[str, str] | None = None) -> Path | str:
     """The bundle folder, or why it did not build (a failed build is remembered for this source version)."""
     out = work / f"mbuild-{model.name}-{precision}-{source_hash()}"
     for stale in work.glob(f"mbuild-{model.name}-{precision}-*"):
@@ -77,7 +106,7 @@ def try_build(model: Path, work: Path, precision: str) -> Path | str:
     if out.is_dir() and not (out / "report.json").is_file():  # an interrupted build: start again
         shutil.rmtree(out)
     try:
-        return build_mbuild(model, out, precision=precision).parent
+        return build_mbuild(model, out, env, precision=precision).parent
     except subprocess.CalledProcessError as error:
         lines = [line for line in (error.stderr or b"").decode(errors="replace").splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("error")]
@@ -87,10 +116,11 @@ def try_build(model: Path, work: Path, precision: str) -> Path | str:
         return reason
 
 
-def build_or_engine(model: Path, work: Path, precision: str) -> tuple[Path | str, str | None]:
+def build_or_engine(model: Path, work: Path, precision: str,
+                    env: dict[str, str] | None = None) -> tuple[Path | str, str | None]:
     """The bundle, or why it did not build; when only its gate failed, the engine it built (served with
     --allow-failed-gate) and the gate's summary."""
-    build = try_build(model, work, precision)
+    build = try_build(model, work, precision, env)
     engine = work / f"mbuild-{model.name}-{precision}-{source_hash()}"
     gate = engine / "report.json"
     if isinstance(build, str) and gate.is_file() and (engine / "model" / "engine.json").is_file():

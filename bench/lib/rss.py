@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import psutil
 
@@ -63,6 +63,16 @@ class Sampled:
 
     def tail(self, lines: int = 12) -> list[str]:
         return [line for _, line in self.stderr[-lines:]] or self.stdout_tail[-lines:]
+
+    def summary(self) -> dict[str, Any]:
+        """What a report keeps of a run: exit status, wall time, peaks, the stage at the peak, the last lines of a
+        failed one."""
+        peak, anon = self.peak()
+        result: dict[str, Any] = {"rc": self.rc, "wall_s": round(self.wall_s, 2), "peak_rss": peak, "peak_anon": anon,
+                                  "samples": len(self.samples), "peak_stage": self.peak_stage()}
+        if self.rc:
+            result["tail"] = self.tail()
+        return result
 
 
 def tree_memory(root: psutil.Process) -> tuple[int, int]:

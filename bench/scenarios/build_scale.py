@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from bench.lib.build_scale_serve import serve_arm
 from bench.lib.harness import OUT, machine, skipped, write
 from bench.lib.llm_models import LLAMA3_1B, LLAMA3_8B, LLAMA_100M, make_llama_bpe, make_llama_spm, weight_shapes
 from bench.lib.mbuild import MBUILD, source_hash
+from bench.lib.mbuild import plan as mbuild_plan
 from bench.lib.rss import Sampled, disk_bytes, run_sampled
 from builder.errors import ValidationFailed
 
@@ -87,13 +87,7 @@ def _offline() -> dict[str, str]:
 
 
 def _summary(run: Sampled, output: Path) -> dict[str, Any]:
-    peak, anon = run.peak()
-    result: dict[str, Any] = {"rc": run.rc, "wall_s": round(run.wall_s, 2), "peak_rss": peak, "peak_anon": anon,
-                              "samples": len(run.samples), "output_bytes": disk_bytes(output),
-                              "date": time.strftime("%Y-%m-%d %H:%M")}
-    if run.rc:
-        result["tail"] = run.tail()
-    return result
+    return {**run.summary(), "output_bytes": disk_bytes(output), "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
 def mbuild_arm(model: Path, precision: str, work: Path, serve: bool = False) -> dict[str, Any]:
@@ -135,12 +129,7 @@ def converter_arm(shape: Shape, model: Path, outtype: str, work: Path) -> dict[s
 def predicted(model: Path, precision: str) -> dict[str, Any]:
     """The build memory `mbuild plan --json` predicts: its "build_memory" if it has one, else memory.build_gb
     (GB of RAM for export, compile and gate); None when the plan has neither or does not run."""
-    shown = subprocess.run([*MBUILD, "plan", str(model), "--gpu", "cpu", "--precision", precision, "--json"],
-                           capture_output=True, text=True, env=_offline())
-    try:
-        plan = json.loads(shown.stdout) if shown.returncode == 0 else {}
-    except ValueError:
-        plan = {}
+    plan = mbuild_plan(model, "--precision", precision)
     memory: dict[str, Any] = plan["memory"] if isinstance(plan.get("memory"), dict) else {}
     key = "build_memory" if "build_memory" in plan else "memory.build_gb" if "build_gb" in memory else None
     return {"predicted_build_memory": plan.get("build_memory", memory.get("build_gb")), "predicted_key": key,
