@@ -7,15 +7,20 @@ missing: the build takes about 18 minutes on two busy cores.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from bench.lib.harness import skipped
 from bench.lib.llm_models import save_spm_model
+from bench.lib.rss import run_sampled
 from bench.lib.servers import HOST
 
 VERSION = "0.3.36"  # llama-cpp-python, whose sdist vendors llama.cpp
@@ -26,6 +31,7 @@ BUILD = CACHE / "build-llama"
 BINARIES = ("llama-server", "llama-quantize", "llama-batched-bench")
 SPM_VOCAB = VENDOR / "models" / "ggml-vocab-llama-spm.gguf"
 BPE_VOCAB = VENDOR / "models" / "ggml-vocab-llama-bpe.gguf"  # Llama 3's 128256-token vocabulary
+QWEN2_VOCAB = VENDOR / "models" / "ggml-vocab-qwen2.gguf"  # Qwen2's, which Qwen3 and Qwen3-MoE ship too
 CONVERTER = VENDOR / "convert_hf_to_gguf.py"
 CMAKE_FLAGS = ["-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF",
                "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
@@ -102,32 +108,56 @@ def spm_ready(model: Path) -> Path:
     return model
 
 
-def convert(model: Path, out: Path) -> Path:
-    """The Hugging Face folder (on the Llama SPM vocabulary) as an f32 GGUF, with the vendored converter."""
-    if not out.is_file():
-        spm_ready(model)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        partial = out.with_suffix(".part")
-        subprocess.run(convert_command(model, partial, "f32"), check=True, capture_output=True, env=gguf_env())
-        partial.rename(out)
-    return out
+def quantize_command(source: Path, out: Path, kind: str) -> list[str]:
+    """llama-quantize writing `kind` (q8_0, q4_0) of the GGUF `source` to `out`, on one thread."""
+    return [str(binary("llama-quantize")), str(source), str(out), QUANTS[kind], "1"]
 
 
-def quantize(f32: Path, kind: str) -> Path:
-    """`kind` (q8_0, q4_0) from the f32 GGUF, next to it."""
-    out = f32.with_name(f32.name.replace("-f32.gguf", f"-{kind}.gguf"))
-    if not out.is_file():
-        partial = out.with_suffix(".part")
-        subprocess.run([str(binary("llama-quantize")), str(f32), str(partial), QUANTS[kind], "1"], check=True,
-                       capture_output=True)
-        partial.rename(out)
-    return out
+def _step(command: Callable[[Path], list[str]], out: Path, env: dict[str, str]) -> dict[str, Any]:
+    """One step that writes `out` (the command of the file it writes), under the memory sampler: its summary."""
+    unfinished = out.with_suffix(".part")
+    run = run_sampled(command(unfinished), env)
+    if run.rc:
+        raise RuntimeError(f"{' '.join(command(unfinished)[:2])} failed (exit {run.rc}): {' | '.join(run.tail(4))}")
+    unfinished.rename(out)
+    return {**run.summary(), "output_bytes": out.stat().st_size}
 
 
-def ggufs(model: Path, folder: Path) -> dict[str, Path]:
-    """f32, q8_0 and q4_0 GGUFs of `model`, cached in `folder`."""
-    f32 = convert(model, folder / f"{model.name}-f32.gguf")
-    return {"f32": f32, **{kind: quantize(f32, kind) for kind in QUANTS}}
+def _record(model: Path, folder: Path) -> Path:
+    return folder / f"{model.name}-ggufs.json"
+
+
+def ggufs(model: Path, folder: Path, kinds: tuple[str, ...] = ("f32", *QUANTS), source: str = "f32") -> dict[str, Path]:
+    """GGUFs of `model` (`kinds` of f32, bf16, q8_0, q4_0), made as a user makes them and cached in `folder`: the
+    converter writes `source` (f32 or bf16) and any other of f32 and bf16 asked for, llama-quantize makes the
+    quantized kinds from `source`, which is deleted after unless asked for. Each step runs under the memory
+    sampler; gguf_steps reads what they took. Give a model on the Llama SPM vocabulary spm_ready first."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {kind: folder / f"{model.name}-{kind}.gguf" for kind in (source, *kinds)}
+    if all(files[kind].is_file() for kind in kinds):
+        return {kind: files[kind] for kind in kinds}
+    record = _record(model, folder)
+    steps = json.loads(record.read_text()) if record.is_file() else {}
+    env = {**gguf_env(), "HF_HUB_OFFLINE": "1"}
+    for kind in dict.fromkeys((source, *kinds)):  # the source first
+        if files[kind].is_file():
+            continue
+        if kind in QUANTS:
+            steps[f"llama-quantize {kind}"] = _step(partial(quantize_command, files[source], kind=kind), files[kind],
+                                                    env)
+        else:
+            steps[f"convert_hf_to_gguf.py --outtype {kind}"] = _step(partial(convert_command, model, outtype=kind),
+                                                                    files[kind], env)
+        record.write_text(json.dumps(steps, indent=2) + "\n")
+    if source not in kinds:
+        files[source].unlink()
+    return {kind: files[kind] for kind in kinds}
+
+
+def gguf_steps(model: Path, folder: Path) -> dict[str, dict[str, Any]]:
+    """What each step ggufs ran for `model` took (wall time, peak RSS: Sampled.summary), by its command."""
+    record = _record(model, folder)
+    return dict(json.loads(record.read_text())) if record.is_file() else {}
 
 
 def serve(gguf: Path, port: int, context: int, slots: int = 16) -> list[str]:

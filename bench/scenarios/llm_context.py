@@ -119,7 +119,7 @@ def _measure_shape(key: str, work: Path, repeats: int, peer: bool) -> dict[str, 
     engines.clear()
     if not peer:
         return results
-    ggufs = llamacpp.ggufs(model, work / "gguf")
+    ggufs = llamacpp.ggufs(llamacpp.spm_ready(model), work / "gguf")
     for kind in PEER:
         series = {f"llama.cpp {kind} b{b} ctx{c}": Series() for b in BATCHES for c in CONTEXTS}
         for _ in range(1 if key == "1b" else repeats):  # the 1B shape's prefills take minutes a round

@@ -94,7 +94,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
         stack.enter_context(server(command, "/v1/health/ready", ports["mbuild"], {"MBUILD_THREADS": "1"},
                                    cpus={min(server_cpus)}))
         if peer:
-            gguf = llamacpp.ggufs(model, work / "gguf")["q8_0"]
+            gguf = llamacpp.ggufs(llamacpp.spm_ready(model), work / "gguf")["q8_0"]
             stack.enter_context(server(llamacpp.serve(gguf, ports["llama.cpp"], context_of({"int8": build}, model)),
                                        "/health", ports["llama.cpp"], cpus={min(server_cpus)}))
         stack.enter_context(pinned(client_cpus))
