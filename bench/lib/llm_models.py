@@ -1,11 +1,13 @@
 """The language models the LLM benchmarks run: random Llamas made on the spot (~100M with a word-level
 tokenizer; ~100M and Llama-3.2-1B-shaped with the real Llama SPM tokenizer, for the llama.cpp comparison;
 bf16 Llama-3.2-1B- and Llama-3.1-8B-shaped ones with Llama 3's BPE tokenizer, sharded as published, for the
-build-scale benchmark)."""
+build-scale benchmark), and random decoders of other families (Qwen3, Qwen3-MoE) on Qwen's real BPE tokenizer
+for the families comparison."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,7 +19,15 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedConfig,
+    PreTrainedTokenizerFast,
+)
 
 VOCAB = 32000
 
@@ -170,11 +180,7 @@ def save_bpe_tokenizer(folder: Path, gguf_vocab: Path) -> None:
     `<|endoftext|>` the loader's GPT2Tokenizer adds by default (id 128256, one past the embedding, which
     convert_hf_to_gguf.py rejects) is dropped, and BOS is prepended as Llama 3's post-processor does (the
     GGUF carries no add_bos flag). The converter then recognises it by its pre-tokenizer hash as llama-bpe."""
-    gguf_module(gguf_vocab)
-    from transformers import AutoTokenizer
-
-    loaded = AutoTokenizer.from_pretrained(gguf_vocab.parent, gguf_file=gguf_vocab.name)
-    spec = json.loads(loaded.backend_tokenizer.to_str())
+    spec = _gguf_tokenizer_spec(gguf_vocab)
     spec["added_tokens"] = [token for token in spec["added_tokens"] if token["id"] < LLAMA3_VOCAB]
     tok = Tokenizer.from_str(json.dumps(spec))
     bos, eos = tok.id_to_token(LLAMA3_BOS), tok.id_to_token(LLAMA3_EOS)
@@ -183,6 +189,59 @@ def save_bpe_tokenizer(folder: Path, gguf_vocab: Path) -> None:
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos,
                             model_max_length=4096).save_pretrained(folder)
     (folder / "chat_template.jinja").write_text(LLAMA3_CHAT_TEMPLATE)  # so the endpoint serves chat too
+
+
+def _gguf_tokenizer_spec(gguf_vocab: Path) -> dict[str, Any]:
+    """The tokenizer.json (as a dict) that transformers' GGUF loader makes of a vocab-only GGUF."""
+    gguf_module(gguf_vocab)
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(gguf_vocab.parent, gguf_file=gguf_vocab.name)
+    spec: dict[str, Any] = json.loads(loaded.backend_tokenizer.to_str())
+    return spec
+
+
+# Qwen2's vocabulary, which Qwen3 and Qwen3-MoE ship too: 151643 byte-level BPE tokens and the special ones after
+# them, in an embedding of 151936 rows; Qwen prepends no BOS, and the base models end with <|endoftext|>
+QWEN_VOCAB, QWEN_EOS = 151936, 151643
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def qwen_tokenizer(folder: Path, gguf_vocab: Path) -> Path:
+    """Qwen's tokenizer in `folder` (made once: the GGUF loader takes a minute or two), read offline from llama.cpp's
+    vocab-only GGUF, less the [PADn] tokens the loader pads the vocabulary with up to the embedding's rows (Qwen's
+    tokenizer.json has none; convert_hf_to_gguf.py pads the GGUF itself). The converter recognises it by its
+    pre-tokenizer hash as qwen2."""
+    if (folder / "tokenizer.json").is_file():
+        return folder
+    spec = _gguf_tokenizer_spec(gguf_vocab)
+    spec["added_tokens"] = [token for token in spec["added_tokens"] if not token["content"].startswith("[PAD")]
+    spec["model"]["vocab"] = {piece: i for piece, i in spec["model"]["vocab"].items() if not piece.startswith("[PAD")}
+    tok = Tokenizer.from_str(json.dumps(spec))
+    eos = tok.id_to_token(QWEN_EOS)
+    unfinished = folder.with_name(folder.name + ".part")
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=eos,
+                            model_max_length=4096).save_pretrained(unfinished)
+    (unfinished / "chat_template.jinja").write_text(CHATML_TEMPLATE)
+    unfinished.rename(folder)
+    return folder
+
+
+def make_qwen(folder: Path, model_type: str, shape: dict[str, Any], tokenizer: Path,
+              dtype: torch.dtype = torch.bfloat16, shard_bytes: int = SHARD_BYTES) -> Path:
+    """A random decoder of a Qwen family (`model_type` qwen3 or qwen3_moe) of `shape` with Qwen's tokenizer (from
+    qwen_tokenizer), stored in `dtype` (bf16, as the published checkpoints), experts one tensor each as published."""
+    config = AutoConfig.for_model(model_type, vocab_size=QWEN_VOCAB, bos_token_id=QWEN_EOS, eos_token_id=QWEN_EOS,
+                                  pad_token_id=QWEN_EOS, dtype=str(dtype).removeprefix("torch."), **shape)
+    config.architectures = [f"{type(config).__name__.removesuffix('Config')}ForCausalLM"]
+
+    def save_tokenizer(to: Path) -> None:
+        for path in tokenizer.iterdir():
+            shutil.copyfile(path, to / path.name)
+
+    return _make_decoder(folder, config, save_tokenizer, dtype, shard_bytes)
 
 
 def _random_tensor(name: str, shape: torch.Size, generator: torch.Generator) -> torch.Tensor:
@@ -205,16 +264,32 @@ def _shard(shapes: dict[str, torch.Size], element_bytes: int = 4,
     return groups
 
 
-def weight_shapes(config: LlamaConfig) -> dict[str, torch.Size]:
-    """The checkpoint's tensors (a tied lm_head left out, as transformers saves it), planned on the meta device."""
+def _published(name: str, shape: torch.Size) -> dict[str, torch.Size]:
+    """A tensor of transformers' modules as the Hub's checkpoints store it: the fused expert weights of a
+    mixture of experts (gate_up_proj [E, 2I, H], down_proj [E, H, I]) as one nn.Linear weight per expert and
+    projection (experts.{e}.gate_proj.weight [I, H], ...), which is also what save_pretrained writes."""
+    prefix, _, kind = name.rpartition(".")
+    if not prefix.endswith(".mlp.experts") or kind not in ("gate_up_proj", "down_proj"):
+        return {name: shape}
+    experts, rows, columns = shape
+    if kind == "down_proj":
+        return {f"{prefix}.{e}.down_proj.weight": torch.Size((rows, columns)) for e in range(experts)}
+    return {f"{prefix}.{e}.{part}.weight": torch.Size((rows // 2, columns))
+            for e in range(experts) for part in ("gate_proj", "up_proj")}
+
+
+def weight_shapes(config: PreTrainedConfig) -> dict[str, torch.Size]:
+    """The checkpoint's tensors as published (a tied lm_head left out, as transformers saves it; experts one
+    tensor each), planned on the meta device."""
     with torch.device("meta"):
-        shapes = {name: t.shape for name, t in LlamaForCausalLM(config).state_dict().items()}
+        state = AutoModelForCausalLM.from_config(config).state_dict()
+    shapes = {key: size for name, t in state.items() for key, size in _published(name, t.shape).items()}
     if config.tie_word_embeddings:
         shapes.pop("lm_head.weight", None)
     return shapes
 
 
-def save_random_weights(config: LlamaConfig, folder: Path, dtype: torch.dtype = torch.float32,
+def save_random_weights(config: PreTrainedConfig, folder: Path, dtype: torch.dtype = torch.float32,
                         shard_bytes: int = SHARD_BYTES) -> None:
     """Random weights as transformers initializes a Llama (drawn in fp32, stored as `dtype`), planned on the
     meta device and written one shard of at most `shard_bytes` at a time, named as the Hub names them: a
@@ -234,7 +309,7 @@ def save_random_weights(config: LlamaConfig, folder: Path, dtype: torch.dtype = 
         (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
 
-def _make_llama(folder: Path, config: LlamaConfig, save_tokenizer: Callable[[Path], None], dtype: torch.dtype,
+def _make_decoder(folder: Path, config: PreTrainedConfig, save_tokenizer: Callable[[Path], None], dtype: torch.dtype,
                 shard_bytes: int) -> Path:
     if (folder / "config.json").is_file():
         return folder
@@ -252,7 +327,7 @@ def make_llama_spm(folder: Path, shape: dict[str, Any], gguf_vocab: Path, dtype:
     """A random Llama of `shape` with the real Llama SPM tokenizer, readable by mbuild and convert_hf_to_gguf.py."""
     config = LlamaConfig(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, architectures=["LlamaForCausalLM"],
                          dtype=str(dtype).removeprefix("torch."), **shape)
-    return _make_llama(folder, config, partial(save_spm_tokenizer, gguf_vocab=gguf_vocab), dtype, shard_bytes)
+    return _make_decoder(folder, config, partial(save_spm_tokenizer, gguf_vocab=gguf_vocab), dtype, shard_bytes)
 
 
 def make_llama_bpe(folder: Path, shape: dict[str, Any], gguf_vocab: Path, dtype: torch.dtype = torch.bfloat16,
@@ -260,4 +335,4 @@ def make_llama_bpe(folder: Path, shape: dict[str, Any], gguf_vocab: Path, dtype:
     """A random Llama of `shape` with Llama 3's BPE tokenizer (BOS 128000, EOS 128001 as the base models)."""
     config = LlamaConfig(vocab_size=LLAMA3_VOCAB, bos_token_id=LLAMA3_BOS, eos_token_id=LLAMA3_EOS,
                          architectures=["LlamaForCausalLM"], dtype=str(dtype).removeprefix("torch."), **shape)
-    return _make_llama(folder, config, partial(save_bpe_tokenizer, gguf_vocab=gguf_vocab), dtype, shard_bytes)
+    return _make_decoder(folder, config, partial(save_bpe_tokenizer, gguf_vocab=gguf_vocab), dtype, shard_bytes)

@@ -41,26 +41,36 @@ class Texts:
 
     def __init__(self, model: Path) -> None:
         self.tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
-        self.words = [w for w in WORDS if len(self.tokenizer.encode(w, add_special_tokens=False).ids) == 1]
+        self.words = [w for w in WORDS if len(self.tokenizer.encode(w, add_special_tokens=False).ids) == 1
+                      and len(self.tokenizer.encode(f"the {w}", add_special_tokens=False).ids) == 2]
+        # the tokens the tokenizer adds to a text: Llama's BOS, none for Qwen
+        self.added = len(self.tokenizer.encode("the").ids) - 1
 
     def silent(self) -> dict[str, float]:
-        """logit_bias banning the tokens that stream no text on their own: control tokens, byte pieces (a random
+        """logit_bias banning the tokens that stream no text on their own: special tokens, byte pieces (a random
         model strings lone UTF-8 bytes together, which llama.cpp holds back until they form a character, maybe
-        never) and the bare "\u2581" (mbuild drops a completion's opening space). Sent to both servers, so every
-        token streams text and TTFT means the same on both."""
+        never: SentencePiece's <0xNN> pieces, byte-level BPE tokens that end inside a character) and the bare
+        "\u2581" (mbuild drops a completion's opening space). Sent to both servers, so every token streams text
+        and TTFT means the same on both."""
         pattern = re.compile(r"<0x[0-9A-F]{2}>|<unk>|<s>|</s>|\u2581")
-        return {str(i): -100.0 for i in range(self.tokenizer.get_vocab_size())
-                if pattern.fullmatch(self.tokenizer.id_to_token(i) or "")}
+        special = {token.content for token in self.tokenizer.get_added_tokens_decoder().values() if token.special}
+        size = self.tokenizer.get_vocab_size()
+        texts = self.tokenizer.decode_batch([[i] for i in range(size)], skip_special_tokens=False)
+        return {str(i): -100.0 for i in range(size)
+                if pattern.fullmatch(piece := self.tokenizer.id_to_token(i) or "") or piece in special
+                or not texts[i] or ("\ufffd" in texts[i] and "\ufffd" not in piece)}  # a U+FFFD piece streams it
 
     def count(self, text: str) -> int:
-        """Prompt tokens as the servers see them: BOS included."""
+        """Prompt tokens as the servers see them: a BOS the tokenizer adds included."""
         return len(self.tokenizer.encode(text).ids)
 
     def text(self, tokens: int, seed: int, bos: bool = True) -> str:
-        """`tokens` tokens (counting the BOS the servers add when `bos`) of one-token words drawn with `seed`."""
+        """`tokens` tokens (counting the BOS the servers add when `bos` and the tokenizer has one) of one-token
+        words drawn with `seed`."""
         rng = random.Random(seed)
-        text = " ".join(rng.choice(self.words) for _ in range(tokens - bos))
-        if self.count(text) != tokens + (not bos):
+        words = tokens - (self.added if bos else 0)
+        text = " ".join(rng.choice(self.words) for _ in range(words))
+        if self.count(text) != words + self.added:
             raise RuntimeError(f"a text of {tokens} tokens came out at {self.count(text)}")
         return text
 
