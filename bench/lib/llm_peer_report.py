@@ -16,7 +16,7 @@ METRICS = ("total_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99
 Pairs = tuple[tuple[str, str], ...]
 
 
-def _series(results: dict[str, Any], name: str) -> dict[str, Series] | None:
+def arm_series(results: dict[str, Any], name: str) -> dict[str, Series] | None:
     rounds = results["runs"].get(name)
     return {m: Series([r[m] for r in rounds]) for m in METRICS} if rounds else None
 
@@ -30,13 +30,13 @@ def _row(concurrency: int, pair: str, arm: str, series: dict[str, Series] | None
     return f"| {concurrency} | {pair} | {arm} | {' | '.join(cells)} | {'-' if ratio is None else f'{ratio:.2f}x'} |"
 
 
-def _shape_table(results: dict[str, Any], shape: Shape, pairs: Pairs, data: dict[str, Any]) -> list[str]:
+def pair_table(results: dict[str, Any], shape: Shape, pairs: Pairs, data: dict[str, Any]) -> list[str]:
     rows = ["| c | pair | server | total tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | "
             "mbuild / llama.cpp tokens/s |", "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for concurrency in shape.concurrency:
         for mine, theirs in pairs:
-            ours = _series(results, f"{shape.key} mbuild {mine} c={concurrency}")
-            peer = _series(results, f"{shape.key} llama.cpp {theirs} c={concurrency}")
+            ours = arm_series(results, f"{shape.key} mbuild {mine} c={concurrency}")
+            peer = arm_series(results, f"{shape.key} llama.cpp {theirs} c={concurrency}")
             ratio = ours["total_tok_s"].median / peer["total_tok_s"].median if ours and peer else None
             label = f"{mine} / {theirs}"
             for arm, series in ((f"mbuild {mine}", ours), (f"llama.cpp {theirs}", peer)):
@@ -49,20 +49,26 @@ def _shape_table(results: dict[str, Any], shape: Shape, pairs: Pairs, data: dict
     return rows
 
 
-def _streaming(results: dict[str, Any], shape: Shape, pairs: Pairs) -> list[str]:
+WHOLE = " whole (from the files each server loads)"
+
+
+def streaming(results: dict[str, Any], shape: Shape, pairs: Pairs, concurrency: int = 1,
+              sizes: dict[str, int] | None = None, reads: str = WHOLE) -> list[str]:
     """At one stream each step reads every weight once: bytes a step reads / TPOT p50 is the rate a server
-    streams its weights, against the rate one core reads at all."""
-    rate, sizes = results["read_gbs"], results["step_bytes"][shape.key]
-    lines = [f"Weights streamed at c=1: the bytes a decode step reads whole (from the files each server loads) over "
+    streams its weights, against the rate one core reads at all. `sizes`: the bytes a step reads at
+    `concurrency`, by arm (default: results["step_bytes"], at c=1); `reads` says which bytes they are."""
+    rate, sizes = results["read_gbs"], results["step_bytes"][shape.key] if sizes is None else sizes
+    lines = [f"Weights streamed at c={concurrency}: the bytes a decode step reads{reads} over "
              f"TPOT p50; one core reads at most {rate:.1f} GB/s here (best of 5 numpy maxima over 1 GiB on the "
-             "servers' core).", "", "| pair | server | MB a step reads | GB/s at c=1 | share of the core's rate |",
+             "servers' core).", "",
+             f"| pair | server | MB a step reads | GB/s at c={concurrency} | share of the core's rate |",
              "| --- | --- | ---: | ---: | ---: |"]
     for mine, theirs in pairs:
         for arm in (f"mbuild {mine}", f"llama.cpp {theirs}"):
-            series = _series(results, f"{shape.key} {arm} c=1")
-            if series is None or arm not in sizes:
+            measured = arm_series(results, f"{shape.key} {arm} c={concurrency}")
+            if measured is None or arm not in sizes:
                 continue
-            streamed = sizes[arm] / series["tpot_p50_ms"].median / 1e6
+            streamed = sizes[arm] / measured["tpot_p50_ms"].median / 1e6
             lines.append(f"| {mine} / {theirs} | {arm} | {sizes[arm] / 1e6:.0f} | {streamed:.1f} | "
                          f"{streamed / rate:.0%} |")
     return [*lines, ""]
@@ -83,7 +89,7 @@ def _compute(results: dict[str, Any], shape: Shape, pairs: Pairs) -> list[str]:
              "| server | tokens/s | GFLOP/s | share of the core's peak |", "| --- | ---: | ---: | ---: |"]
     rates = {}
     for arm in (f"mbuild {mine}", f"llama.cpp {theirs}"):
-        series = _series(results, f"{shape.key} {arm} c={top}")
+        series = arm_series(results, f"{shape.key} {arm} c={top}")
         if series is not None:
             rates[arm] = rate = series["total_tok_s"].median
             lines.append(f"| {arm} | {rate:.1f} | {rate / best * peak:.1f} | {rate / best:.0%} |")
@@ -95,7 +101,7 @@ def _compute(results: dict[str, Any], shape: Shape, pairs: Pairs) -> list[str]:
     return [*lines, ""]
 
 
-def _checks(results: dict[str, Any], shape: Shape) -> list[str]:
+def checks(results: dict[str, Any], shape: Shape) -> list[str]:
     lines = []
     greedy = results["greedy"].get(shape.key)
     if greedy:
@@ -118,11 +124,16 @@ def _checks(results: dict[str, Any], shape: Shape) -> list[str]:
     return lines
 
 
+def build_notes(results: dict[str, Any], shape: Shape) -> list[str]:
+    """A line for each mbuild build that failed, or whose engine failed its gate and is served as built."""
+    failed = [f"- mbuild {p}: {b}" for p, b in results["builds"][shape.key].items() if b.startswith("did not")]
+    return failed + [f"- mbuild {p}: its engine failed the gate on this random model ({why}); served as built with "
+                     "`mbuild serve --allow-failed-gate`" for p, why in results["ungated"].get(shape.key, {}).items()]
+
+
 def _shape_section(results: dict[str, Any], shape: Shape, pairs: Pairs, repeats: int,
                    data: dict[str, Any]) -> list[str]:
-    failed = [f"- mbuild {p}: {b}" for p, b in results["builds"][shape.key].items() if b.startswith("did not")]
-    failed += [f"- mbuild {p}: its engine failed the gate on this random model ({why}); served as built with "
-               "`mbuild serve --allow-failed-gate`" for p, why in results["ungated"].get(shape.key, {}).items()]
+    failed = build_notes(results, shape)
     rounds = min(repeats, shape.max_repeats)
     data["shapes"][shape.key] = {"title": shape.title, "config": shape.config, "concurrency": shape.concurrency,
                                  "sequential": shape.sequential, "new_tokens": shape.new_tokens, "rounds": rounds,
@@ -130,8 +141,8 @@ def _shape_section(results: dict[str, Any], shape: Shape, pairs: Pairs, repeats:
     return [f"## {shape.title}", "",
             f"{shape.new_tokens} new tokens a request; {shape.sequential} request(s) one after another at c=1; "
             f"{rounds} round(s); context {results['context'][shape.key]} tokens a sequence on both servers.", "",
-            *_shape_table(results, shape, pairs, data), "", *([*failed, ""] if failed else []),
-            *_streaming(results, shape, pairs), *_compute(results, shape, pairs), *_checks(results, shape)]
+            *pair_table(results, shape, pairs, data), "", *([*failed, ""] if failed else []),
+            *streaming(results, shape, pairs), *_compute(results, shape, pairs), *checks(results, shape)]
 
 
 NOTES = [
@@ -189,6 +200,6 @@ def plot(results: dict[str, Any], shapes: list[Shape], pairs: Pairs, path: Path)
     for shape in shapes:
         arms = [f"mbuild {p[0]}" for p in pairs] + [f"llama.cpp {p[1]}" for p in pairs]
         panels[shape.title] = {arm: [(c, s["total_tok_s"].median) for c in shape.concurrency
-                                     if (s := _series(results, f"{shape.key} {arm} c={c}"))] for arm in arms}
+                                     if (s := arm_series(results, f"{shape.key} {arm} c={c}"))] for arm in arms}
         panels[shape.title] = {arm: rows for arm, rows in panels[shape.title].items() if rows}
     return save_peer_plot(panels, path)
