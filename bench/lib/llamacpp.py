@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -158,6 +159,27 @@ def gguf_steps(model: Path, folder: Path) -> dict[str, dict[str, Any]]:
     """What each step ggufs ran for `model` took (wall time, peak RSS: Sampled.summary), by its command."""
     record = _record(model, folder)
     return dict(json.loads(record.read_text())) if record.is_file() else {}
+
+
+def batched_steps(gguf: Path, batches: tuple[int, ...], contexts: tuple[int, ...],
+                  new_tokens: int) -> dict[tuple[int, int], float]:
+    """llama-batched-bench's decode ms per step, by (batch, context): one thread, its defaults otherwise; it
+    prefills `context` tokens in each of B sequences, then times `new_tokens` decode steps of all B."""
+    total = max(batches) * (max(contexts) + new_tokens) + 64
+    out = subprocess.run([str(binary("llama-batched-bench")), "-m", str(gguf), "-c", str(total),
+                          "-b", "2048", "-ub", "512", "-t", "1", "-tb", "1", "-ntg", str(new_tokens),
+                          "-npp", ",".join(map(str, contexts)), "-npl", ",".join(map(str, batches))],
+                         capture_output=True, text=True, check=True, timeout=7200)
+    steps = {}
+    for line in out.stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 8 and re.fullmatch(r"\d+", cells[0]):
+            context, tg, batch, t_tg = int(cells[0]), int(cells[1]), int(cells[2]), float(cells[6])
+            steps[(batch, context)] = t_tg / tg * 1000
+    missing = [(b, c) for b in batches for c in contexts if (b, c) not in steps]
+    if missing:
+        raise RuntimeError(f"llama-batched-bench printed no row for {missing}:\n{out.stdout[-2000:]}")
+    return steps
 
 
 def serve(gguf: Path, port: int, context: int, slots: int = 16) -> list[str]:

@@ -6,6 +6,7 @@ Each check talks to one mbuild server and one llama-server of the same weights; 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 import statistics
@@ -16,6 +17,7 @@ import httpx
 from tokenizers import Tokenizer
 
 from bench.lib.llm_client import stream_one
+from runtimes.generation.sampling import MAX_LOGIT_BIAS
 
 PROMPT_TOKENS = 64  # every throughput prompt, BOS included
 
@@ -45,20 +47,28 @@ class Texts:
                       and len(self.tokenizer.encode(f"the {w}", add_special_tokens=False).ids) == 2]
         # the tokens the tokenizer adds to a text: Llama's BOS, none for Qwen
         self.added = len(self.tokenizer.encode("the").ids) - 1
+        config = model / "config.json"  # the embedding's rows: Qwen's pad the tokenizer's ids
+        self.rows = (int(json.loads(config.read_text())["vocab_size"]) if config.is_file()
+                     else self.tokenizer.get_vocab_size())
 
-    def silent(self) -> dict[str, float]:
-        """logit_bias banning the tokens that stream no text on their own: special tokens, byte pieces (a random
-        model strings lone UTF-8 bytes together, which llama.cpp holds back until they form a character, maybe
-        never: SentencePiece's <0xNN> pieces, byte-level BPE tokens that end inside a character) and the bare
-        "\u2581" (mbuild drops a completion's opening space). Sent to both servers, so every token streams text
-        and TTFT means the same on both."""
+    def silent(self, limit: int = MAX_LOGIT_BIAS) -> dict[str, float]:
+        """logit_bias banning the tokens that stream no text on their own: special tokens, rows the tokenizer has
+        no token for, byte pieces (a random model strings lone UTF-8 bytes together, which llama.cpp holds back
+        until they form a character, maybe never: SentencePiece's <0xNN> pieces, byte-level BPE tokens that end
+        inside a character) and the bare "\u2581" (mbuild drops a completion's opening space). Sent to both
+        servers, so every token streams text and TTFT means the same on both. At most `limit` (OpenAI's limit on
+        logit_bias entries, which mbuild enforces): where more stream no text, the special tokens first, then the
+        missing rows, then the rest in id order; those left out, both servers hold back alike (each holds a text
+        that ends inside a character)."""
         pattern = re.compile(r"<0x[0-9A-F]{2}>|<unk>|<s>|</s>|\u2581")
         special = {token.content for token in self.tokenizer.get_added_tokens_decoder().values() if token.special}
-        size = self.tokenizer.get_vocab_size()
-        texts = self.tokenizer.decode_batch([[i] for i in range(size)], skip_special_tokens=False)
-        return {str(i): -100.0 for i in range(size)
-                if pattern.fullmatch(piece := self.tokenizer.id_to_token(i) or "") or piece in special
-                or not texts[i] or ("\ufffd" in texts[i] and "\ufffd" not in piece)}  # a U+FFFD piece streams it
+        pieces = [self.tokenizer.id_to_token(i) for i in range(self.rows)]
+        texts = self.tokenizer.decode_batch([[i] for i in range(self.rows)], skip_special_tokens=False)
+        banned = [i for i, (piece, text) in enumerate(zip(pieces, texts, strict=True))
+                  if piece is None or pattern.fullmatch(piece) or piece in special or not text
+                  or ("\ufffd" in text and "\ufffd" not in piece)]  # a piece that is U+FFFD streams it
+        banned.sort(key=lambda i: (pieces[i] not in special, pieces[i] is not None))
+        return {str(i): -100.0 for i in banned[:limit]}
 
     def count(self, text: str) -> int:
         """Prompt tokens as the servers see them: a BOS the tokenizer adds included."""

@@ -21,8 +21,6 @@ ONNX Runtime's CPU GroupQueryAttention runs an f16 cache slower than an fp32 one
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import time
 from collections.abc import Callable
 from functools import partial
@@ -82,25 +80,6 @@ def _step_ms(engine: DecoderEngine, batch: int, context: int) -> float:
     return float(np.median(times[2:]) * 1000)
 
 
-def _llama_steps(gguf: Path) -> dict[tuple[int, int], float]:
-    """llama-batched-bench's decode ms per step, by (batch, context)."""
-    total = max(BATCHES) * (max(CONTEXTS) + TG) + 64
-    out = subprocess.run([str(llamacpp.binary("llama-batched-bench")), "-m", str(gguf), "-c", str(total),
-                          "-b", "2048", "-ub", "512", "-t", "1", "-tb", "1", "-ntg", str(TG),
-                          "-npp", ",".join(map(str, CONTEXTS)), "-npl", ",".join(map(str, BATCHES))],
-                         capture_output=True, text=True, check=True, timeout=7200)
-    steps = {}
-    for line in out.stdout.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 8 and re.fullmatch(r"\d+", cells[0]):
-            context, tg, batch, t_tg = int(cells[0]), int(cells[1]), int(cells[2]), float(cells[6])
-            steps[(batch, context)] = t_tg / tg * 1000
-    missing = [(b, c) for b in BATCHES for c in CONTEXTS if (b, c) not in steps]
-    if missing:
-        raise RuntimeError(f"llama-batched-bench printed no row for {missing}:\n{out.stdout[-2000:]}")
-    return steps
-
-
 def _measure_shape(key: str, work: Path, repeats: int, peer: bool) -> dict[str, Series]:
     title, shape = SHAPES[key]
     model = make_llama_spm(work / f"llama-{key}-spm", shape, llamacpp.SPM_VOCAB)
@@ -123,7 +102,7 @@ def _measure_shape(key: str, work: Path, repeats: int, peer: bool) -> dict[str, 
     for kind in PEER:
         series = {f"llama.cpp {kind} b{b} ctx{c}": Series() for b in BATCHES for c in CONTEXTS}
         for _ in range(1 if key == "1b" else repeats):  # the 1B shape's prefills take minutes a round
-            for (batch, context), ms in _llama_steps(ggufs[kind]).items():
+            for (batch, context), ms in llamacpp.batched_steps(ggufs[kind], BATCHES, CONTEXTS, TG).items():
                 series[f"llama.cpp {kind} b{batch} ctx{context}"].values.append(ms)
         results.update(series)
     return results

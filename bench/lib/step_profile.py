@@ -1,0 +1,58 @@
+"""Where a decode step of an mbuild engine goes: ONNX Runtime's own profiler over decode steps of the runtime's
+DecoderEngine (the server's engine, without the server), at one batch, one intra-op thread on the calling thread's
+cores; time per step and per op type (QMoE, MatMulNBits, GroupQueryAttention, ...; the LM head's MatMulNBits apart).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import onnxruntime as ort
+
+from runtimes.bundle import load_engine_config
+from runtimes.engines.decoder import DecoderEngine
+
+HEAD = "lm_head"  # the graph's node name of the LM head (builder/engine/decoder_graph.py)
+
+
+def _kernel_ms(events: list[dict[str, Any]], start: float, steps: int) -> dict[str, float]:
+    """Kernel time per op type per step from `start` (us) on, largest first; the LM head on its own line."""
+    spent: dict[str, float] = defaultdict(float)
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and event["ts"] >= start:
+            node = event["name"].removesuffix("_kernel_time")
+            spent["LM head" if node == HEAD else event["args"]["op_name"]] += event["dur"]
+    return {op: us / steps / 1000 for op, us in sorted(spent.items(), key=lambda item: -item[1])}
+
+
+def step_profile(model_dir: Path, batch: int, context: int = 64, steps: int = 8) -> dict[str, Any]:
+    """ms per decode step of `batch` rows each holding `context` tokens (random ids, prefilled one row at a time),
+    whole (ONNX Runtime's model_run) and by op type, over `steps` steps after two warm ones. The session is the
+    runtime's own (runtimes/engines/sessions.py), with the profiler switched on."""
+    config = load_engine_config(model_dir)
+    real = ort.SessionOptions
+    with tempfile.TemporaryDirectory() as folder:
+        def profiled() -> ort.SessionOptions:
+            options = real()
+            options.enable_profiling, options.profile_file_prefix = True, str(Path(folder) / "step")
+            return options
+
+        with mock.patch("onnxruntime.SessionOptions", profiled):
+            engine = DecoderEngine(model_dir, config, threads=1, slots=batch)
+        prompts = np.random.default_rng(0).integers(3, config.decoder.vocab_size, (batch, context))
+        for row in range(batch):
+            engine.run(row, prompts[row:row + 1])
+        tokens = np.full((batch, 1), 5, np.int64)
+        for _ in range(2 + steps):
+            engine.run(0, tokens)
+        events = json.loads(Path(engine.session.end_profiling()).read_text())
+    runs = [event for event in events if event.get("cat") == "Session" and event["name"] == "model_run"][-steps:]
+    step_ms = sum(run["dur"] for run in runs) / steps / 1000
+    return {"batch": batch, "context": context, "steps": steps, "step_ms": step_ms,
+            "ops_ms": _kernel_ms(events, runs[0]["ts"], steps)}
