@@ -19,7 +19,7 @@ DRAIN_SECONDS = 5  # after SIGTERM: readiness 503 while load balancers stop send
 GRACE_SECONDS = 20  # the server's SIGTERM to SIGKILL: in-flight requests finish
 PREFILL_CHUNK = 512  # prompt tokens per engine step, so running streams keep decoding
 MODEL_DIR = Path("/opt/mbuild/model")  # where the image carries the engine; MBUILD_MODEL_DIR moves it elsewhere
-TOOL_PARSERS = ("llama3_json", "hermes", "mistral")  # runtimes/generation/tools.py reads each
+TOOL_PARSERS = ("llama3_json", "hermes", "mistral", "phi4_mini", "granite")  # runtimes/generation/tools.py reads each
 LOG_LEVELS = ("debug", "info", "warning", "warn", "error", "critical")
 
 

@@ -63,7 +63,7 @@ class GenerationRuntime:
         """The tool format's markers that are single tokens of this vocabulary (grammars name them by id)."""
         if self.tool_format is None:
             return {}
-        found = {s: self.tokenizer.token_to_id(s) for s in (*self.tool_format.starts, "</tool_call>")}
+        found = {s: self.tokenizer.token_to_id(s) for s in self.tool_format.markers}
         return {s: i for s, i in found.items() if i is not None}
 
     def encode(self, text: str, special: bool = True) -> list[int]:
