@@ -138,11 +138,12 @@ TOOL_FORMATS = {
 def detect_format(template: str) -> ToolFormatName | None:
     """The tool-call format a chat template was written for, from the text it renders. Phi-4-mini's template
     writes the system turn's tools between <|tool|> and <|/tool|>; Granite 3.x's has <|start_of_role|> turns and
-    either writes a call back after <|tool_call|> or lists the tools in an "available_tools" turn. Those two go
-    first: a Granite template may also hold "<tool_call>", which alone means Hermes/Qwen."""
+    writes a call back after <|tool_call|> (or <tool_call>), or lists the tools in an "available_tools" turn.
+    Those two go first: "<tool_call>" alone means Hermes/Qwen, whose calls are blocks, not Granite's list."""
     if "<|tool|>" in template and "<|/tool|>" in template:
         return "phi4_mini"
-    if "<|start_of_role|>" in template and ("<|tool_call|>" in template or "available_tools" in template):
+    if "<|start_of_role|>" in template and any(m in template for m in ("<|tool_call|>", "<tool_call>",
+                                                                      "available_tools")):
         return "granite"
     if "<tool_call>" in template:
         return "hermes"
