@@ -40,7 +40,6 @@ class ThinkText:
     def __init__(self, opened: bool, calls: tuple[str, ...] = ()) -> None:
         self.state = "reasoning" if opened else "start"  # start | reasoning | answer | content
         self.ends = (CLOSE, *calls)
-        self.calls = calls
         self.held = ""
         self.begun = False  # reasoning text went out (its leading blank lines are behind)
 
@@ -68,7 +67,7 @@ class ThinkText:
             self.state = "content"
         reasoning, answer = self.feed("")
         if self.state == "reasoning":  # cut off while thinking: what it thought is reasoning
-            reasoning += self.held.strip() if not self.begun else self.held.rstrip()
+            reasoning += self.held.rstrip()  # its leading blank lines are gone already
         else:
             answer += self.held
         self.held = ""
