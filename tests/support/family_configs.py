@@ -43,8 +43,8 @@ def family_configs() -> dict[str, Any]:
         tf.Olmo2Config(**COMMON),
         tf.SmolLM3Config(**{**COMMON, "num_hidden_layers": 4}, no_rope_layer_interval=4),
         tf.MixtralConfig(**{**COMMON, **MOE}, num_local_experts=4),
-        tf.Qwen3MoeConfig(**{**COMMON, **MOE}, num_experts=4, moe_intermediate_size=32, norm_topk_prob=True,
-                          head_dim=16),
+        tf.Qwen3MoeConfig(**{**COMMON, **MOE}, num_experts=4, moe_intermediate_size=32,  # type: ignore[call-arg]
+                          norm_topk_prob=True, head_dim=16),  # head_dim: a config attribute its signature lacks
         tf.GptOssConfig(**{**COMMON, **MOE, "num_hidden_layers": 2}, num_local_experts=4, head_dim=16,
                         layer_types=["sliding_attention", "full_attention"], sliding_window=WINDOW,
                         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
