@@ -26,15 +26,16 @@ def memory_lines(plan: BuildPlan) -> list[str]:
     """The plan's memory, each number with what it is made of, to check by hand (docs/usage.md)."""
     facts, need, profile = plan.facts, plan.need, plan.profile
     where = "per GPU" if profile.device == "gpu" else "of RAM"
-    served = f"weights {need.weights_gb:.1f} + KV cache {need.kv_cache_gb:.1f}"
+    served = f"weights {need.weights_gb:.2f} + KV cache {need.kv_cache_gb:.2f}"
     served = f"({served}) / tp{profile.tp}" if profile.tp > 1 else served
-    lines = [f"{need.rounded_gb:g} GB {where} = {served} + headroom {need.overhead_gb:.1f}"]
+    lines = [f"{need.rounded_gb:g} GB {where}: {served} + headroom {need.overhead_gb:.2f} = "
+             f"{need.per_device_gb:.2f}, rounded up"]
     if facts.task == "text-generation":
         every = ", every expert's" if facts.experts else ""
         routed = f"{facts.experts_per_token} of {facts.experts} experts a layer; " if facts.experts else ""
         table = "the tied token table read whole, as the LM head" if facts.tied else "of the token table, a row"
         lines.append(f"weights: {facts.describe_params()} at {profile.precision}{every}; a decode step reads "
-                     f"{need.decode_read_gb:.1f} GB of them: {billions(facts.decode_params)} parameters "
+                     f"{need.decode_read_gb:.2f} GB of them: {billions(facts.decode_params)} parameters "
                      f"({routed}{table})")
         per_value = kv_bytes_per_value(profile)
         lines.append(f"KV cache: {kv_bytes_per_token(facts, profile):.0f} B a token (2 x {facts.layers} layers x "
@@ -43,8 +44,8 @@ def memory_lines(plan: BuildPlan) -> list[str]:
         if need.kv_window_gb < need.kv_cache_gb:
             lines.append(f"  {facts.sliding_layers} of {facts.layers} layers attend to {facts.sliding_window} "
                          "tokens, but the runtime caches the whole context for every layer; caching the window "
-                         f"would take {need.kv_window_gb:.1f} GB (not done yet)")
-    lines.append(f"download {facts.download_gb:.1f} GB (the checkpoint); build {need.build_gb:.1f} GB of RAM and "
+                         f"would take {need.kv_window_gb:.2f} GB (not done yet)")
+    lines.append(f"download {facts.download_gb:.2f} GB (the checkpoint); build {need.build_gb:.1f} GB of RAM and "
                  f"{need.build_disk_gb:.1f} GB of disk")
     return lines
 

@@ -70,9 +70,9 @@ def test_the_plans_memory_is_what_the_config_gives_by_hand(alias: str, monkeypat
     assert plan["requires"]["memory_gb"] == math.ceil(want["need"] * 10) / 10
     text = printed.output
     assert f"{want['params']:.3g}B parameters ({want['active']:.3g}B active)" in text
-    assert (f"memory     {math.ceil(want['need'] * 10) / 10:g} GB of RAM = weights {want['weights']:.1f} + KV cache "
-            f"{want['kv']:.1f} + headroom 1.0") in text
-    assert f"a decode step reads {want['read']:.1f} GB" in text
+    assert (f"memory     {math.ceil(want['need'] * 10) / 10:g} GB of RAM: weights {want['weights']:.2f} + KV cache "
+            f"{want['kv']:.2f} + headroom 1.00 = {want['need']:.2f}, rounded up") in text
+    assert f"a decode step reads {want['read']:.2f} GB" in text
     assert re.search(rf"KV cache: {want['kv_token']} B a token .* x {profile['limits']['context']} tokens x "
                      rf"{profile['limits']['max_batch']} sequences", text)
-    assert f"download {want['download']:.1f} GB" in text
+    assert f"download {want['download']:.2f} GB" in text
