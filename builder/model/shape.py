@@ -78,10 +78,10 @@ class ModelFacts(BaseModel):
     def download_gb(self) -> float:
         return self.checkpoint_gb if self.checkpoint_gb is not None else self.params * DTYPE_BYTES[HUB_DTYPE]
 
-    def describe_params(self) -> str:
+    def describe_params(self, noun: str = "parameters") -> str:
         """'30.5B parameters (3.35B active)' for a mixture of experts, '8.03B parameters' otherwise."""
         active = f" ({billions(self.active)} active)" if self.active_params else ""
-        return f"{billions(self.params)} parameters{active}"
+        return " ".join(filter(None, (billions(self.params), noun))) + active
 
 
 @dataclass(frozen=True)
