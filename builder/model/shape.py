@@ -156,9 +156,12 @@ def _checkpoint_gb(config: Mapping[str, Any], total: int, expert_params: int) ->
 
 def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "config.json") -> ModelFacts:
     """The planning facts of a transformers config.json; a language model's family must be one mbuild builds."""
-    text, fam = text_config(config)
-    if task == "text-generation" and fam is None:
-        fam = family(text.get("model_type"))  # the refusal of a family mbuild does not build, by name
+    if task == "text-generation":
+        text, fam = text_config(config)
+        fam = fam or family(text.get("model_type"))  # the refusal of a family mbuild does not build, by name
+    else:  # an encoder inside a wrapper (a text_config) is sized by it; its own export decides what it reads
+        inner = config.get("text_config")
+        text, fam = (inner if isinstance(inner, Mapping) else config), None
     try:
         hidden = int(text["hidden_size"])
     except (KeyError, TypeError, ValueError) as exc:
