@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builder.errors import UnsupportedModel
 from builder.model.families import Family, family, wrapped_family
@@ -96,8 +96,15 @@ def _int(config: Mapping[str, Any], *names: str, default: int = 0) -> int:
     """The first of names that config.json sets (a null is unset), as an int."""
     for name in names:
         if config.get(name) is not None:
-            return int(config[name])
+            return _number(config[name], name)
     return default
+
+
+def _number(value: Any, name: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError) as exc:
+        raise UnsupportedModel(f"config.json's {name} is {value!r}, not a number") from exc
 
 
 def text_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family | None]:
@@ -115,7 +122,7 @@ def moe_layout(text: Mapping[str, Any], layers: int) -> MoeLayout:
     experts = _int(text, "num_local_experts", "num_experts")
     if not experts:
         raise UnsupportedModel("config.json of a mixture-of-experts model names no num_local_experts or num_experts")
-    dense = {int(i) for i in text.get("mlp_only_layers") or ()}
+    dense = {_number(i, "mlp_only_layers") for i in text.get("mlp_only_layers") or ()}
     step = _int(text, "decoder_sparse_step", default=1) or 1
     return MoeLayout(experts, _int(text, "num_experts_per_tok", "experts_per_token", default=1),
                      _int(text, "moe_intermediate_size", "intermediate_size"),
@@ -141,7 +148,7 @@ def _vision_params(config: Mapping[str, Any]) -> int:
     if not isinstance(vision, Mapping):
         return 0
     hidden, inter, layers = (_int(vision, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers"))
-    patch, image = _int(vision, "patch_size", default=1), _int(vision, "image_size")
+    patch, image = _int(vision, "patch_size") or 1, _int(vision, "image_size")
     return layers * (4 * hidden * hidden + 2 * hidden * inter) + (3 * patch * patch + (image // patch) ** 2) * hidden
 
 
@@ -183,10 +190,15 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
     total = shared + expert_params + table
     active = shared + len(moe.layers) * moe.per_token * expert + table
     window, sliding_layers = sliding(text, fam, layers, context)
-    return ModelFacts(
-        task=task, params=total / 1e9, layers=layers, hidden=hidden, heads=heads,
-        kv_heads=kv_heads, head_dim=head_dim, context=context, vocab=vocab, tied=tied, source=source,
-        family=fam.model_type if fam else "", active_params=active / 1e9 if moe.experts else None,
-        experts=moe.experts, experts_per_token=moe.per_token, expert_intermediate=moe.intermediate,
-        moe_layers=moe.layers, sliding_window=window, sliding_layers=sliding_layers,
-        checkpoint_gb=_checkpoint_gb(config, total, expert_params))
+    try:
+        return ModelFacts(
+            task=task, params=total / 1e9, layers=geometry.layers, hidden=hidden, heads=geometry.heads,
+            kv_heads=geometry.kv_heads, head_dim=geometry.head_dim, context=context, vocab=vocab, tied=tied,
+            source=source, family=fam.model_type if fam else "",
+            active_params=active / 1e9 if moe.experts else None, experts=moe.experts,
+            experts_per_token=moe.per_token, expert_intermediate=moe.intermediate, moe_layers=moe.layers,
+            sliding_window=window, sliding_layers=sliding_layers,
+            checkpoint_gb=_checkpoint_gb(config, total, expert_params))
+    except ValidationError as exc:  # zero or negative sizes
+        fields = ", ".join(sorted({str(error["loc"][0]) for error in exc.errors()}))
+        raise UnsupportedModel(f"config.json's sizes give no model mbuild can plan ({fields}: not positive)") from exc

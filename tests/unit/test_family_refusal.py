@@ -116,3 +116,14 @@ def test_gemma3s_wrapper_is_planned_from_its_text_model(tmp_path: Path) -> None:
     assert wrapped.family == alone.family == "gemma3_text"
     assert wrapped.params == alone.params and wrapped.layers == alone.layers == text.num_hidden_layers
     assert (wrapped.checkpoint_gb or 0) > (alone.checkpoint_gb or 0)  # the vision tower is downloaded too
+
+
+@pytest.mark.parametrize("broken", [{"num_hidden_layers": "many"}, {"hidden_size": -64}, {"num_local_experts": [4]},
+                                    {"mlp_only_layers": ["first"]}, {"vocab_size": 0}])
+def test_a_config_json_with_unusable_sizes_is_refused_not_a_crash(tmp_path: Path, broken: dict[str, Any]) -> None:
+    config = family_configs()["qwen3_moe"]
+    folder = repo_folder(tmp_path, config, "Qwen3MoeForCausalLM")
+    saved = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**saved, **broken}))
+    result = run(["plan", str(folder), "--gpu", "cpu"])
+    assert result.exit_code == UnsupportedModel.exit_code and "config" in result.output, result.output
