@@ -26,6 +26,7 @@ from builder.errors import UnsupportedModel
 
 MAX_HEADER = 100 << 20  # safetensors' own reader refuses headers past 100 MB
 WIDTH = {"F32": 4, "F16": 2, "BF16": 2}
+PACKED = {"U8": 1}  # bytes read as they are: MXFP4 experts' codes and scales (decoder_moe.py widens them)
 INDEX = "model.safetensors.index.json"
 
 
@@ -71,7 +72,8 @@ class SafetensorsFile:
             begin, end = (int(v) for v in entry["data_offsets"])
         except (KeyError, TypeError, ValueError) as exc:
             raise self._damaged(f"its entry for {name!r} is malformed ({exc})") from exc
-        size_ok = dtype not in WIDTH or end - begin == int(np.prod(shape)) * WIDTH[dtype]
+        width = WIDTH.get(dtype, PACKED.get(dtype))
+        size_ok = width is None or end - begin == int(np.prod(shape)) * width
         if not (0 <= begin <= end <= data_size and size_ok and all(d >= 0 for d in shape)):
             raise self._damaged(f"tensor {name!r} lies outside the file or has the wrong size")
         return dtype, shape, begin
@@ -88,6 +90,15 @@ class SafetensorsFile:
         row = int(np.prod(shape[1:])) * WIDTH[dtype]
         raw = os.pread(self.fd, (r1 - r0) * row, offset + r0 * row)
         return _widen(raw, dtype).reshape((r1 - r0, *shape[1:]))
+
+    def packed_rows(self, name: str, r0: int, r1: int) -> np.ndarray:
+        """Rows of a U8 tensor as stored (no widening): the bytes of a packed format such as MXFP4."""
+        dtype, shape, offset = self.tensors[name]
+        if dtype not in PACKED:
+            raise UnsupportedModel(f"tensor {name!r} in {self.path.name} is {dtype}, not packed bytes (U8)")
+        row = int(np.prod(shape[1:]))
+        return np.frombuffer(os.pread(self.fd, (r1 - r0) * row, offset + r0 * row), np.uint8).reshape(
+            (r1 - r0, *shape[1:]))
 
 
 def _indexed(index: Path) -> list[str]:
@@ -137,6 +148,12 @@ class Checkpoint:
         if name in self.files:
             return self.files[name].rows(name, r0, r1)
         return np.ascontiguousarray(self.state[name][r0:r1].float().numpy())
+
+    def packed_rows(self, name: str, r0: int, r1: int) -> np.ndarray:
+        self._check(name)
+        if name in self.files:
+            return self.files[name].packed_rows(name, r0, r1)
+        return np.ascontiguousarray(self.state[name][r0:r1].numpy()).view(np.uint8)
 
     def get(self, name: str) -> np.ndarray:
         return self.rows(name, 0, self.shape(name)[0])

@@ -1,8 +1,9 @@
-"""Write a decoder-only language model (Llama, Mistral, Qwen2) as an ONNX graph whose KV cache stays in place.
+"""Write a decoder-only language model as an ONNX graph whose KV cache stays in place.
 
 The graph is built node by node from the checkpoint's tensors, read a block of rows at a time
 (checkpoint.py), quantized on the way when the profile asks and written straight to the external-data
 file (weight_writer.py): the export holds one block, not the model, and its graph is the engine.
+The family's differences from Llama come as an Arch (decoder_family.py); experts as decoder_moe.py writes them.
 Attention is ONNX Runtime's GroupQueryAttention contrib op with rotary embedding inside it and the past
 and present caches sharing one buffer: the runtime binds each slot's preallocated cache [slots, kv_heads,
 context, head_dim] as both, and a step writes only its new positions. Each row carries its own length
@@ -21,9 +22,8 @@ Outputs: logits [B,vocab] of each row's last new position, present_key.{i}/prese
 
 from __future__ import annotations
 
-import importlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from builder.engine.checkpoint import Checkpoint
+from builder.engine.decoder_family import Arch, arch_of
+from builder.engine.rope import rotary_tables
 from builder.engine.weight_writer import (
     BLOCK_BYTES,
     DATA_FILE,
@@ -41,35 +43,16 @@ from builder.engine.weight_writer import (
     WeightFile,
     pack_rows,
 )
-from builder.errors import UnsupportedModel
 from builder.model.geometry import HeadGeometry, head_geometry
 from builder.planning.precisions import TABLE_BITS, TABLE_BLOCK
-
-# Rope variants whose frequencies change with the sequence length would need the cache rebuilt at run time.
-STATIC_ROPE = {"default", "linear", "llama3", "yarn", "proportional"}
-
-
-def rotary_tables(config: Any, head_dim: int, positions: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin [positions, head_dim/2] from the model's own rotary class (Llama 3 / YaRN scaling included)."""
-    rope = dict(getattr(config, "rope_parameters", None) or {})
-    kind = rope.get("rope_type", "default")
-    if kind not in STATIC_ROPE:
-        raise UnsupportedModel(f"rope type {kind!r} changes with the sequence length; it is not supported yet")
-    module = importlib.import_module(f"transformers.models.{config.model_type}.modeling_{config.model_type}")
-    rotary_class = next(getattr(module, n) for n in dir(module) if n.endswith("RotaryEmbedding"))
-    rotary = rotary_class(config)
-    angles = np.outer(np.arange(positions, dtype=np.float32), rotary.inv_freq.float().numpy())
-    if angles.shape[1] != head_dim // 2:
-        raise UnsupportedModel(f"partial rotary embeddings ({2 * angles.shape[1]} of {head_dim}) are not supported")
-    scale = float(getattr(rotary, "attention_scaling", 1.0))
-    return (np.cos(angles) * scale).astype(np.float32), (np.sin(angles) * scale).astype(np.float32)
 
 
 class GraphWriter:
     """Nodes and initializers of the decoder; `linear`, `norm` and `embedding` hide the naming and the format."""
 
-    def __init__(self, weights: WeightFile, checkpoint: Checkpoint, eps: float, form: LinearFormat) -> None:
-        self.weights, self.checkpoint, self.eps, self.form = weights, checkpoint, eps, form
+    def __init__(self, weights: WeightFile, checkpoint: Checkpoint, arch: Arch, form: LinearFormat) -> None:
+        self.weights, self.checkpoint, self.form = weights, checkpoint, form
+        self.eps, self.offset = arch.eps, arch.norm_offset
         self.nodes: list[onnx.NodeProto] = []
         self.write_linear = LinearWriter(weights, checkpoint, form)
 
@@ -89,9 +72,21 @@ class GraphWriter:
         return out
 
     def norm(self, x: str, weight: str, name: str) -> str:
-        scale = self.weights.add(f"{name}.weight", self.checkpoint.get(weight))
+        scale = self.weights.add(f"{name}.weight", self.checkpoint.get(weight) + np.float32(self.offset))
         return self.node("SimplifiedLayerNormalization", [x, scale], name, axis=-1, epsilon=self.eps,
                          stash_type=1)[0]
+
+    def head_norm(self, x: str, weight: str, name: str, head_dim: int) -> str:
+        """RMSNorm of each head of x [B, S, heads * head_dim] (ONNX Runtime's CPU attention has no q/k norm)."""
+        heads = self.node("Reshape", [x, self.weights.add(f"{name}.heads", np.array([0, 0, -1, head_dim]))],
+                          f"{name}_heads")[0]
+        normed = self.norm(heads, weight, name)
+        return self.node("Reshape", [normed, self.weights.add(f"{name}.flat", np.array([0, 0, -1]))], f"{name}_flat")[0]
+
+    def scaled(self, x: str, factor: float, name: str) -> str:
+        if factor == 1.0:
+            return x
+        return self.node("Mul", [x, self.weights.add(f"{name}.factor", np.array(factor, np.float32))], name)[0]
 
     def embedding(self, ids: str) -> str:
         """The token table, fp32, or for quantized profiles 8-bit in blocks of 32 (llama.cpp's q8_0 layout),
@@ -124,60 +119,105 @@ def _opened(model_dir: Path, data_path: Path) -> Iterator[tuple[Checkpoint, Weig
         yield Checkpoint(model_dir, stack), WeightFile(fd)
 
 
-def attention_window(config: Any, layer: int) -> int:
-    """GroupQueryAttention's local_window_size for a layer: -1 is full attention."""
-    kinds = getattr(config, "layer_types", None)
-    window = getattr(config, "sliding_window", None)
-    if window and (kinds[layer] == "sliding_attention" if kinds else config.model_type == "mistral"):
-        return int(window)
-    return -1
-
-
-def _layer(g: GraphWriter, config: Any, i: int, x: str, dims: HeadGeometry) -> str:
-    prefix = f"model.layers.{i}"
-    h = g.norm(x, f"{prefix}.input_layernorm.weight", f"layers.{i}.attn_norm")
-    qkv = g.linear(h, [f"{prefix}.self_attn.{p}_proj" for p in "qkv"], f"layers.{i}.qkv")
-    attention = g.node("GroupQueryAttention", [qkv, "", "", f"past_key.{i}", f"past_value.{i}", "seqlens_k",
-                                               "total_sequence_length", "cos_cache", "sin_cache"],
+def _attention(g: GraphWriter, arch: Arch, i: int, h: str, dims: HeadGeometry) -> str:
+    prefix, plan = f"model.layers.{i}.self_attn", arch.layers[i]
+    qkv = g.linear(h, [f"{prefix}.{p}" for p in arch.qkv], f"layers.{i}.qkv")
+    qkv_inputs = [qkv, "", ""]
+    if arch.qk_norm:  # normed before attention, so q, k and v go in apart
+        widths = np.array([dims.heads, dims.kv_heads, dims.kv_heads], np.int64) * dims.head_dim
+        q, k, v = g.node("Split", [qkv, g.weights.add(f"layers.{i}.qkv.widths", widths)], f"layers.{i}.split_qkv",
+                         outputs=3, axis=-1)
+        if arch.qk_norm == "head":
+            q = g.head_norm(q, f"{prefix}.q_norm.weight", f"layers.{i}.q_norm", dims.head_dim)
+            k = g.head_norm(k, f"{prefix}.k_norm.weight", f"layers.{i}.k_norm", dims.head_dim)
+        else:
+            q = g.norm(q, f"{prefix}.q_norm.weight", f"layers.{i}.q_norm")
+            k = g.norm(k, f"{prefix}.k_norm.weight", f"layers.{i}.k_norm")
+        qkv_inputs = [q, k, v]
+    rope = [f"cos_cache.{plan.rope}", f"sin_cache.{plan.rope}"] if plan.rope else ["", ""]
+    sink = [g.weights.add(f"layers.{i}.sinks", g.checkpoint.get(f"{prefix}.sinks"))] if arch.sinks else []
+    extra = ["", "", *sink] if sink else []  # position_ids and attention_bias come before head_sink
+    attributes = {"softcap": arch.attn_softcap} if arch.attn_softcap else {}
+    attention = g.node("GroupQueryAttention", [*qkv_inputs, f"past_key.{i}", f"past_value.{i}", "seqlens_k",
+                                               "total_sequence_length", *rope, *extra],
                        f"layers.{i}.attention", outputs=3, domain="com.microsoft", num_heads=dims.heads,
-                       kv_num_heads=dims.kv_heads, do_rotary=1, scale=dims.head_dim ** -0.5,
-                       local_window_size=attention_window(config, i))
+                       kv_num_heads=dims.kv_heads, do_rotary=int(plan.rope is not None), scale=arch.attn_scale,
+                       local_window_size=plan.window, **attributes)
     g.nodes[-1].output[1:] = [f"present_key.{i}", f"present_value.{i}"]
-    out = g.linear(attention[0], [f"{prefix}.self_attn.o_proj"], f"layers.{i}.o_proj")
-    x = g.node("Add", [x, out], f"layers.{i}.attn_residual")[0]
-    h = g.norm(x, f"{prefix}.post_attention_layernorm.weight", f"layers.{i}.mlp_norm")
-    gate_up = g.linear(h, [f"{prefix}.mlp.gate_proj", f"{prefix}.mlp.up_proj"], f"layers.{i}.gate_up")
+    return g.linear(attention[0], [f"{prefix}.o_proj"], f"layers.{i}.o_proj")
+
+
+def _mlp(g: GraphWriter, arch: Arch, i: int, h: str) -> str:
+    prefix = f"model.layers.{i}.mlp"
+    gate_up = g.linear(h, [f"{prefix}.{p}" for p in arch.gate_up], f"layers.{i}.gate_up")
     gate, up = g.node("Split", [gate_up], f"layers.{i}.split", outputs=2, axis=-1, num_outputs=2)
-    # SiLU is QuickGelu with alpha 1 (x * sigmoid(x)), the node ONNX Runtime's optimizer would fuse it into
-    silu = g.node("QuickGelu", [gate], f"layers.{i}.silu", domain="com.microsoft", alpha=1.0)[0]
-    act = g.node("Mul", [silu, up], f"layers.{i}.gated")[0]
-    down = g.linear(act, [f"{prefix}.mlp.down_proj"], f"layers.{i}.down_proj")
-    return g.node("Add", [x, down], f"layers.{i}.mlp_residual")[0]
+    if arch.activation == "silu":
+        # SiLU is QuickGelu with alpha 1 (x * sigmoid(x)), the node ONNX Runtime's optimizer would fuse it into
+        act = g.node("QuickGelu", [gate], f"layers.{i}.silu", domain="com.microsoft", alpha=1.0)[0]
+    else:  # FastGelu is gelu's tanh approximation, as gelu_pytorch_tanh computes it
+        act = g.node("FastGelu", [gate], f"layers.{i}.gelu", domain="com.microsoft")[0]
+    gated = g.node("Mul", [act, up], f"layers.{i}.gated")[0]
+    return g.linear(gated, [f"{prefix}.down_proj"], f"layers.{i}.down_proj")
+
+
+def _block(g: GraphWriter, arch: Arch, i: int, name: str, x: str, norms: tuple[str | None, str | None],
+           branch: Callable[[str], str]) -> str:
+    """x + scale * out_norm(branch(in_norm(x))), the norms being the family's (none where it has none)."""
+    before, after = (f"model.layers.{i}.{n}.weight" if n else None for n in norms)
+    h = g.norm(x, before, f"layers.{i}.{name}_norm") if before else x
+    out = branch(h)
+    if after:
+        out = g.norm(out, after, f"layers.{i}.{name}_post_norm")
+    out = g.scaled(out, arch.residual_scale, f"layers.{i}.{name}_scale")
+    return g.node("Add", [x, out], f"layers.{i}.{name}_residual")[0]
+
+
+def _layer(g: GraphWriter, arch: Arch, config: Any, i: int, x: str, dims: HeadGeometry) -> str:
+    norms = arch.norms
+    x = _block(g, arch, i, "attn", x, (norms.attn_in, norms.attn_out), lambda h: _attention(g, arch, i, h, dims))
+    if arch.layers[i].moe:
+        from builder.engine.decoder_moe import moe_block  # it builds on GraphWriter: imported here, not above
+
+        def ffn(h: str) -> str:
+            return moe_block(g, config, i, h)
+    else:
+        def ffn(h: str) -> str:
+            return _mlp(g, arch, i, h)
+    return _block(g, arch, i, "mlp", x, (norms.mlp_in, norms.mlp_out), ffn)
+
+
+def _head(g: GraphWriter, arch: Arch, x: str) -> None:
+    """The last position's logits: final norm, LM head (tied or not), Granite's scaling, Gemma 2's soft cap."""
+    weights = g.weights
+    last = g.node("Slice", [x, weights.add("last.start", np.array([-1], np.int64)),
+                            weights.add("last.end", np.array([np.iinfo(np.int64).max], np.int64)),
+                            weights.add("last.axes", np.array([1], np.int64))], "last_position")[0]
+    h = g.norm(last, "model.norm.weight", "final_norm")
+    head = "lm_head" if "lm_head.weight" in g.checkpoint else "model.embed_tokens"
+    logits = g.scaled(g.linear(h, [head], "lm_head"), arch.logits_scale, "logits_scale")
+    if arch.final_softcap:
+        cap = weights.add("final_softcap", np.array(arch.final_softcap, np.float32))
+        capped = g.node("Tanh", [g.node("Div", [logits, cap], "softcap_div")[0]], "softcap_tanh")[0]
+        logits = g.node("Mul", [capped, cap], "softcap")[0]
+    g.node("Squeeze", [logits, weights.add("squeeze.axes", np.array([1], np.int64))], "logits")
+    g.nodes[-1].output[0] = "logits"
 
 
 def write_decoder(model_dir: Path, config: Any, out_dir: Path, form: LinearFormat | None = None) -> HeadGeometry:
     """model.onnx + model.onnx.data in out_dir, linear layers in `form` (fp32 by default); returns the cache
     dimensions the runtime needs."""
-    if getattr(config, "hidden_act", "silu") != "silu":
-        raise UnsupportedModel(f"activation {config.hidden_act!r} is not supported yet (silu is)")
+    arch = arch_of(config)
     dims = head_geometry(config)
     out_dir.mkdir(parents=True, exist_ok=True)
     with _opened(model_dir, out_dir / DATA_FILE) as (checkpoint, weights):
-        g = GraphWriter(weights, checkpoint, float(config.rms_norm_eps), form or LinearFormat())
-        cos, sin = rotary_tables(config, dims.head_dim, int(config.max_position_embeddings))
-        weights.add("cos_cache", cos)
-        weights.add("sin_cache", sin)
-        x = g.embedding("input_ids")
+        g = GraphWriter(weights, checkpoint, arch, form or LinearFormat())
+        for key, (cos, sin) in rotary_tables(config, dims.head_dim, arch.rope_keys()).items():
+            weights.add(f"cos_cache.{key}", cos)
+            weights.add(f"sin_cache.{key}", sin)
+        x = g.scaled(g.embedding("input_ids"), arch.embed_scale, "embed_scale")
         for i in range(dims.layers):
-            x = _layer(g, config, i, x, dims)
-        last = g.node("Slice", [x, weights.add("last.start", np.array([-1], np.int64)),
-                                weights.add("last.end", np.array([np.iinfo(np.int64).max], np.int64)),
-                                weights.add("last.axes", np.array([1], np.int64))], "last_position")[0]
-        h = g.norm(last, "model.norm.weight", "final_norm")
-        head = "lm_head" if "lm_head.weight" in checkpoint else "model.embed_tokens"
-        logits = g.linear(h, [head], "lm_head")
-        g.node("Squeeze", [logits, weights.add("squeeze.axes", np.array([1], np.int64))], "logits")
-        g.nodes[-1].output[0] = "logits"
+            x = _layer(g, arch, config, i, x, dims)
+        _head(g, arch, x)
     _save(g, dims, int(config.vocab_size), out_dir)
     return dims
 

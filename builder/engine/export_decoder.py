@@ -1,4 +1,4 @@
-"""Export a decoder-only language model (Llama, Mistral, Qwen2): the graph, its tokenizer and engine.json fields.
+"""Export a decoder-only language model (builder/model/families.py): the graph, its tokenizer and engine.json fields.
 
 Two graphs, one per backend: ONNX Runtime gets decoder_graph.py's, written from the checkpoint's tensors
 with the KV cache updated in place and the weights already in the profile's precision (it is the engine);
@@ -17,13 +17,13 @@ from builder.engine.decoder_graph import write_decoder
 from builder.engine.decoder_torch import write_grown_cache_graph
 from builder.engine.exported import ExportResult
 from builder.engine.quiet import quiet_ml
+from builder.engine.rope import served_context
 from builder.engine.weight_writer import LinearFormat
 from builder.errors import UnsupportedModel
+from builder.model.families import family
 from builder.planning.engine_options import ort_options
 from builder.planning.profiles import Profile
 from runtimes.bundle.engine import DecoderOptions
-
-SUPPORTED = {"llama", "mistral", "qwen2"}
 
 
 def _chat_template(model_dir: Path, tokenizer: Any) -> str | None:
@@ -49,16 +49,10 @@ def _eos_ids(model_dir: Path, config: Any, tokenizer: Any) -> list[int]:
 
 def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearFormat | None = None) -> ExportResult:
     config = AutoConfig.from_pretrained(model_dir)
-    if config.model_type not in SUPPORTED:
-        raise UnsupportedModel(f"language models of type {config.model_type!r} are not supported yet",
-                               hint=f"supported: {', '.join(sorted(SUPPORTED))}")
+    family(config.model_type)  # refuses, naming the families mbuild builds
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if not getattr(tokenizer, "is_fast", False):
         raise UnsupportedModel("the model has no fast (Rust) tokenizer, which the runtime needs")
-    window = getattr(config, "sliding_window", None)
-    if grown_cache and window and window < config.max_position_embeddings and config.model_type == "mistral":
-        raise UnsupportedModel(f"the TensorRT graph attends to the whole context, but this model slides a "
-                               f"{window}-token window", hint="build for ONNX Runtime (a CPU profile) instead")
     if grown_cache:
         past, dims = write_grown_cache_graph(model_dir, config, out_dir)
         inputs: tuple[str, ...] = ("input_ids", "attention_mask", "position_ids", *past)
@@ -72,7 +66,7 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearForma
         task="text-generation",
         inputs=inputs,
         output="logits",
-        max_seq_length=int(config.max_position_embeddings),
+        max_seq_length=served_context(config),
         geometry=dims,
         pad_token_id=int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
         options=DecoderOptions(vocab_size=int(config.vocab_size), layers=dims.layers, kv_heads=dims.kv_heads,

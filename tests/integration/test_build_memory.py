@@ -1,7 +1,8 @@
-"""A language model's CPU build, measured: a random ~0.5B Llama (bf16, sharded like a Hub checkpoint) packaged
-at int8 peaks under the build memory `mbuild plan` predicts for it, and under its fp32 weights, which a build
-holding the model in fp32 (as the export and the gate did before: 2.1x) passes by far. The scaled-down
-`python -m bench build_scale`: wide enough that the weights, not the build process (~0.6 GiB), set the bound."""
+"""A language model's CPU build, measured: a random ~0.5B Llama and a ~0.5B Qwen3-MoE (bf16, sharded like a Hub
+checkpoint) packaged at int8 peak under the build memory `mbuild plan` predicts for them, and under their fp32
+weights, which a build holding the model in fp32 (as the export and the gate did before: 2.1x) passes by far.
+The scaled-down `python -m bench build_scale`: wide enough that the weights, not the build process (~0.6 GiB),
+set the bound. The MoE's experts are streamed and quantized one at a time, as linear layers are."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import LlamaConfig
+from transformers import LlamaConfig, Qwen3MoeConfig
 
 from bench.lib.rss import run_sampled
 from builder.errors import ValidationFailed
@@ -24,27 +25,35 @@ from tests.support.tiny_models import save_random_decoder
 SHAPE: dict[str, Any] = {"vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 8,
                          "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 2048,
                          "bos_token_id": 1, "eos_token_id": 2, "architectures": ["LlamaForCausalLM"]}
+# ~0.52B parameters, 0.1B active: Qwen3-30B-A3B's layer (128-wide heads, 32 query and 4 KV heads, experts of
+# 768, 8 of them a token) at half its width and a quarter of its experts
+MOE_SHAPE: dict[str, Any] = {**SHAPE, "hidden_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 32,
+                             "num_key_value_heads": 4, "head_dim": 128, "num_experts": 32, "num_experts_per_tok": 8,
+                             "moe_intermediate_size": 768, "norm_topk_prob": True,
+                             "architectures": ["Qwen3MoeForCausalLM"]}
+CONFIGS = {"llama": lambda: LlamaConfig(**SHAPE), "qwen3_moe": lambda: Qwen3MoeConfig(**MOE_SHAPE)}
 GIB = 2**30
 
 
-@pytest.fixture(scope="module")
-def llama_half_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_random_decoder(LlamaConfig(**SHAPE), tmp_path_factory.mktemp("llama-0.5b"), torch.bfloat16, "300MB")
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def half_b(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_random_decoder(CONFIGS[request.param](), tmp_path_factory.mktemp(f"{request.param}-0.5b"),
+                               torch.bfloat16, "300MB")
 
 
-def test_an_int8_build_peaks_under_its_prediction(llama_half_b: Path, tmp_path: Path) -> None:
+def test_an_int8_build_peaks_under_its_prediction(half_b: Path, tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MBUILD_ENGINE_CACHE": str(tmp_path / "engines")}
-    plan = mbuild("plan", str(llama_half_b), "--gpu", "cpu", "--precision", "int8", "--json")
+    plan = mbuild("plan", str(half_b), "--gpu", "cpu", "--precision", "int8", "--json")
     assert plan.returncode == 0, plan.stderr
     predicted = json.loads(plan.stdout)["memory"]["build_gb"] * 1e9
-    run = run_sampled([sys.executable, "-m", "builder.cli", "package", str(llama_half_b), "--backend", "none",
+    run = run_sampled([sys.executable, "-m", "builder.cli", "package", str(half_b), "--backend", "none",
                        "--gpu", "cpu", "--precision", "int8", "--output", str(tmp_path / "out")], env)
     # Random weights may miss int8's gate (exit 8) after every stage that takes memory has run.
     assert run.rc in (0, ValidationFailed.exit_code), run.tail()
     assert (tmp_path / "out" / "report.json").is_file()
     peak = run.peak()[0]
     export = run.peak(*run.windows()["export"])[0]
-    fp32_weights = 2 * sum(p.stat().st_size for p in llama_half_b.glob("*.safetensors"))  # bf16: 2 bytes a weight
+    fp32_weights = 2 * sum(p.stat().st_size for p in half_b.glob("*.safetensors"))  # bf16: 2 bytes a weight
     print(f"peak {peak / GIB:.2f} GiB (predicted {predicted / GIB:.2f}), export stage {export / GIB:.2f} GiB, "
           f"fp32 weights {fp32_weights / GIB:.2f} GiB")
     assert peak <= predicted

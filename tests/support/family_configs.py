@@ -17,9 +17,9 @@ WINDOW = 8
 COMMON: dict[str, Any] = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
                           "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
                           "initializer_range": 0.3, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
-ALTERNATING = {"num_hidden_layers": 3, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
-               "sliding_window": WINDOW}
-MOE = {"num_experts_per_tok": 2, "num_hidden_layers": 2}
+ALTERNATING: dict[str, Any] = {"num_hidden_layers": 3, "sliding_window": WINDOW,
+                               "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}
+MOE: dict[str, Any] = {"num_experts_per_tok": 2, "num_hidden_layers": 2}
 
 
 def family_configs() -> dict[str, Any]:
@@ -28,6 +28,10 @@ def family_configs() -> dict[str, Any]:
                    "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
     gemma3_rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                    "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0}}
+    # Phi-4-mini's shape of rope: LongRoPE over part of each head (here 16 of 32 dimensions)
+    phi4_mini_rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                      "original_max_position_embeddings": 64, "short_factor": [1.0, 1.1, 1.2, 1.5, 2.0, 3.0, 4.0, 6.0],
+                      "long_factor": [1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 12.0, 16.0]}
     configs = [
         tf.LlamaConfig(**COMMON, rope_parameters=llama3_rope),
         tf.MistralConfig(**COMMON, sliding_window=WINDOW),
@@ -37,14 +41,14 @@ def family_configs() -> dict[str, Any]:
                         query_pre_attn_scalar=16, attn_logit_softcapping=5.0, final_logit_softcapping=3.0),
         tf.Gemma3TextConfig(**{**COMMON, **ALTERNATING}, head_dim=16, tie_word_embeddings=False,
                             query_pre_attn_scalar=16, rope_parameters=gemma3_rope),
-        tf.Phi3Config(**COMMON),
+        tf.Phi3Config(**{**COMMON, "hidden_size": 128}, rope_parameters=phi4_mini_rope),
         tf.GraniteConfig(**COMMON, embedding_multiplier=12.0, attention_multiplier=0.05, residual_multiplier=0.22,
                          logits_scaling=8.0),
         tf.Olmo2Config(**COMMON),
         tf.SmolLM3Config(**{**COMMON, "num_hidden_layers": 4}, no_rope_layer_interval=4),
         tf.MixtralConfig(**{**COMMON, **MOE}, num_local_experts=4),
-        tf.Qwen3MoeConfig(**{**COMMON, **MOE}, num_experts=4, moe_intermediate_size=32,  # type: ignore[call-arg]
-                          norm_topk_prob=True, head_dim=16),  # head_dim: a config attribute its signature lacks
+        tf.Qwen3MoeConfig(**{**COMMON, **MOE, "num_hidden_layers": 3, "head_dim": 16}, num_experts=4,
+                          moe_intermediate_size=32, norm_topk_prob=True, mlp_only_layers=[1]),  # layer 1 dense
         tf.GptOssConfig(**{**COMMON, **MOE, "num_hidden_layers": 2}, num_local_experts=4, head_dim=16,
                         layer_types=["sliding_attention", "full_attention"], sliding_window=WINDOW,
                         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,

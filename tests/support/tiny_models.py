@@ -8,7 +8,14 @@ from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import BertConfig, BertModel, GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForCausalLM,
+    BertConfig,
+    BertModel,
+    GenerationConfig,
+    LlamaConfig,
+    PreTrainedTokenizerFast,
+)
 
 WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "hello", "world", "model", "container",
          "image", "embedding", "vector", "text", "token", "batch", "serve", "health", "ready", "build", "engine",
@@ -63,8 +70,9 @@ TRAINING_TEXT = ("The quick brown fox jumps over the lazy dog. Containers packag
                  "def add(a, b):\n    return a + b\n") * 3
 
 
-def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0) -> Path:
-    """A 2-layer Llama (GQA) with a byte-level BPE tokenizer, a Llama-3-style chat template and eos ids.
+def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0, family: str = "llama") -> Path:
+    """A 2-layer Llama (GQA) with a byte-level BPE tokenizer, a Llama-3-style chat template and eos ids; another
+    family's layers (tests/support/family_configs.py) when `family` names one.
 
     Random weights give near-flat logits, on which any rounding flips the argmax; a second of training
     on a short text makes its predictions decisive, as a real model's are (train_steps=0 keeps it random).
@@ -83,10 +91,17 @@ def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0) -> Path
                                    pad_token="<|end_of_text|>", chat_template=CHAT_TEMPLATE, model_max_length=1024)
     fast.save_pretrained(folder)
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, bos_token_id=bos,
-                         eos_token_id=eot, tie_word_embeddings=False)
-    model = LlamaForCausalLM(config)
+    sizes = {"vocab_size": tok.get_vocab_size(), "max_position_embeddings": 1024, "bos_token_id": bos,
+             "eos_token_id": eot, "initializer_range": 0.02}
+    if family == "llama":
+        config = LlamaConfig(**sizes, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, tie_word_embeddings=False)
+    else:
+        from tests.support.family_configs import family_configs
+
+        config = family_configs()[family]
+        config.update({**sizes, "pad_token_id": eos})  # the matrix's pad 0 is this tokenizer's BOS
+    model = AutoModelForCausalLM.from_config(config)
     if train_steps:
         ids = torch.tensor([fast(TRAINING_TEXT).input_ids[:256]])
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)

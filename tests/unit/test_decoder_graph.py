@@ -1,6 +1,7 @@
-"""The decoder graphs against transformers, on Llama (Llama 3 rope scaling), Mistral (sliding window) and Qwen2
-(q/k/v biases, tied embeddings) shapes: greedy ids must be equal token for token, with rows at different
-lengths decoding together, a prompt prefilled in chunks on top of its own cache, and slots moved between.
+"""The decoder graphs against transformers' generate, on every family of the test matrix
+(tests/support/family_configs.py): greedy ids must be equal token for token, with rows at different lengths
+decoding together, a prompt longer than the sliding windows prefilled in chunks on top of its own cache, and
+slots moved between.
 """
 
 from __future__ import annotations
@@ -8,31 +9,23 @@ from __future__ import annotations
 import ctypes
 import mmap
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+from transformers import AutoModelForCausalLM
 
 from builder.engine.compile_ort import optimize
 from builder.engine.export_decoder import export_decoder, export_decoder_tensorrt
-from builder.errors import UnsupportedModel
+from builder.engine.rope import served_context
 from runtimes.bundle import Batching
 from runtimes.engines.decoder import DecoderEngine
+from tests.support.family_configs import WINDOW, family_configs
 from tests.support.tiny_models import save_random_decoder
 
 pytestmark = pytest.mark.slow
-COMMON: dict[str, Any] = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
-                          "initializer_range": 0.3, "bos_token_id": 1, "eos_token_id": 2}
-SHAPES = {
-    "llama": LlamaConfig(**COMMON, rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-                                                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                                     "original_max_position_embeddings": 32}),
-    "mistral": MistralConfig(**COMMON, sliding_window=12),
-    "qwen2": Qwen2Config(**COMMON, tie_word_embeddings=True),
-}
+SHAPES = family_configs()
+GROWN_CACHE = ("llama", "mistral", "qwen2")  # with slot moves; every family: test_grown_cache_families.py
 PROMPTS = [[1, 17, 99, 3, 250, 42, 7], [1, 5], [1, 200, 201, 202, 9, 9, 9, 9, 9, 30, 31, 32, 33, 34]]
 NEW = 16
 
@@ -43,11 +36,13 @@ def _model(kind: str, folder: Path) -> Path:
 
 def _reference(folder: Path) -> list[list[int]]:
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None  # the engine's raw logits may pick EOS; generate must go on too
     out = []
     for prompt in PROMPTS:
         ids = torch.tensor([prompt])
-        made = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
-                              do_sample=False, pad_token_id=0)
+        # no end token: min_new_tokens would instead forbid EOS, which the engine, asked for raw logits, may pick
+        made = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False,
+                              pad_token_id=0)
         out.append(made[0, len(prompt):].tolist())
     return out
 
@@ -75,14 +70,13 @@ def _served(engine: DecoderEngine) -> list[list[int]]:
     return out
 
 
-@pytest.mark.parametrize("kind", sorted(SHAPES))
-@pytest.mark.parametrize("grown_cache", [False, True], ids=["in-place", "grown-cache"])
+CASES = [(kind, False) for kind in sorted(SHAPES)] + [(kind, True) for kind in GROWN_CACHE]
+
+
+@pytest.mark.parametrize(("kind", "grown_cache"), CASES, ids=[f"{k}-{'grown' if g else 'in-place'}" for k, g in CASES])
 def test_greedy_ids_equal_transformers(kind: str, grown_cache: bool, tmp_path: Path) -> None:
+    assert len(PROMPTS[2]) + NEW > 2 * WINDOW  # the long prompt and its decode cross every sliding window
     folder = _model(kind, tmp_path / "model")
-    if grown_cache and kind == "mistral":  # that graph has no sliding window: refused, never served wrong
-        with pytest.raises(UnsupportedModel, match="window"):
-            _engine(folder, tmp_path, grown_cache)
-        return
     engine = _engine(folder, tmp_path, grown_cache)
     assert engine.in_place is not grown_cache
     engine.warm_up()  # as the server starts: what the warm-up wrote stays in slots 0 and 1, and must go unread
@@ -108,3 +102,12 @@ def test_every_slot_is_committed_at_start(tmp_path: Path) -> None:
     wide = DecoderEngine(tmp_path / "engine", engine.config, threads=1, slots=256)  # buffers of MBs, mmap'd
     assert wide.cache[0].nbytes >= 4 << 20
     assert [round(_resident_share(buffer), 2) for buffer in wide.cache] == [1.0] * len(wide.cache)
+
+
+def test_longrope_is_served_to_its_original_length() -> None:
+    """Past original_max_position_embeddings LongRoPE switches every position to its long factors, which a
+    table per position cannot express: the engine's context stops where its short-factor table is exact."""
+    config = SHAPES["phi3"]
+    assert config.rope_parameters["rope_type"] == "longrope"
+    assert served_context(config) == config.rope_parameters["original_max_position_embeddings"]
+    assert served_context(SHAPES["llama"]) == SHAPES["llama"].max_position_embeddings

@@ -21,7 +21,7 @@ import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 from safetensors.numpy import save_file
-from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
 
 from builder.engine import decoder_graph, weight_writer
 from builder.engine.checkpoint import INDEX, Checkpoint
@@ -33,6 +33,7 @@ from builder.errors import InputError, UnsupportedModel
 from runtimes.bundle import Batching
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.hardware import read_ram_gb
+from tests.support.family_configs import WINDOW, family_configs
 from tests.support.procs import mbuild
 from tests.support.tiny_models import save_random_decoder
 
@@ -154,15 +155,13 @@ def test_block_weights_are_onnxruntime_matmulnbits_quantizer_s(sharded_bf16: Pat
         np.testing.assert_array_equal(ours[scales], library[scales], err_msg=scales)
 
 
-SMALL = {**SHAPE, "num_hidden_layers": 2, "vocab_size": 300}
-FAMILIES = {"llama": LlamaConfig(**SMALL), "mistral": MistralConfig(**SMALL, sliding_window=6),
-            "qwen2": Qwen2Config(**SMALL, tie_word_embeddings=True)}
-
-
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", sorted(family_configs()))
 def test_the_layer_by_layer_reference_is_transformers_forward(family: str, tmp_path: Path) -> None:
-    folder = save_random_decoder(FAMILIES[family], tmp_path / family, shard="100KB")
-    sequences = [[1, 5, 9, 200, 7, 7, 33, 250, 12, 13, 14], [1, 42, 43]]  # longer than Mistral's window of 6
+    """Every family of the matrix, on a sequence that crosses its window twice (and a short one); MoE checkpoints
+    hold their experts one by one, as transformers saves Mixtral's and Qwen3-MoE's, and are fused as it loads."""
+    folder = save_random_decoder(family_configs()[family], tmp_path / family, shard="100KB")
+    sequences = [[1, 5, 9, 200, 7, 7, 33, 250, 12, 13, 14, 90, 91, 3, 4, 60, 61, 62, 17, 18], [1, 42, 43]]
+    assert len(sequences[0]) > 2 * WINDOW
     ours = reference_logits(folder, sequences, [2, 1])
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     for sequence, first, logits in zip(sequences, [2, 1], ours, strict=True):
