@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builder.errors import UnsupportedModel
 from builder.model.families import Family, family, wrapped_family
-from builder.model.geometry import head_geometry
+from builder.model.geometry import expert_layers, head_geometry
 
 Task = Literal["embedding", "text-generation"]
 
@@ -116,17 +116,13 @@ def text_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family | 
     return {**wrapper.text_defaults, **inner, "model_type": wrapped.model_type}, wrapped
 
 
-def moe_layout(text: Mapping[str, Any], layers: int) -> MoeLayout:
-    """Experts from config.json: Mixtral and gpt-oss name them num_local_experts, Qwen3-MoE num_experts (its
-    mlp_only_layers and decoder_sparse_step keep some layers dense)."""
+def moe_layout(text: Mapping[str, Any]) -> MoeLayout:
+    """Experts from config.json: Mixtral and gpt-oss name them num_local_experts, Qwen3-MoE num_experts."""
     experts = _int(text, "num_local_experts", "num_experts")
     if not experts:
         raise UnsupportedModel("config.json of a mixture-of-experts model names no num_local_experts or num_experts")
-    dense = {_number(i, "mlp_only_layers") for i in text.get("mlp_only_layers") or ()}
-    step = _int(text, "decoder_sparse_step", default=1) or 1
     return MoeLayout(experts, _int(text, "num_experts_per_tok", "experts_per_token", default=1),
-                     _int(text, "moe_intermediate_size", "intermediate_size"),
-                     tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0))
+                     _int(text, "moe_intermediate_size", "intermediate_size"), expert_layers(text))
 
 
 def sliding(text: Mapping[str, Any], fam: Family | None, layers: int, context: int) -> tuple[int, int]:
@@ -179,7 +175,7 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
     vocab = _int(text, "vocab_size", default=32000)
     context = _int(text, "max_position_embeddings", default=2048)
     tied = bool(text.get("tie_word_embeddings", fam.ties_head if fam else task == "embedding"))
-    moe = moe_layout(text, layers) if fam is not None and fam.kind == "moe" else MoeLayout()
+    moe = moe_layout(text) if fam is not None and fam.kind == "moe" else MoeLayout()
     attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
     gated = 3 if task == "text-generation" else 2
     expert = gated * hidden * moe.intermediate

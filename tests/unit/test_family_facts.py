@@ -40,10 +40,18 @@ STORED_GB = {"gpt-oss-20b": 13.8, "gpt-oss-120b": 65.3}
 LANGUAGE_MODELS = {alias: entry for alias, entry in load_catalog().items() if entry.config is not None}
 
 
-def transformers_count(config: Any) -> int:
+def on_meta(config: Any) -> Any:
     with torch.device("meta"):
-        model = tf.AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())  # a tied head is one tensor, counted once
+        return tf.AutoModelForCausalLM.from_config(config)
+
+
+def transformers_count(config: Any) -> int:
+    return sum(p.numel() for p in on_meta(config).parameters())  # a tied head is one tensor, counted once
+
+
+def transformers_expert_layers(config: Any) -> tuple[int, ...]:
+    layers = on_meta(config).model.layers
+    return tuple(i for i, layer in enumerate(layers) if any(n.endswith("experts") for n, _ in layer.named_modules()))
 
 
 def as_transformers(text: Mapping[str, Any]) -> Any:
@@ -92,7 +100,7 @@ def test_each_familys_facts_follow_transformers(model_type: str) -> None:
     if FAMILIES[model_type].kind == "moe":
         assert facts.experts == (getattr(config, "num_local_experts", None) or config.num_experts)
         assert facts.experts_per_token == config.num_experts_per_tok
-        assert facts.moe_layers == tuple(range(config.num_hidden_layers))
+        assert facts.moe_layers == transformers_expert_layers(config)
         assert facts.active_params is not None and facts.active_params < facts.params
 
 
@@ -119,5 +127,5 @@ def test_qwen3_moe_dense_layers_hold_no_experts() -> None:
     config = family_configs()["qwen3_moe"]
     config.num_hidden_layers, config.mlp_only_layers, config.decoder_sparse_step = 4, [0], 2
     facts = facts_from_config(config.to_dict(), "text-generation")
-    assert facts.moe_layers == (1, 3)
+    assert facts.moe_layers == (1, 3) == transformers_expert_layers(config)
     assert facts.params * 1e9 == pytest.approx(transformers_count(config), rel=0.03)
