@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builder.errors import UnsupportedModel
 from builder.model.families import Family, family, wrapped_family
-from builder.model.geometry import expert_layers, head_geometry
+from builder.model.geometry import expert_layers, head_geometry, model_context
 
 Task = Literal["embedding", "text-generation"]
 
@@ -173,7 +173,7 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
     layers, heads, kv_heads, head_dim = geometry.layers, geometry.heads, geometry.kv_heads, geometry.head_dim
     inter = _int(text, "intermediate_size", default=4 * hidden)
     vocab = _int(text, "vocab_size", default=32000)
-    context = _int(text, "max_position_embeddings", default=2048)
+    context = model_context(text)
     tied = bool(text.get("tie_word_embeddings", fam.ties_head if fam else task == "embedding"))
     moe = moe_layout(text) if fam is not None and fam.kind == "moe" else MoeLayout()
     attention = hidden * head_dim * (2 * heads + 2 * kv_heads)

@@ -12,6 +12,7 @@ import pytest
 import torch
 import transformers as tf
 
+from builder.engine.rope import served_context
 from builder.model.catalog import load_catalog
 from builder.model.families import FAMILIES, WRAPPERS
 from builder.model.shape import facts_from_config, text_config
@@ -55,7 +56,9 @@ def transformers_expert_layers(config: Any) -> tuple[int, ...]:
 
 
 def as_transformers(text: Mapping[str, Any]) -> Any:
-    return tf.AutoConfig.for_model(str(text["model_type"]), **{k: v for k, v in text.items() if k != "model_type"})
+    """rope_scaling is left out: it holds no weights, and the catalog records its kind without its factor lists."""
+    fields = {k: v for k, v in text.items() if k not in ("model_type", "rope_scaling")}
+    return tf.AutoConfig.for_model(str(text["model_type"]), **fields)
 
 
 def test_every_catalog_language_model_has_a_published_size_to_check() -> None:
@@ -92,6 +95,7 @@ def test_each_familys_facts_follow_transformers(model_type: str) -> None:
     saved = config.to_dict()
     facts = facts_from_config(saved, "text-generation")
     assert facts.family == model_type and facts.tied == config.tie_word_embeddings
+    assert facts.context == served_context(config)  # what the export's engine serves (Phi-3's LongRoPE: less)
     assert facts.params * 1e9 == pytest.approx(transformers_count(config), rel=0.03)
     kinds = getattr(config, "layer_types", None) or []
     window = getattr(config, "sliding_window", None)
@@ -129,3 +133,12 @@ def test_qwen3_moe_dense_layers_hold_no_experts() -> None:
     facts = facts_from_config(config.to_dict(), "text-generation")
     assert facts.moe_layers == (1, 3) == transformers_expert_layers(config)
     assert facts.params * 1e9 == pytest.approx(transformers_count(config), rel=0.03)
+
+
+def test_a_longrope_config_json_written_before_transformers_5_is_served_to_its_original_length() -> None:
+    """Phi-4-mini's config.json names its rope settings rope_scaling, its kind "type"."""
+    config = {**family_configs()["phi3"].to_dict(), "max_position_embeddings": 131072,
+              "original_max_position_embeddings": 4096, "rope_scaling": {"type": "longrope"}}
+    del config["rope_parameters"]
+    assert facts_from_config(config, "text-generation").context == 4096
+    assert LANGUAGE_MODELS["phi-4-mini"].facts().context == 4096
