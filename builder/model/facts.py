@@ -10,7 +10,7 @@ from huggingface_hub import hf_hub_download
 
 from builder.errors import UnsupportedModel
 from builder.model.catalog import ModelFacts, Task, entry_for_repo
-from builder.model.families import FAMILIES, WRAPPERS
+from builder.model.families import FAMILIES, WRAPPERS, require_built
 from builder.model.hubcache import hub_cache_dir, hub_endpoint
 from builder.model.pull import hub_errors
 from builder.model.ref import ModelRef
@@ -64,12 +64,16 @@ def model_facts(spec: ModelSpec, ref: ModelRef | None, offline: bool) -> ModelFa
     not build is refused by its family rather than by a weights file it lacks."""
     known = entry_for_repo(spec.repo) if spec.local_path is None else None
     if known is not None:
-        return known[1].facts()
-    if spec.local_path is not None:
-        files = tuple(p.name for p in spec.local_path.iterdir() if p.is_file())
-    elif ref is not None:
-        files = ref.files
+        facts = known[1].facts()
     else:
-        raise AssertionError("a hub model's facts need its resolved files")
-    config = read_config(spec, ref.sha if ref else None, offline)
-    return facts_from_config(config, infer_task(files, config, spec.repo))
+        if spec.local_path is not None:
+            files = tuple(p.name for p in spec.local_path.iterdir() if p.is_file())
+        elif ref is not None:
+            files = ref.files
+        else:
+            raise AssertionError("a hub model's facts need its resolved files")
+        config = read_config(spec, ref.sha if ref else None, offline)
+        facts = facts_from_config(config, infer_task(files, config, spec.repo))
+    if facts.wrapper:
+        require_built(facts.wrapper, spec.repo)
+    return facts

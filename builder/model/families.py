@@ -44,12 +44,15 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
 
 @dataclass(frozen=True)
 class Wrapper:
-    """A multimodal wrapper whose text model is built: its config.json's text_config is text_family's, and the
-    vision tower is downloaded but not built."""
+    """A multimodal wrapper around a family's text model: its config.json's text_config is text_family's. Its text
+    model is sized from that (the catalog's Gemma 3 4B and up); it is built once the export reads the text model
+    out of the wrapper's checkpoint (text_config, the language_model.* weights), and refused when planned until
+    then."""
 
     text_family: str
     # transformers' text config class defaults, which a wrapper's text_config leaves out where it equals them
     text_defaults: Mapping[str, Any]
+    built: bool = False  # the export reads this wrapper's text model (builder/engine/export_decoder.py)
 
 
 # Any other wrapper (a config.json with a text_config inside) is refused by name.
@@ -82,3 +85,14 @@ def wrapped_family(model_type: str, text_model_type: str | None) -> tuple[Family
             hint=f"mbuild builds text-only models of the families {', '.join(sorted(FAMILIES))} and the text "
                  f"model of {', '.join(sorted(WRAPPERS))}; see docs/models.md")
     return FAMILIES[wrapper.text_family], wrapper
+
+
+def require_built(wrapper: str, repo: str) -> None:
+    """The refusal, before any download, of a known wrapper whose text model the export does not read yet."""
+    known = WRAPPERS[wrapper]
+    if not known.built:
+        raise UnsupportedModel(
+            f"{repo} is a multimodal {wrapper!r} model (a {known.text_family!r} text model with a vision tower); "
+            "mbuild does not build the text model out of a multimodal checkpoint yet",
+            hint=f"text-only {known.text_family} checkpoints are built (a repo or folder whose config.json has "
+                 f"model_type {known.text_family!r}); see docs/models.md")

@@ -30,12 +30,14 @@ def models_markdown() -> str:
         *[f"| `{f.model_type}` | {f.label} | {KINDS[f.kind]} | {', '.join(aliases[f.model_type]) or '-'} |"
           for f in FAMILIES.values()],
         "",
-        "Multimodal checkpoints whose text model is built (the vision tower is downloaded with the checkpoint, not",
-        "built); any other multimodal model is refused by name:",
+        "Multimodal checkpoints around a family's text model: the catalog sizes their text model, and they are",
+        "built once the export reads it out of the checkpoint (the vision tower is downloaded, never built); until",
+        "then, and for any other multimodal model, they are refused by name when planned:",
         "",
-        "| model_type | text model |",
-        "| --- | --- |",
-        *[f"| `{name}` | `{w.text_family}` |" for name, w in WRAPPERS.items()],
+        "| model_type | text model | built |",
+        "| --- | --- | --- |",
+        *[f"| `{name}` | `{w.text_family}` | {'yes' if w.built else 'not yet: refused when planned'} |"
+          for name, w in WRAPPERS.items()],
         "",
         "## The catalog",
         "",
@@ -49,6 +51,7 @@ def models_markdown() -> str:
     for alias, entry in catalog.items():
         facts = entry.facts()
         family = f"`{facts.family}`" if facts.family else "encoder"
+        family += f" in `{facts.wrapper}`" if facts.wrapper else ""
         gated = " (gated)" if entry.gated else ""
         download = f"{facts.download_gb:.1f} GB" if facts.download_gb >= 1 else f"{facts.download_gb * 1000:.0f} MB"
         size = facts.describe_params("")

@@ -49,6 +49,7 @@ class ModelFacts(BaseModel):
     tied: bool = False  # the LM head shares the token table (tie_word_embeddings)
     source: str = "catalog"
     family: str = ""  # the decoder family's model_type (builder/model/families.py); "" for encoders
+    wrapper: str = ""  # the multimodal model_type whose text model this is (families.WRAPPERS); "" for most
     active_params: float | None = Field(None, gt=0, description="billions a token runs through (None: all)")
     experts: int = Field(0, ge=0)  # routed experts in each mixture-of-experts layer; 0: dense
     experts_per_token: int = Field(0, ge=0)
@@ -114,6 +115,10 @@ def text_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family | 
         return config, None
     wrapped, wrapper = wrapped_family(str(config.get("model_type") or ""), inner.get("model_type"))
     return {**wrapper.text_defaults, **inner, "model_type": wrapped.model_type}, wrapped
+
+
+def _wrapper(config: Mapping[str, Any]) -> str:
+    return str(config.get("model_type") or "") if isinstance(config.get("text_config"), Mapping) else ""
 
 
 def moe_layout(text: Mapping[str, Any]) -> MoeLayout:
@@ -191,6 +196,7 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
             task=task, params=total / 1e9, layers=geometry.layers, hidden=hidden, heads=geometry.heads,
             kv_heads=geometry.kv_heads, head_dim=geometry.head_dim, context=context, vocab=vocab, tied=tied,
             source=source, family=fam.model_type if fam else "",
+            wrapper=_wrapper(config) if task == "text-generation" else "",
             active_params=active / 1e9 if moe.experts else None, experts=moe.experts,
             experts_per_token=moe.per_token, expert_intermediate=moe.intermediate, moe_layers=moe.layers,
             sliding_window=window, sliding_layers=sliding_layers,
