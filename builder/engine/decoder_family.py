@@ -21,6 +21,7 @@ from typing import Any, Literal
 from builder.engine.family_glue import FamilyGlue
 from builder.errors import UnsupportedModel
 from builder.model.families import family
+from builder.model.geometry import expert_layers
 
 GEMMA = {"gemma2", "gemma3_text"}
 HEAD_QK_NORM = {"qwen3", "gemma3_text", "qwen3_moe"}
@@ -71,15 +72,8 @@ class Arch:
 
 
 def sparse_layer(config: Any, layer: int) -> bool:
-    """Whether a layer's feed-forward is a mixture of experts."""
-    kind = config.model_type
-    if kind in ("mixtral", "gpt_oss"):
-        return True
-    if kind == "qwen3_moe":  # modeling_qwen3_moe: sparse every decoder_sparse_step layers, except mlp_only_layers
-        step = int(getattr(config, "decoder_sparse_step", 1) or 1)
-        return (layer not in (getattr(config, "mlp_only_layers", None) or [])
-                and int(getattr(config, "num_experts", 0) or 0) > 0 and (layer + 1) % step == 0)
-    return False
+    """Whether a layer's feed-forward is a mixture of experts (geometry.expert_layers, which planning reads too)."""
+    return layer in expert_layers(config)
 
 
 def _rope(config: Any, glue: FamilyGlue, layer: int) -> str | None:
