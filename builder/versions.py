@@ -11,7 +11,8 @@ BUILD_TOOLS = ("torch", "transformers", "sentence-transformers", "onnx", "onnxru
 
 # What the image installs: the runtime's own small set, pinned to the versions validated here.
 # uvloop and httptools: uvicorn picks them up by itself and serves several times the requests per core.
-RUNTIME_PACKAGES = ("bentoml", "fastapi", "uvloop", "httptools", "onnxruntime", "tokenizers", "numpy", "llguidance")
+RUNTIME_PACKAGES = ("bentoml", "fastapi", "uvloop", "httptools", "onnxruntime", "tokenizers", "numpy", "llguidance",
+                    "openai-harmony")
 # The same module ships under other distribution names; the CPU image always takes the plain one.
 _ALIASES = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino")}
 

@@ -19,7 +19,8 @@ DRAIN_SECONDS = 5  # after SIGTERM: readiness 503 while load balancers stop send
 GRACE_SECONDS = 20  # the server's SIGTERM to SIGKILL: in-flight requests finish
 PREFILL_CHUNK = 512  # prompt tokens per engine step, so running streams keep decoding
 MODEL_DIR = Path("/opt/mbuild/model")  # where the image carries the engine; MBUILD_MODEL_DIR moves it elsewhere
-TOOL_PARSERS = ("llama3_json", "hermes", "mistral")  # runtimes/generation/tools.py reads each
+TOOL_PARSERS = ("llama3_json", "hermes", "mistral", "phi4_mini", "granite")  # runtimes/generation/tools.py reads each
+HARMONY_VOCABULARY = "TIKTOKEN_ENCODINGS_BASE"  # openai-harmony's own: the folder it loads o200k_base.tiktoken from
 LOG_LEVELS = ("debug", "info", "warning", "warn", "error", "critical")
 
 
@@ -49,7 +50,8 @@ _BOOLEANS = (
 _TEXTS = (("host", "MBUILD_HOST"), ("served_name", "MBUILD_SERVED_MODEL_NAME"), ("site", "MBUILD_SITE"),
           ("ssl_certfile", "MBUILD_SSL_CERTFILE"), ("ssl_keyfile", "MBUILD_SSL_KEYFILE"),
           ("model_profile", "MBUILD_MODEL_PROFILE"))
-_PATHS = (("model_dir", "MBUILD_MODEL_DIR"), ("drain_flag", "MBUILD_DRAIN_FLAG"), ("failed_flag", "MBUILD_FAILED_FLAG"))
+_PATHS = (("model_dir", "MBUILD_MODEL_DIR"), ("drain_flag", "MBUILD_DRAIN_FLAG"), ("failed_flag", "MBUILD_FAILED_FLAG"),
+          ("harmony_vocabulary", HARMONY_VOCABULARY))
 _CHOICES = (("log_level", "MBUILD_LOG_LEVEL", LOG_LEVELS), ("log_format", "MBUILD_LOG_FORMAT", ("text", "json")),
             ("tool_call_parser", "MBUILD_TOOL_CALL_PARSER", ("auto", "none", *TOOL_PARSERS)))
 
@@ -90,6 +92,7 @@ class Settings:
     model_profile: str | None = None  # the profile to serve, by name or id (prefix): must be one the image carries
     tool_call_parser: str = "auto"  # the tool-call format; auto: the one the chat template renders
     allow_unauthenticated: bool = False  # serve without a key on purpose (an empty key is refused otherwise)
+    harmony_vocabulary: Path | None = None  # gpt-oss: o200k_base.tiktoken's folder; None: from tokenizer.json
 
     @property
     def in_flight_seconds(self) -> float:
@@ -138,6 +141,12 @@ def _api_key(env: EnvReader, allow_open: bool) -> str | None:
 def flag(name: str) -> bool:
     """One boolean variable, for code that runs before (or without) a Settings, such as engine sessions."""
     return EnvReader(os.environ, error=SettingsError).boolean(name) or False
+
+
+def export_harmony_vocabulary(folder: Path) -> None:
+    """Point openai-harmony at its vocabulary's folder: it reads TIKTOKEN_ENCODINGS_BASE itself, when it loads
+    (without it, it would download the file)."""
+    os.environ[HARMONY_VOCABULARY] = str(folder)
 
 
 def child_env(**changes: str) -> dict[str, str]:

@@ -70,8 +70,11 @@ def planning_all(opts: PackageOptions, *, for_plan_only: bool = False) -> list[P
     """One Planning per target (`--gpu h100,l40s` gives two), sharing the resolved model."""
     spec = parse_model_ref(opts.model)
     targets = resolve_targets(opts.gpu)
+    # A folder's config.json is read before its files are chosen: a family mbuild does not build is refused as
+    # that, not as a folder without weights.
+    early = model_facts(spec, None, opts.is_offline) if spec.local_path is not None else None
     ref = resolve_or_defer(spec, opts.is_offline) if for_plan_only else resolve(spec, opts.is_offline)
-    facts = model_facts(ref, spec, opts.is_offline)
+    facts = early or model_facts(spec, ref, opts.is_offline)
     profiles = load_profiles()
     return [Planning(ref, facts, target, select(profiles, target, facts, profile=opts.wanted_profile,
                                                  precision=opts.precision, mode=opts.mode,

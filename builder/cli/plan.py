@@ -8,25 +8,67 @@ import click
 
 from builder.build.plan_package import PackageOptions, plan_package
 from builder.cli.options import target_options
+from builder.model.catalog import ModelFacts
+from builder.model.shape import billions
+from builder.planning.memory import kv_bytes_per_token, kv_bytes_per_value, served_context
 from builder.planning.plan import BuildPlan
 from builder.progress import Reporter
+
+
+def _shape(facts: ModelFacts) -> str:
+    attention = f"{facts.layers} layers, {facts.heads} heads, {facts.kv_heads} KV heads of {facts.head_dim}"
+    experts = (f"; {facts.experts} experts of {facts.expert_intermediate} in {len(facts.moe_layers)} layers, "
+               f"{facts.experts_per_token} a token" if facts.experts else "")
+    return f"{facts.family}: {attention}{experts}, vocab {facts.vocab}{' (tied head)' if facts.tied else ''}"
+
+
+def memory_lines(plan: BuildPlan) -> list[str]:
+    """The plan's memory, each number with what it is made of, to check by hand (docs/usage.md)."""
+    facts, need, profile = plan.facts, plan.need, plan.profile
+    where = "per GPU" if profile.device == "gpu" else "of RAM"
+    served = f"weights {need.weights_gb:.2f} + KV cache {need.kv_cache_gb:.2f}"
+    served = f"({served}) / tp{profile.tp}" if profile.tp > 1 else served
+    lines = [f"{need.rounded_gb:g} GB {where}: {served} + headroom {need.overhead_gb:.2f} = "
+             f"{need.per_device_gb:.2f}, rounded up"]
+    if facts.task == "text-generation":
+        every = ", every expert's" if facts.experts else ""
+        routed = f"{facts.experts_per_token} of {facts.experts} experts a layer; " if facts.experts else ""
+        table = "the tied token table read whole, as the LM head" if facts.tied else "of the token table, a row"
+        lines.append(f"weights: {facts.describe_params()} at {profile.precision}{every}; a decode step reads "
+                     f"{need.decode_read_gb:.2f} GB of them: {billions(facts.decode_params)} parameters "
+                     f"({routed}{table})")
+        per_value = kv_bytes_per_value(profile)
+        lines.append(f"KV cache: {kv_bytes_per_token(facts, profile):.0f} B a token (2 x {facts.layers} layers x "
+                     f"{facts.kv_heads} KV heads x {facts.head_dim} x {per_value:g} B) x "
+                     f"{served_context(facts, profile)} tokens x {profile.limits.max_batch} sequences")
+        if need.kv_window_gb < need.kv_cache_gb:
+            lines.append(f"  {facts.sliding_layers} of {facts.layers} layers attend to {facts.sliding_window} "
+                         "tokens, but the runtime caches the whole context for every layer; caching the window "
+                         f"would take {need.kv_window_gb:.2f} GB (not done yet)")
+    lines.append(f"download {facts.download_gb:.2f} GB (the checkpoint); build {need.build_gb:.1f} GB of RAM and "
+                 f"{need.build_disk_gb:.1f} GB of disk")
+    return lines
 
 
 def render_plan(plan: BuildPlan) -> str:
     model = plan.model
     pinned = model.sha or f"{model.revision} ({model.note})"
     facts = plan.facts
+    memory = memory_lines(plan)
     lines = [
         f"plan {plan.digest()}",
         f"  image      {plan.tag}",
         f"  model      {model.repo} @ {pinned}",
-        f"  task       {facts.task}, {facts.params:g}B parameters ({facts.source})",
+        f"  task       {facts.task}, {facts.describe_params()} ({facts.source})",
+        *([f"  family     {_shape(facts)}"] if facts.family else []),
         f"  target     {plan.target.describe()} [{plan.target.source}]",
         f"  profile    {plan.profile.name} ({plan.profile.id})",
         *[f"             - {line}" for line in plan.why],
         f"  base       {plan.base_image}",
         f"  runtime    {', '.join(plan.runtime_requirements)}",
         f"  tools      {', '.join(f'{k} {v}' for k, v in plan.tools)}",
+        f"  memory     {memory[0]}",
+        *[f"             {line}" for line in memory[1:]],
         f"  requires   {json.dumps(plan.requires().to_dict(), sort_keys=True)}",
     ]
     if model.files:

@@ -15,10 +15,6 @@ _NEEDS_GPU = re.compile(r"^needs a GPU \((?P<gpu>[^)]+)\); the target is a CPU$"
 _CPU_ON_GPU = re.compile(r"^a CPU profile; the target is ")
 
 
-def _params(facts: ModelFacts) -> str:
-    return f"{facts.params:g}B" if facts.params >= 1 else f"{facts.params * 1000:.1f}M"
-
-
 def _row(verdict: Verdict, selected: Verdict | None, note: str, width: int) -> str:
     mark = "*" if verdict is selected else " "
     return f"  {mark} {verdict.profile.name:<{width}}  {verdict.profile.id[:12]}  {note}".rstrip()
@@ -61,7 +57,7 @@ def render_profiles(model: str, facts: ModelFacts, target: Target, selection: Se
     unit = "GB per GPU" if target.gpu else "GB of RAM"
     collapsed, rest = ([], groups["incompatible"]) if every_row else _collapse(groups["incompatible"])
     width = max((len(v.profile.name) for v in [*groups["runnable"], *groups["low_memory"], *rest]), default=0)
-    out = [f"Profiles for {model} ({facts.task}, {_params(facts)} parameters) on {target.describe()}", ""]
+    out = [f"Profiles for {model} ({facts.task}, {facts.describe_params()}) on {target.describe()}", ""]
     out.append("Compatible and runnable:")
     out += [_row(v, selection.selected, f"needs {v.needs_gb:g} {unit}; build {v.need.build_gb:.1f} GB RAM, "
                  f"{v.need.build_disk_gb:.0f} GB disk", width) for v in groups["runnable"]] or ["    none"]

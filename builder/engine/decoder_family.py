@@ -5,20 +5,23 @@ that does. Each fact is what the family's modeling_*.py in transformers does:
   norms       which RMSNorms a layer has and where: before attention and MLP (Llama), also after each
               (Gemma 2/3's sandwich), or only after each (OLMo 2); Gemma stores (1 + w) as w
   q/k norms   per head (Qwen3, Gemma 3, Qwen3-MoE) or over all heads at once (OLMo 2)
-  scales      Gemma's sqrt(hidden) embeddings and query_pre_attn_scalar; Granite's four multipliers
-  soft caps   Gemma 2's attention and final logits: cap * tanh(x / cap)
-  layers      each layer's window (sliding or global), rope table (Gemma 3's per layer type; none on
-              SmolLM3's no-rope layers) and whether its feed-forward is a mixture of experts
+  scales      Gemma's query_pre_attn_scalar; Granite's attention and residual multipliers
+  soft caps   Gemma 2's attention logits: cap * tanh(x / cap)
+  layers      each layer's rope table (none on SmolLM3's no-rope layers) and whether its feed-forward is a
+              mixture of experts
+What the model does around its layers (embedding scale, windows, per-type rope tables, the logits' scaling and
+soft cap) comes from family_glue.py, which reference.py and decoder_torch.py read too.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from builder.engine.family_glue import FamilyGlue
 from builder.errors import UnsupportedModel
 from builder.model.families import family
+from builder.model.geometry import expert_layers
 
 GEMMA = {"gemma2", "gemma3_text"}
 HEAD_QK_NORM = {"qwen3", "gemma3_text", "qwen3_moe"}
@@ -68,33 +71,15 @@ class Arch:
         return sorted({layer.rope for layer in self.layers if layer.rope is not None})
 
 
-def attention_window(config: Any, layer: int) -> int:
-    """GroupQueryAttention's local_window_size for a layer: -1 is full attention."""
-    kinds = getattr(config, "layer_types", None)
-    window = getattr(config, "sliding_window", None)
-    if window and (kinds[layer] == "sliding_attention" if kinds else config.model_type == "mistral"):
-        return int(window)
-    return -1
-
-
 def sparse_layer(config: Any, layer: int) -> bool:
-    """Whether a layer's feed-forward is a mixture of experts."""
-    kind = config.model_type
-    if kind in ("mixtral", "gpt_oss"):
-        return True
-    if kind == "qwen3_moe":  # modeling_qwen3_moe: sparse every decoder_sparse_step layers, except mlp_only_layers
-        step = int(getattr(config, "decoder_sparse_step", 1) or 1)
-        return (layer not in (getattr(config, "mlp_only_layers", None) or [])
-                and int(getattr(config, "num_experts", 0) or 0) > 0 and (layer + 1) % step == 0)
-    return False
+    """Whether a layer's feed-forward is a mixture of experts (geometry.expert_layers, which planning reads too)."""
+    return layer in expert_layers(config)
 
 
-def _rope(config: Any, layer: int) -> str | None:
-    if config.model_type == "gemma3_text":
-        return str(config.layer_types[layer])
+def _rope(config: Any, glue: FamilyGlue, layer: int) -> str | None:
     if config.model_type == "smollm3" and not config.no_rope_layers[layer]:
         return None
-    return DEFAULT_ROPE
+    return glue.layer_types[layer] if glue.rotary_per_type else DEFAULT_ROPE
 
 
 def _activation(config: Any) -> Literal["silu", "gelu_tanh"]:
@@ -109,6 +94,7 @@ def _activation(config: Any) -> Literal["silu", "gelu_tanh"]:
 def arch_of(config: Any) -> Arch:
     kind = str(config.model_type)
     family(kind)  # refuses a family mbuild does not build, naming the ones it does
+    glue = FamilyGlue.of_config(config)  # what the model does around its layers, as reference.py reads it
     head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
     norms = Norms(*SANDWICH) if kind in GEMMA else Norms(*POST_NORMS) if kind == "olmo2" else Norms(*PRE_NORMS)
     granite = kind == "granite"
@@ -126,14 +112,13 @@ def arch_of(config: Any) -> Arch:
         gate_up=("gate_up_proj",) if kind == "phi3" else ("gate_proj", "up_proj"),
         qk_norm="head" if kind in HEAD_QK_NORM else "all" if kind == "olmo2" else None,
         activation=_activation(config),
-        embed_scale=(math.sqrt(config.hidden_size) if kind in GEMMA
-                     else float(config.embedding_multiplier) if granite else 1.0),
+        embed_scale=glue.embed_scale,
         attn_scale=attn_scale,
         attn_softcap=float(getattr(config, "attn_logit_softcapping", None) or 0.0),
-        final_softcap=float(getattr(config, "final_logit_softcapping", None) or 0.0),
+        final_softcap=glue.final_softcap or 0.0,
         residual_scale=float(config.residual_multiplier) if granite else 1.0,
-        logits_scale=1.0 / float(config.logits_scaling) if granite else 1.0,
+        logits_scale=1.0 / glue.logits_divisor,
         sinks=kind == "gpt_oss",
-        layers=tuple(LayerPlan(attention_window(config, i), _rope(config, i), sparse_layer(config, i))
+        layers=tuple(LayerPlan(glue.windows[i] or -1, _rope(config, glue, i), sparse_layer(config, i))
                      for i in range(int(config.num_hidden_layers))),
     )

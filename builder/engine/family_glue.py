@@ -17,19 +17,23 @@ from typing import Any
 import torch
 
 FULL = "full_attention"
-SLIDING = "sliding_attention"
 
 
-def _windows(config: Any, kinds: list[str]) -> tuple[int | None, ...]:
-    """Per layer, the sliding window or None. Families with layer_types slide their sliding_attention layers;
-    the others (Mistral, Phi-3, Mixtral, Qwen3-MoE) pick the sliding mask for every layer whenever the config
-    sets sliding_window (their configs null it when use_sliding_window is off)."""
+def attention_window(config: Any, layer: int) -> int:
+    """A layer's sliding window, -1 for full attention. Families with layer_types slide their
+    sliding_attention layers; the others (Mistral, Phi-3, Mixtral, Qwen3-MoE) slide every layer whenever the
+    config sets sliding_window, as their *Model.forward picks the sliding mask then (their configs null it
+    when use_sliding_window is off)."""
     size = getattr(config, "sliding_window", None)
-    if not size:
-        return tuple(None for _ in kinds)
-    if getattr(config, "layer_types", None) is None:
-        return tuple(int(size) for _ in kinds)
-    return tuple(int(size) if kind == SLIDING else None for kind in kinds)
+    kinds = getattr(config, "layer_types", None)
+    if size and (kinds is None or kinds[layer] == "sliding_attention"):
+        return int(size)
+    return -1
+
+
+def _windows(config: Any, layers: int) -> tuple[int | None, ...]:
+    """Per layer, the sliding window or None."""
+    return tuple(w if (w := attention_window(config, i)) > 0 else None for i in range(layers))
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,14 @@ class FamilyGlue:
     final_softcap: float | None
 
     @classmethod
+    def of_config(cls, config: Any) -> FamilyGlue:
+        """From a config alone: the model planned on the meta device, which allocates nothing."""
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            return cls.of(AutoModelForCausalLM.from_config(config))
+
+    @classmethod
     def of(cls, model: Any) -> FamilyGlue:
         """From a *ForCausalLM (on the meta device is enough: only attributes are read)."""
         config, inner = model.config, model.model
@@ -51,7 +63,7 @@ class FamilyGlue:
         scale *= float(getattr(inner, "embedding_multiplier", 1.0))
         per_type = "layer_type" in inspect.signature(inner.rotary_emb.forward).parameters
         cap = getattr(config, "final_logit_softcapping", None)
-        return cls(embed_scale=scale, layer_types=tuple(kinds), windows=_windows(config, kinds),
+        return cls(embed_scale=scale, layer_types=tuple(kinds), windows=_windows(config, len(kinds)),
                    rotary_per_type=per_type, logits_divisor=float(getattr(config, "logits_scaling", 1.0)),
                    final_softcap=float(cap) if cap else None)
 

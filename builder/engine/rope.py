@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from builder.errors import UnsupportedModel
+from builder.model.geometry import model_context
 
 # Rope variants whose frequencies change with the sequence length would need the cache rebuilt at run time.
 STATIC_ROPE = {"default", "linear", "llama3", "yarn", "proportional"}
@@ -29,11 +30,9 @@ def _rope_types(config: Any) -> list[str]:
 
 
 def served_context(config: Any) -> int:
-    """The longest sequence the tables serve exactly: the model's, or LongRoPE's original length."""
-    if "longrope" in _rope_types(config):
-        return int(getattr(config, "original_max_position_embeddings", None)
-                   or config.rope_parameters["original_max_position_embeddings"])
-    return int(config.max_position_embeddings)
+    """The longest sequence the tables serve exactly: the model's, or LongRoPE's original length (the rule planning
+    reads too: geometry.model_context)."""
+    return model_context(config)
 
 
 def _rotary(config: Any) -> Any:

@@ -1,54 +1,75 @@
-"""The model catalog (profiles/catalog.yaml): aliases, repos, and the facts planning needs offline."""
+"""The model catalog (profiles/catalog.yaml): aliases, repos, and the facts planning needs offline.
+
+A language model's entry records the config.json fields that decide its plan, under the names the model card's
+config.json uses; its facts are derived from them as from a downloaded config.json (builder/model/shape.py).
+Encoders, which no family derivation covers, record their facts as published.
+"""
 
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from builder.errors import InputError
+from builder.errors import InputError, MbuildError
+from builder.model.shape import ModelFacts, Task, facts_from_config
 from builder.resources import resource_dir
 
-Task = Literal["embedding", "text-generation"]
+__all__ = ["CatalogEntry", "ModelFacts", "Task", "entry_for_repo", "load_catalog", "lookup_alias", "suggest"]
 
 
-class ModelFacts(BaseModel):
-    """Architecture facts for memory planning; from the catalog, or estimated from config.json."""
-
+class _Entry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    task: Task
-    params: float = Field(gt=0, description="parameters, in billions")
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    context: int = Field(gt=0, description="longest sequence served by default")
-    vocab: int = Field(gt=0)
-    tied: bool = False  # the LM head shares the token table (tie_word_embeddings)
-    source: str = "catalog"
-
-
-class CatalogEntry(ModelFacts):
     repo: str
+    task: Task
     gated: bool = False
+    config: dict[str, Any] | None = None  # config.json's fields, as the model card has them
+    facts: dict[str, Any] | None = None  # ModelFacts' fields, for entries without a config
+
+    @model_validator(mode="after")
+    def _one_source(self) -> _Entry:
+        if (self.config is None) == (self.facts is None):
+            raise ValueError("give either config (config.json's fields) or facts, not both or neither")
+        return self
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    repo: str
+    gated: bool
+    known: ModelFacts
+    config: dict[str, Any] | None = None  # what known was derived from, for entries that record it
 
     def facts(self) -> ModelFacts:
-        return ModelFacts.model_validate(self.model_dump(exclude={"repo", "gated"}))
+        return self.known
+
+
+def _entry(raw: _Entry) -> CatalogEntry:
+    if raw.config is not None:
+        facts = facts_from_config(raw.config, raw.task, source="catalog")
+    else:
+        facts = ModelFacts.model_validate({**(raw.facts or {}), "task": raw.task})
+    return CatalogEntry(raw.repo, raw.gated, facts, raw.config)
 
 
 @cache
 def load_catalog() -> dict[str, CatalogEntry]:
     path = resource_dir("profiles") / "catalog.yaml"
     raw = yaml.safe_load(path.read_text())
-    try:
-        return {alias: CatalogEntry.model_validate(entry) for alias, entry in raw["models"].items()}
-    except ValidationError as exc:
-        raise InputError(f"{path}: invalid catalog entry:\n{exc}") from exc
+    entries: dict[str, CatalogEntry] = {}
+    for alias, entry in raw["models"].items():
+        try:
+            entries[alias] = _entry(_Entry.model_validate(entry))
+        except ValidationError as exc:
+            raise InputError(f"{path}: invalid catalog entry {alias}:\n{exc}") from exc
+        except MbuildError as exc:  # a config the derivation refuses (a family mbuild does not build)
+            raise InputError(f"{path}: catalog entry {alias}: {exc.message}", hint=exc.hint) from exc
+    return entries
 
 
 def lookup_alias(alias: str) -> CatalogEntry | None:

@@ -10,28 +10,31 @@ from huggingface_hub import hf_hub_download
 
 from builder.errors import UnsupportedModel
 from builder.model.catalog import ModelFacts, Task, entry_for_repo
-from builder.model.geometry import head_geometry
+from builder.model.families import FAMILIES, WRAPPERS, require_built
 from builder.model.hubcache import hub_cache_dir, hub_endpoint
 from builder.model.pull import hub_errors
 from builder.model.ref import ModelRef
+from builder.model.shape import facts_from_config
 from builder.model.sources import ModelSpec
 
 _ENCODER_TYPES = {"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "camembert", "nomic_bert",
                   "modernbert", "deberta-v2"}
-_GATED_MLP_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "granite", "olmo2"}
 
 
-def read_config(ref: ModelRef, spec: ModelSpec, offline: bool) -> dict[str, Any]:
-    if ref.local_path is not None:
-        path = ref.local_path / "config.json"
+def read_config(spec: ModelSpec, sha: str | None, offline: bool) -> dict[str, Any]:
+    if spec.local_path is not None:
+        path = spec.local_path / "config.json"
     else:
         with hub_errors(spec):
-            path = Path(hf_hub_download(ref.repo, "config.json", revision=ref.sha, cache_dir=hub_cache_dir(),
-                                        local_files_only=offline, endpoint=hub_endpoint()))
+            path = Path(hf_hub_download(spec.repo, "config.json", revision=sha or spec.revision,
+                                        cache_dir=hub_cache_dir(), local_files_only=offline,
+                                        endpoint=hub_endpoint()))
     try:
         data: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise UnsupportedModel(f"config.json of {ref.repo} is not readable JSON: {exc}") from exc
+        raise UnsupportedModel(f"config.json of {spec.repo} is not readable JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UnsupportedModel(f"config.json of {spec.repo} is not a JSON object")
     return data
 
 
@@ -39,43 +42,38 @@ def infer_task(files: tuple[str, ...], config: dict[str, Any], repo: str) -> Tas
     if {"modules.json", "sentence_bert_config.json"} & set(files):
         return "embedding"
     architectures = [str(a) for a in config.get("architectures") or []]
+    model_type = str(config.get("model_type", "")).lower()
     if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
         return "text-generation"
-    if str(config.get("model_type", "")).lower() in _ENCODER_TYPES:
+    if model_type in _ENCODER_TYPES:
         return "embedding"
+    if model_type in FAMILIES or model_type in WRAPPERS or isinstance(config.get("text_config"), dict):
+        return "text-generation"  # the family, or the wrapper's refusal, decides from here
     raise UnsupportedModel(
         f"cannot tell what task {repo} serves (model_type={config.get('model_type')!r}, "
         f"architectures={architectures})",
-        hint="mbuild packages sentence-embedding encoders (BERT family) and causal language models",
+        hint="mbuild packages sentence-embedding encoders (BERT family) and causal language models of the "
+             f"families {', '.join(sorted(FAMILIES))}; see docs/models.md",
     )
 
 
-def facts_from_config(config: dict[str, Any], task: Task) -> ModelFacts:
-    """Estimate the planning facts from a transformers config (parameters counted from the shapes)."""
-    text = config.get("text_config") or config  # multimodal wrappers keep the LM's config inside
-    try:
-        hidden = int(text["hidden_size"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UnsupportedModel(f"config.json lacks {exc} needed to plan memory") from exc
-    geometry = head_geometry(text)
-    layers, heads, kv_heads, head_dim = geometry.layers, geometry.heads, geometry.kv_heads, geometry.head_dim
-    inter = int(text.get("intermediate_size") or 4 * hidden)
-    vocab = int(text.get("vocab_size") or 32000)
-    context = int(text.get("max_position_embeddings") or 2048)
-    attention = hidden * heads * head_dim * 2 + 2 * hidden * kv_heads * head_dim
-    mlp = (3 if str(text.get("model_type", "")).lower() in _GATED_MLP_TYPES else 2) * hidden * inter
-    tied = bool(text.get("tie_word_embeddings", task == "embedding"))
-    embeddings = vocab * hidden * (1 if tied else 2)
-    params = (layers * (attention + mlp) + embeddings) / 1e9
-    return ModelFacts(task=task, params=float(f"{params:.4g}"), layers=layers, hidden=hidden, heads=heads,
-                      kv_heads=kv_heads, head_dim=head_dim, context=context, vocab=vocab, tied=tied,
-                      source="config.json")
+def model_facts(spec: ModelSpec, ref: ModelRef | None, offline: bool) -> ModelFacts:
+    """The catalog's facts for a catalog repo (no download); otherwise from config.json alone.
 
-
-def model_facts(ref: ModelRef, spec: ModelSpec, offline: bool) -> ModelFacts:
-    """The catalog's facts for a catalog repo (no download); otherwise from config.json."""
-    known = entry_for_repo(ref.repo)
+    A local folder needs no ref: its config.json is read before its files are chosen, so a model mbuild does
+    not build is refused by its family rather than by a weights file it lacks."""
+    known = entry_for_repo(spec.repo) if spec.local_path is None else None
     if known is not None:
-        return known[1].facts()
-    config = read_config(ref, spec, offline)
-    return facts_from_config(config, infer_task(ref.files, config, ref.repo))
+        facts = known[1].facts()
+    else:
+        if spec.local_path is not None:
+            files = tuple(p.name for p in spec.local_path.iterdir() if p.is_file())
+        elif ref is not None:
+            files = ref.files
+        else:
+            raise AssertionError("a hub model's facts need its resolved files")
+        config = read_config(spec, ref.sha if ref else None, offline)
+        facts = facts_from_config(config, infer_task(files, config, spec.repo))
+    if facts.wrapper:
+        require_built(facts.wrapper, spec.repo)
+    return facts

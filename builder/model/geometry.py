@@ -1,5 +1,6 @@
-"""A decoder's attention geometry (layers, heads, KV heads, head width), from a transformers config object or a
-config.json dict: the one derivation planning (facts.py) and both decoder exports use."""
+"""A decoder's attention geometry (layers, heads, KV heads, head width), which of its layers hold experts and the
+context it is served to, from a transformers config object or a config.json dict: the one derivation planning
+(shape.py) and the exports use."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from builder.errors import UnsupportedModel
+from builder.model.families import FAMILIES
 
 
 @dataclass(frozen=True)
@@ -33,3 +35,35 @@ def head_geometry(config: Mapping[str, Any] | Any) -> HeadGeometry:
         raise UnsupportedModel(f"the model's config lacks a usable num_attention_heads, num_hidden_layers or "
                                f"hidden_size ({exc})") from exc
     return HeadGeometry(layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+
+
+def expert_layers(config: Mapping[str, Any] | Any) -> tuple[int, ...]:
+    """The layers whose feed-forward is a mixture of experts: all of a mixture-of-experts family's, but (as
+    modeling_qwen3_moe does) those in mlp_only_layers and all but every decoder_sparse_step-th one."""
+    family = FAMILIES.get(str(_get(config, "model_type")))
+    experts = _get(config, "num_local_experts") or _get(config, "num_experts")
+    if family is None or family.kind != "moe" or not experts:
+        return ()
+    try:
+        layers = int(_get(config, "num_hidden_layers"))
+        dense = {int(i) for i in _get(config, "mlp_only_layers") or ()}
+        step = int(_get(config, "decoder_sparse_step") or 1)
+    except (TypeError, ValueError) as exc:
+        raise UnsupportedModel(f"the model's config has no usable num_hidden_layers, mlp_only_layers or "
+                               f"decoder_sparse_step ({exc})") from exc
+    return tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
+
+
+def model_context(config: Mapping[str, Any] | Any) -> int:
+    """The longest sequence an engine serves: max_position_embeddings, but LongRoPE's (Phi-3 128k, Phi-4-mini)
+    original_max_position_embeddings, past which its long factors would need tables rebuilt (engine/rope.py).
+    transformers 5 names the rope settings rope_parameters, config.json files before it rope_scaling."""
+    rope = _get(config, "rope_parameters") or _get(config, "rope_scaling") or {}
+    entries = [v for v in rope.values() if isinstance(v, Mapping)] or [rope]  # Gemma 3: one a layer type
+    try:
+        if any((e.get("rope_type") or e.get("type")) == "longrope" for e in entries):
+            return int(_get(config, "original_max_position_embeddings") or rope["original_max_position_embeddings"])
+        return int(_get(config, "max_position_embeddings") or 2048)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UnsupportedModel(f"the model's config has no usable max_position_embeddings or LongRoPE "
+                               f"original_max_position_embeddings ({exc})") from exc

@@ -1,9 +1,12 @@
 """How much memory a model needs under a profile, to serve and to build.
 
-Serving: weights as the engine stores them, the KV cache the profile reserves (max_batch sequences x
-context tokens, committed when the server starts, as llama.cpp and vLLM reserve theirs), and headroom;
-divided by tensor parallelism. start_gb is what a ready server holds: weights, the whole KV cache and the
-serving processes (on a GPU, its overhead).
+Serving: weights as the engine stores them (a mixture of experts': every expert's), the KV cache the profile
+reserves (max_batch sequences x context tokens, committed when the server starts, as llama.cpp and vLLM reserve
+theirs), and headroom; divided by tensor parallelism. start_gb is what a ready server holds: weights, the whole KV
+cache and the serving processes (on a GPU, its overhead). Speed: a decode step reads the weights of the experts a
+token is routed to, not all of them (decode_read_gb).
+The runtime caches the whole context for every layer, sliding-window layers too (runtimes/engines/decoder.py), so
+that is what is planned; kv_window_gb is what a cache holding only the window there would take.
 Building: CPU language-model engines are written from the checkpoint a block at a time and gated
 against a reference that holds one decoder layer (builder/engine/checkpoint.py, reference.py), so the
 build needs the engine (the gate runs it) or one fp32 layer, whichever is larger, beside the build
@@ -30,7 +33,6 @@ EMBED_BYTES_QUANTIZED = TABLE_BITS / 8 + 4 / TABLE_BLOCK  # a quantized token ta
 BUILD_BASE_GB = 0.7  # the build process: Python, PyTorch, transformers, ONNX Runtime, tokenizer (measured: 0.6-0.7)
 BLOCK_GB = 0.4  # checkpoint rows in flight while the export writes (64 MB blocks, widened and quantized)
 TORCH_BUILD_FACTOR = 2.5  # torch.onnx holds the fp32 model and the graph it writes (measured 2.1x on 600M)
-SOURCE_BYTES = 2.0  # per parameter of the checkpoint downloaded (bf16 / fp16 on the Hub)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class MemoryNeed:
     start_gb: float = 0.0  # per device at ready: weights, every slot's KV cache, the serving processes
     build_gb: float = 0.0  # RAM the build needs (export, compile, gate), on the build host
     build_disk_gb: float = 0.0  # disk the build writes: the engine, and the checkpoint if not cached
+    decode_read_gb: float = 0.0  # weights one decode step reads: the routed experts', the LM head, no token table
+    kv_window_gb: float = 0.0  # the KV cache if sliding-window layers kept only their window (not done yet)
 
     @property
     def rounded_gb(self) -> float:
@@ -58,24 +62,45 @@ def kv_bytes_per_value(profile: Profile) -> float:
     return 1.0 if profile.engine == "tensorrt" and trt_options(profile.engine_options).kv_cache == "fp8" else 2.0
 
 
-def _weight_bytes(facts: ModelFacts, profile: Profile) -> float:
-    """Bytes of weights as the engine stores them."""
+def served_context(facts: ModelFacts, profile: Profile) -> int:
+    """The tokens a sequence may hold: the profile's limit, within the model's own."""
+    return min(profile.limits.context or facts.context, facts.context)
+
+
+def kv_bytes_per_token(facts: ModelFacts, profile: Profile) -> float:
+    """A key and a value for every layer's KV heads."""
+    return 2 * facts.layers * facts.kv_heads * facts.head_dim * kv_bytes_per_value(profile)
+
+
+def _param_bytes(facts: ModelFacts, profile: Profile) -> tuple[float, float | None]:
+    """Bytes a linear layer's weight takes as the engine stores it, and a token table's (None: the same)."""
     per_param = PRECISIONS[profile.precision].bytes_per_param
     if facts.task != "text-generation" or profile.engine != "onnxruntime":
-        return facts.params * 1e9 * per_param
+        return per_param, None
     options = ort_options(profile.engine_options)
     bits = options.block_bits(profile.precision)
     if bits:
         per_param = bits / 8 + 4 / options.block_size  # and an fp32 scale a block
-    table = facts.vocab * facts.hidden
+    return per_param, 4.0 if profile.precision == "fp32" else EMBED_BYTES_QUANTIZED
+
+
+def _weight_bytes(facts: ModelFacts, profile: Profile) -> float:
+    """Bytes of weights as the engine stores them."""
+    linear, table = _param_bytes(facts, profile)
+    if table is None:
+        return facts.params * 1e9 * linear
     # The LM head is a linear layer at the profile's precision; a tied one is written as its own matrix.
-    linear = facts.params * 1e9 - (0 if facts.tied else table)
-    return linear * per_param + table * (4.0 if profile.precision == "fp32" else EMBED_BYTES_QUANTIZED)
+    return (facts.params * 1e9 - (0 if facts.tied else facts.table)) * linear + facts.table * table
+
+
+def _decode_read_bytes(facts: ModelFacts, profile: Profile) -> float:
+    """Weight bytes one decode step reads: its parameters' (the routed experts', the LM head's), each linear."""
+    return facts.decode_params * 1e9 * _param_bytes(facts, profile)[0] if facts.task == "text-generation" else 0.0
 
 
 def _build_need(facts: ModelFacts, profile: Profile, engine_gb: float) -> tuple[float, float]:
     """(RAM, disk) in GB for building the engine on this host."""
-    disk = engine_gb + facts.params * SOURCE_BYTES
+    disk = engine_gb + facts.download_gb
     if facts.task == "text-generation" and profile.engine == "onnxruntime":
         tables = facts.vocab * facts.hidden * (1 if facts.tied else 2)
         layer_fp32 = (facts.params * 1e9 - tables) / facts.layers * 4 / 1e9
@@ -85,15 +110,18 @@ def _build_need(facts: ModelFacts, profile: Profile, engine_gb: float) -> tuple[
 
 def memory_need(facts: ModelFacts, profile: Profile) -> MemoryNeed:
     weights = _weight_bytes(facts, profile) / 1e9
-    kv = 0.0
+    kv = window_kv = 0.0
     if facts.task == "text-generation":
-        context = min(profile.limits.context or facts.context, facts.context)
-        per_token = 2 * facts.layers * facts.kv_heads * facts.head_dim * kv_bytes_per_value(profile)
-        kv = per_token * context * profile.limits.max_batch / 1e9
+        context = served_context(facts, profile)
+        per_layer = kv_bytes_per_token(facts, profile) / facts.layers * profile.limits.max_batch / 1e9
+        kv = per_layer * facts.layers * context
+        window = min(facts.sliding_window or context, context)
+        window_kv = per_layer * ((facts.layers - facts.sliding_layers) * context + facts.sliding_layers * window)
     overhead = CPU_OVERHEAD_GB if profile.device == "cpu" else GPU_OVERHEAD_GB
     build, disk = _build_need(facts, profile, weights)
     start = (weights + kv) / profile.tp + (RUNTIME_BASE_GB if profile.device == "cpu" else overhead)
-    return MemoryNeed(weights, kv, overhead, (weights + kv) / profile.tp + overhead, start, build, disk)
+    return MemoryNeed(weights, kv, overhead, (weights + kv) / profile.tp + overhead, start, build, disk,
+                      _decode_read_bytes(facts, profile) / 1e9, window_kv)
 
 
 def fits(need: MemoryNeed, available_gb: float) -> bool:

@@ -17,6 +17,7 @@ from runtimes.api.schemas_generation import ChatCompletionRequest
 from runtimes.api.structured import check_tool_results, compile_constraint, guide_spec, tool_use, tools_for_template
 from runtimes.generation.chat_template import ChatTemplateError
 from runtimes.generation.guided import GuideSpec
+from runtimes.generation.reply import ReplyFormat
 from runtimes.ids import hex_id
 
 router = APIRouter(route_class=OpenAIRoute, dependencies=[Depends(require_key)])
@@ -37,25 +38,39 @@ async def chat_completions(request: Request) -> Any:
             raise ApiError(400, f"'tool_choice' requires a tool call, which {constraint[0]!r} contradicts; send one",
                            "conflicting_constraints")
         constraint = ("tools", tools.forced)
+    if runtime.harmony is not None and body.chat_template_kwargs:
+        raise ApiError(400, "this model's (gpt-oss's) prompt is rendered by openai-harmony, not by a chat template, so "
+                            "'chat_template_kwargs' would reach nothing: remove it (reasoning_effort sets harmony's "
+                            "reasoning)", "unsupported_parameter")
+    if runtime.harmony is not None and constraint is not None:
+        raise ApiError(400, f"this model (gpt-oss) writes its reply in harmony's channels, and {constraint[0]!r} "
+                            "would constrain all of it, which this server does not do for harmony yet: send the "
+                            "request without it", "unsupported_parameter")
     grammar = await compile_constraint(runtime, constraint)
-    if tools is not None:  # a tool call's markers may be special tokens ([TOOL_CALLS]): the parser reads them
+    if tools is not None or runtime.thinks:  # markers may be special tokens ([TOOL_CALLS]): the readers read them
         body.skip_special_tokens = False
+    if runtime.harmony is not None:  # <|return|> and <|call|> end the reply, whatever the bundle's eos ids are
+        body.stop_token_ids = [*body.stop_token_ids, *runtime.harmony.stops]
     messages = [m.for_template() for m in body.messages]
     try:
-        prompt = await off_loop(runtime.encode_chat, messages, True, tools_for_template(body),
-                                size=sum(len(m["content"]) for m in messages))
+        prompt, opened = await off_loop(runtime.chat_prompt, messages, tools_for_template(body),
+                                        body.chat_template_kwargs, body.reasoning_effort,
+                                        size=sum(len(m["content"]) for m in messages))
     except ChatTemplateError as exc:
         raise ApiError(400, str(exc), "invalid_messages") from exc
     top = (body.top_logprobs or 0) if body.logprobs else None
     run = admit_run(body, runtime, [prompt], body.max_completion_tokens or body.max_tokens, (top, None), grammar)
     ident, created, model = f"chatcmpl-{hex_id()}", int(time.time()), state.served_names()[0]
-    form = tools.form if tools else None
-    chunks = ChatChunks(ident, model, created, body.n, runtime.tokenizer, form)
+    # A constrained reply is the answer the constraint asked for: no reasoning is read out of it.
+    reply = ReplyFormat(tools.form if tools else None, runtime.thinks and grammar is None, opened, runtime.harmony,
+                        calls=tools is not None)
+    keep = body.include_reasoning
+    chunks = ChatChunks(ident, model, created, body.n, runtime.tokenizer, reply, keep)
 
     def whole() -> dict[str, Any]:
         choices = []
         for i, text in enumerate(run.text):
-            message, finish = chat_message(text, form, run.finish[i])
+            message, finish = chat_message(text, run.token_ids[i], reply, run.finish[i], keep)
             choices.append({"index": i, "message": message, "finish_reason": finish,
                             "logprobs": chat_logprobs(runtime.tokenizer, run.logprobs[i]) if body.logprobs else None})
         return {"id": ident, "object": "chat.completion", "created": created, "model": model, "choices": choices}

@@ -10,7 +10,8 @@ from tokenizers import Tokenizer
 
 from runtimes.generation.generator import Delta
 from runtimes.generation.logprobs import TokenLogprob
-from runtimes.generation.tools import ToolCall, ToolFormat, ToolText
+from runtimes.generation.reply import ReplyFormat
+from runtimes.generation.tools import ToolCall
 
 
 def _text(tokenizer: Tokenizer, token: int) -> str:
@@ -43,13 +44,14 @@ def chat_logprobs(tokenizer: Tokenizer, entries: list[TokenLogprob]) -> dict[str
 
 
 class ChatChunks:
-    """A chat stream's chunks; with tools, content goes out as it comes and each tool call whole at the end."""
+    """A chat stream's chunks: reasoning (delta.reasoning_content, vLLM's and NIM's field) and content go out as
+    they come, each tool call whole at the end."""
 
-    def __init__(self, ident: str, model: str, created: int, n: int, tokenizer: Tokenizer,
-                 tools: ToolFormat | None = None) -> None:
+    def __init__(self, ident: str, model: str, created: int, n: int, tokenizer: Tokenizer, reply: ReplyFormat,
+                 include_reasoning: bool = True) -> None:
         self.base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model}
-        self.n, self.tokenizer = n, tokenizer
-        self.texts = {i: ToolText(tools) for i in range(n)} if tools else None
+        self.n, self.tokenizer, self.include_reasoning = n, tokenizer, include_reasoning
+        self.readers = {i: reply.reader() for i in range(n)}
 
     def first(self) -> list[dict[str, Any]]:
         return [{**self.base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
@@ -61,14 +63,14 @@ class ChatChunks:
                                           "logprobs": chat_logprobs(self.tokenizer, logprobs) if logprobs else None}]}
 
     def pieces(self, index: int, delta: Delta) -> list[dict[str, Any]]:
-        text, calls = delta.text, list[ToolCall]()
-        if self.texts is not None:
-            text = self.texts[index].feed(text)
-            if delta.finish:
-                rest, calls = self.texts[index].end()
-                text += rest
-        out = [self._chunk(index, {"content": text} if text else {}, delta.logprobs, None)
-               ] if text or delta.logprobs else []
+        reader, calls = self.readers[index], list[ToolCall]()
+        reasoning, text = reader.feed(delta.text, delta.tokens)
+        if delta.finish:
+            more, rest, calls = reader.end()
+            reasoning, text = reasoning + more, text + rest
+        fields = {"reasoning_content": reasoning} if reasoning and self.include_reasoning else {}
+        fields |= {"content": text} if text else {}
+        out = [self._chunk(index, fields, delta.logprobs, None)] if fields or delta.logprobs else []
         for number, call in enumerate(calls):  # OpenAI's shape: id and name first, then the arguments
             opening = {"index": number, "id": call.id, "type": "function",
                        "function": {"name": call.name, "arguments": ""}}
@@ -83,12 +85,20 @@ class ChatChunks:
         return {**self.base, "choices": [], "usage": usage}
 
 
-def chat_message(text: str, tools: ToolFormat | None, finish: str | None) -> tuple[dict[str, Any], str | None]:
-    """A whole reply as OpenAI's assistant message, and its finish reason (tool_calls when it made calls)."""
-    content, calls = tools.split(text) if tools else (text, [])
+def chat_message(text: str, tokens: list[int], reply: ReplyFormat, finish: str | None,
+                 include_reasoning: bool = True) -> tuple[dict[str, Any], str | None]:
+    """A whole reply as OpenAI's assistant message, and its finish reason (tool_calls when it made calls): read
+    as its stream is, in one piece, so the two agree. reasoning_content is there for a model that reasons."""
+    reader = reply.reader()
+    reasoning, content = reader.feed(text, tokens)
+    more, rest, calls = reader.end()
+    reasoning, content = reasoning + more, content + rest
+    message: dict[str, Any] = {"role": "assistant", "content": (content or None) if calls else content}
+    if reply.reasons and include_reasoning:
+        message["reasoning_content"] = reasoning or None
     if not calls:
-        return {"role": "assistant", "content": text}, finish
-    return {"role": "assistant", "content": content, "tool_calls": [c.openai() for c in calls]}, "tool_calls"
+        return message, finish
+    return {**message, "tool_calls": [c.openai() for c in calls]}, "tool_calls"
 
 
 class CompletionChunks:

@@ -104,6 +104,7 @@ class Run:
         self.prompt_tokens = prompt_tokens  # OpenAI counts a prompt once, whatever n is
         self.streams = enter(lambda: start(runtime.scheduler, runtime.tokenizer, jobs))
         self.text = [""] * len(self.streams)
+        self.token_ids: list[list[int]] = [[] for _ in self.streams]
         self.finish: list[str | None] = [None] * len(self.streams)
         self.tokens = [0] * len(self.streams)
         self.logprobs: list[list[TokenLogprob]] = [[] for _ in self.streams]
@@ -116,6 +117,7 @@ class Run:
         try:
             async for index, delta in _merged(self.streams):
                 self.text[index] += delta.text
+                self.token_ids[index] += delta.tokens
                 self.tokens[index] = delta.completion_tokens
                 self.logprobs[index] += delta.logprobs
                 if delta.prompt_logprobs is not None:

@@ -8,12 +8,15 @@ back assistant messages with metadata (refusal, annotations) that does not chang
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from runtimes.api.schemas import EXTRAS_IGNORED, STRICT, TEXTS_OR_IDS
+from runtimes.generation.chat_template import server_name
 from runtimes.generation.guided import MAX_CHOICES
+from runtimes.generation.harmony import Effort
 from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
 
 MAX_STOP = 8
@@ -26,6 +29,9 @@ INT64 = 1 << 63
 MAX_TOOLS = 128
 MAX_DESCRIPTION = 4096
 MAX_GRAMMAR = 16384
+MAX_TEMPLATE_KWARGS = 16  # a few switches (enable_thinking), not a second body
+MAX_TEMPLATE_TEXT = 1024
+TEMPLATE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # a jinja variable's name
 
 
 class StreamOptions(BaseModel):
@@ -110,6 +116,7 @@ class ChatMessage(BaseModel):
     name: str | None = Field(None, max_length=MAX_NAME)
     tool_calls: list[AssistantToolCall] | None = Field(None, max_length=MAX_TOOLS)
     tool_call_id: str | None = Field(None, max_length=MAX_NAME)
+    reasoning_content: str | None = None  # an assistant message's reasoning, sent back (Qwen3's template reads it)
 
     def text(self) -> str:
         if self.content is None:
@@ -123,6 +130,8 @@ class ChatMessage(BaseModel):
             out["name"] = self.name
         if self.tool_call_id:
             out["tool_call_id"] = self.tool_call_id
+        if self.reasoning_content and self.role == "assistant":
+            out["reasoning_content"] = self.reasoning_content
         if self.tool_calls:
             out["tool_calls"] = [{"id": c.id, "type": "function", "function": {
                 "name": c.function.name, "arguments": _object(c.function.arguments)}} for c in self.tool_calls]
@@ -207,6 +216,26 @@ class ChatCompletionRequest(_Sampling):
     tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
+    # Reasoning models: vLLM's switch to leave the reasoning out of the reply, the template's own switches
+    # (vLLM's chat_template_kwargs, e.g. Qwen3's {"enable_thinking": false}), and OpenAI's reasoning effort
+    # (gpt-oss's harmony system message; other templates get it as the variable reasoning_effort).
+    include_reasoning: bool = True
+    chat_template_kwargs: dict[str, Any] | None = Field(None, max_length=MAX_TEMPLATE_KWARGS)
+    reasoning_effort: Effort | None = None
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_kwargs(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        for key, item in (value or {}).items():
+            if not TEMPLATE_NAME.fullmatch(key):
+                raise ValueError(f"keys are template variable names (letters, digits, _; at most 64), not {key[:20]!r}")
+            if server_name(key):
+                raise ValueError(f"{key!r} is set by the server itself; send the request's own field instead")
+            if item is not None and not isinstance(item, bool | int | float | str):
+                raise ValueError(f"{key!r}: values are strings, numbers, booleans or null, not {type(item).__name__}")
+            if isinstance(item, str) and len(item) > MAX_TEMPLATE_TEXT:
+                raise ValueError(f"{key!r}: a text value has at most {MAX_TEMPLATE_TEXT} characters")
+        return value
 
 
 class CompletionRequest(_Sampling):

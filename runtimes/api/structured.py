@@ -14,6 +14,7 @@ from runtimes.api.schemas_generation import ChatCompletionRequest, ChatMessage, 
 from runtimes.generation.guided import Grammar, GuideError, GuideSpec
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.tools import ToolFormat
+from runtimes.settings import TOOL_PARSERS
 
 
 def _guided_fields(prefix: str, fields: Guided) -> list[tuple[str, GuideSpec]]:
@@ -54,7 +55,7 @@ def guide_spec(body: _Sampling) -> tuple[str, GuideSpec] | None:
 
 @dataclass(frozen=True)
 class ToolUse:
-    form: ToolFormat
+    form: ToolFormat | None  # None: harmony (gpt-oss), whose reader finds the calls itself
     forced: str | None  # the Lark grammar of the calls tool_choice requires, if it requires one
 
 
@@ -87,11 +88,16 @@ def tool_use(body: ChatCompletionRequest, runtime: GenerationRuntime) -> ToolUse
     if twice:  # a call names its function: which of two would it be?
         raise ApiError(400, f"'tools' holds more than one function named {', '.join(map(repr, twice))}: give "
                             "each function its own name", "invalid_tools")
+    if runtime.harmony is not None:
+        if choice == "required" or isinstance(choice, NamedToolChoice):
+            raise ApiError(400, "this model (gpt-oss) writes its calls in harmony's channels, which this server does "
+                                "not force yet: send tool_choice 'auto' (or 'none')", "unsupported_parameter")
+        return None if choice == "none" else ToolUse(None, None)
     form = runtime.tool_format
     if form is None:
         raise ApiError(400, "this model's chat template does not render tools, so it was not taught a tool-call "
-                            "format; if it was, start the server with MBUILD_TOOL_CALL_PARSER set to llama3_json, "
-                            "hermes or mistral", "tools_unsupported")
+                            "format; if it was, start the server with MBUILD_TOOL_CALL_PARSER set to one of "
+                            f"{', '.join(TOOL_PARSERS)}", "tools_unsupported")
     if choice == "none":
         return None
     functions = [tool.function.model_dump(exclude_none=True) for tool in body.tools]

@@ -19,6 +19,15 @@ def _raise(message: str) -> None:
     raise ChatTemplateError(message)
 
 
+# What the server itself hands a template; a request's chat_template_kwargs may not stand in for these (transformers
+# passes special tokens as *_token variables: bos_token, eos_token ...).
+SERVER_NAMES = frozenset({"messages", "tools", "add_generation_prompt", "raise_exception", "strftime_now"})
+
+
+def server_name(name: str) -> bool:
+    return name in SERVER_NAMES or name.endswith("_token")
+
+
 def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
 
@@ -37,10 +46,11 @@ class ChatTemplate:
         self.special_tokens = special_tokens
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
-               tools: list[dict[str, Any]] | None = None) -> str:
-        """tools: OpenAI's tool list, passed as transformers passes it (templates that know tools read it)."""
+               tools: list[dict[str, Any]] | None = None, extra: dict[str, Any] | None = None) -> str:
+        """tools: OpenAI's tool list, passed as transformers passes it (templates that know tools read it);
+        extra: the request's chat_template_kwargs (Qwen3's enable_thinking), none of them a server_name."""
         try:
-            return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+            return self.template.render(**(extra or {}), messages=messages, add_generation_prompt=add_generation_prompt,
                                         tools=tools, **self.special_tokens)
         except ChatTemplateError:
             raise

@@ -31,6 +31,7 @@ class Delta:
     completion_tokens: int = 0
     logprobs: list[TokenLogprob] = field(default_factory=list)  # the tokens made since the last delta, if asked
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # on the first delta, if asked
+    tokens: list[int] = field(default_factory=list)  # the ids made since the last delta (harmony reads ids)
 
 
 def _earliest_stop(text: str, stops: tuple[str, ...]) -> int:
@@ -58,6 +59,7 @@ class Stream:
         hold = max((len(s) for s in params.stop), default=1) - 1
         tokens = 0
         logprobs: list[TokenLogprob] = []  # of tokens whose text has not gone out yet
+        ids: list[int] = []  # the same tokens' ids
         prompt: tuple[TokenLogprob | None, ...] | None = None
         try:
             while True:
@@ -68,6 +70,7 @@ class Stream:
                     prompt = event.prompt_logprobs
                 if event.token is not None:
                     tokens += 1
+                    ids.append(event.token)
                     held += detok.push(event.token)
                     if event.logprob is not None:
                         logprobs.append(event.logprob)
@@ -75,15 +78,16 @@ class Stream:
                     held += detok.flush()
                 cut = _earliest_stop(held, params.stop) if params.stop else -1
                 if cut >= 0:
-                    yield Delta(held[:cut], "stop", tokens, logprobs, prompt)
+                    yield Delta(held[:cut], "stop", tokens, logprobs, prompt, ids)
                     return
                 if event.finish is not None:
-                    yield Delta(held, "length" if event.finish == "length" else "stop", tokens, logprobs, prompt)
+                    yield Delta(held, "length" if event.finish == "length" else "stop", tokens, logprobs, prompt,
+                                ids)
                     return
                 ready = len(held) - hold if params.stop else len(held)
                 if ready > 0:
-                    yield Delta(held[:ready], None, tokens, logprobs, prompt)
-                    held, logprobs, prompt = held[ready:], [], None
+                    yield Delta(held[:ready], None, tokens, logprobs, prompt, ids)
+                    held, logprobs, prompt, ids = held[ready:], [], None, []
         finally:
             self.cancel()
 

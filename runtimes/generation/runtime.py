@@ -13,6 +13,8 @@ from runtimes.engines import decoder_for
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.generation.chat_template import ChatTemplate, ChatTemplateError
 from runtimes.generation.guided import Grammars
+from runtimes.generation.harmony import Harmony, detect_harmony, vocabulary_folder
+from runtimes.generation.reasoning import detect_reasoning, opened_by
 from runtimes.generation.scheduler import Scheduler
 from runtimes.generation.tools import TOOL_FORMATS, ToolFormat, detect_format
 from runtimes.metrics import Metrics
@@ -29,6 +31,8 @@ class GenerationRuntime:
     eos_ids: tuple[int, ...]
     grammars: Grammars
     tool_format: ToolFormat | None  # how this model writes tool calls; None: it was not taught to
+    thinks: bool = False  # the template was written for a model that reasons between <think> tags
+    harmony: Harmony | None = None  # gpt-oss: prompts and replies in harmony's format
 
     @classmethod
     def load(cls, model_dir: Path, config: EngineConfig, settings: Settings, metrics: Metrics) -> GenerationRuntime:
@@ -56,14 +60,18 @@ class GenerationRuntime:
         parser = settings.tool_call_parser
         found = detect_format(template.source) if template and parser == "auto" else None
         tools = TOOL_FORMATS.get(found or parser)
+        harmony = None
+        if template and detect_harmony(template.source):
+            harmony = Harmony(vocabulary_folder(model_dir / config.tokenizer_file, settings.harmony_vocabulary))
         return cls(engine, tokenizer, template, scheduler, config.max_seq_length, eos,
-                   Grammars(tokenizer, options.vocab_size, eos), tools)
+                   Grammars(tokenizer, options.vocab_size, eos), None if harmony else tools,
+                   bool(template and not harmony and detect_reasoning(template.source)), harmony)
 
     def tool_tokens(self) -> dict[str, int]:
         """The tool format's markers that are single tokens of this vocabulary (grammars name them by id)."""
         if self.tool_format is None:
             return {}
-        found = {s: self.tokenizer.token_to_id(s) for s in (*self.tool_format.starts, "</tool_call>")}
+        found = {s: self.tokenizer.token_to_id(s) for s in self.tool_format.markers}
         return {s: i for s, i in found.items() if i is not None}
 
     def encode(self, text: str, special: bool = True) -> list[int]:
@@ -71,7 +79,25 @@ class GenerationRuntime:
 
     def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                     tools: list[dict[str, Any]] | None = None) -> list[int]:
+        return self.chat_prompt(messages, tools, add_generation_prompt=add_generation_prompt)[0]
+
+    def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                    kwargs: dict[str, Any] | None = None, effort: str | None = None,
+                    add_generation_prompt: bool = True) -> tuple[list[int], bool]:
+        """The prompt's ids, and whether it opened the reply's reasoning (a template that ends with <think>).
+        kwargs: the request's chat_template_kwargs; effort: its reasoning_effort (harmony's, or the template's)."""
+        if self.harmony is not None and add_generation_prompt:
+            return self.harmony.render(messages, tools, effort), False
         if self.template is None:
             raise ChatTemplateError("this model has no chat template; use /v1/completions with a plain prompt")
+        if self.tool_format is not None:
+            messages = self.tool_format.place_tools(messages, tools)
+        extra = {**({"reasoning_effort": effort} if effort else {}), **(kwargs or {})}
+        text = self.template.render(messages, add_generation_prompt, tools, extra)
+        opened = False
+        if self.thinks and add_generation_prompt:  # what the template adds for the reply: after the conversation
+            bare = self.template.render(messages, False, tools, extra)
+            same = next((i for i, (a, b) in enumerate(zip(text, bare, strict=False)) if a != b), len(bare))
+            opened = opened_by(text[same:])
         # The template writes the BOS itself, so the tokenizer must not add another.
-        return self.encode(self.template.render(messages, add_generation_prompt, tools), special=False)
+        return self.encode(text, special=False), opened

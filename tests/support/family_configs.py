@@ -9,8 +9,10 @@ Gemma's heads are untied here because a scaled, tied random table makes every gr
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import transformers as tf
 
 WINDOW = 8
@@ -56,3 +58,30 @@ def family_configs() -> dict[str, Any]:
                                          "truncate": False}),
     ]
     return {config.model_type: config for config in configs}
+
+
+def generated(folder: Path, prompts: list[list[int]], new: int) -> list[list[int]]:
+    """transformers' greedy generate of `new` tokens after each prompt, end tokens not stopping it (the engines
+    under test return raw logits, which may pick one)."""
+    import torch
+
+    model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    out = []
+    for prompt in prompts:
+        ids = torch.tensor([prompt])
+        made = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False,
+                              pad_token_id=0)
+        out.append(made[0, len(prompt):].tolist())
+    return out
+
+
+def decoded(engine: Any, first: list[int], new: int) -> list[list[int]]:
+    """Greedy decode on a DecoderEngine whose slots 0.. hold prefilled rows, all rows stepping in one batch,
+    starting from each row's first token: `new` tokens a row, the first included."""
+    tokens, out = list(first), [[t] for t in first]
+    for _ in range(new - 1):
+        tokens = [int(t) for t in engine.run(0, np.array(tokens).reshape(-1, 1)).argmax(-1)]
+        for row, token in zip(out, tokens, strict=True):
+            row.append(token)
+    return out

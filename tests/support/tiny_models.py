@@ -92,7 +92,7 @@ def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0, family:
     fast.save_pretrained(folder)
     torch.manual_seed(seed)
     sizes: dict[str, Any] = {"vocab_size": tok.get_vocab_size(), "max_position_embeddings": 1024, "bos_token_id": bos,
-                            "eos_token_id": eot, "initializer_range": 0.02}
+                             "eos_token_id": eot, "initializer_range": 0.02}
     if family == "llama":
         config = LlamaConfig(**sizes, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                              num_key_value_heads=2, tie_word_embeddings=False)

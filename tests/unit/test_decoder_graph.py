@@ -12,15 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from transformers import AutoModelForCausalLM
 
 from builder.engine.compile_ort import optimize
 from builder.engine.export_decoder import export_decoder, export_decoder_tensorrt
 from builder.engine.rope import served_context
 from runtimes.bundle import Batching
 from runtimes.engines.decoder import DecoderEngine
-from tests.support.family_configs import WINDOW, family_configs
+from tests.support.family_configs import WINDOW, decoded, family_configs, generated
 from tests.support.tiny_models import save_random_decoder
 
 pytestmark = pytest.mark.slow
@@ -32,19 +30,6 @@ NEW = 16
 
 def _model(kind: str, folder: Path) -> Path:
     return save_random_decoder(SHAPES[kind], folder)
-
-
-def _reference(folder: Path) -> list[list[int]]:
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    model.generation_config.eos_token_id = None  # the engine's raw logits may pick EOS; generate must go on too
-    out = []
-    for prompt in PROMPTS:
-        ids = torch.tensor([prompt])
-        # no end token: min_new_tokens would instead forbid EOS, which the engine, asked for raw logits, may pick
-        made = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False,
-                              pad_token_id=0)
-        out.append(made[0, len(prompt):].tolist())
-    return out
 
 
 def _engine(folder: Path, out: Path, grown_cache: bool) -> DecoderEngine:
@@ -62,12 +47,7 @@ def _served(engine: DecoderEngine) -> list[list[int]]:
     chunks = [PROMPTS[2][i:i + 5] for i in range(0, len(PROMPTS[2]), 5)]
     logits = [engine.run(2, np.array([chunk])) for chunk in chunks][-1]
     tokens = [*first, int(logits.argmax())]
-    out = [[t] for t in tokens]
-    for _ in range(NEW - 1):
-        tokens = [int(t) for t in engine.run(0, np.array(tokens).reshape(-1, 1)).argmax(-1)]
-        for row, token in zip(out, tokens, strict=True):
-            row.append(token)
-    return out
+    return decoded(engine, tokens, NEW)
 
 
 CASES = [(kind, False) for kind in sorted(SHAPES)] + [(kind, True) for kind in GROWN_CACHE]
@@ -80,7 +60,7 @@ def test_greedy_ids_equal_transformers(kind: str, grown_cache: bool, tmp_path: P
     engine = _engine(folder, tmp_path, grown_cache)
     assert engine.in_place is not grown_cache
     engine.warm_up()  # as the server starts: what the warm-up wrote stays in slots 0 and 1, and must go unread
-    assert _served(engine) == _reference(folder)
+    assert _served(engine) == generated(folder, PROMPTS, NEW)
 
 
 def _resident_share(buffer: np.ndarray) -> float:

@@ -34,3 +34,24 @@ def test_a_quantized_build_passes_its_gate(trained: Path, precision: str, tmp_pa
     report = read_gate_report(json.loads((out / "model" / REPORT_FILE).read_text()))
     assert isinstance(report, DecoderReport) and report.passed
     assert report.top1_agreement >= report.tolerance.min_top1 and not report.tolerance.greedy_exact
+
+
+def test_an_fp32_gate_passes_a_model_whose_greedy_pick_is_an_end_token(tmp_path: Path) -> None:
+    """The gate decodes NEW_TOKENS for every prompt, end tokens forbidden (min_tokens): the reference must pick
+    among the same tokens. This random Llama's own greedy decode ends early on a gate prompt, so the gate
+    compared an end token with the engine's forced pick, and failed an exact engine, before it did."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from builder.engine.validate_decoder import NEW_TOKENS, PROMPTS
+
+    folder = make_tiny_llama(tmp_path / "random", train_steps=0, seed=0)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    ends = set(model.generation_config.eos_token_id)
+    with torch.inference_mode():
+        made = [model.generate(**tokenizer(text, return_tensors="pt"), max_new_tokens=NEW_TOKENS, do_sample=False)
+                for text in PROMPTS]
+    assert any(ends & set(ids[0].tolist()[-NEW_TOKENS:]) for ids in made)  # the case arises here
+    result = mbuild("package", str(folder), "--backend", "none", "--gpu", "cpu", "--precision", "fp32",
+                    "--output", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -22,7 +22,7 @@ from builder.engine.export_decoder import export_decoder_tensorrt
 from builder.engine.reference import reference_logits
 from runtimes.bundle import Batching
 from runtimes.engines.decoder import DecoderEngine
-from tests.support.family_configs import WINDOW, family_configs
+from tests.support.family_configs import WINDOW, decoded, family_configs, generated
 from tests.support.tiny_models import save_random_decoder
 
 pytestmark = pytest.mark.slow
@@ -43,29 +43,12 @@ def _config(case: str) -> Any:
 CASES = sorted(family_configs()) + [f"{family}-sliding" for family in SLIDING_EVERYWHERE]
 
 
-def _generated(folder: Path) -> list[list[int]]:
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    model.generation_config.eos_token_id = None  # the engine's raw logits may pick EOS; generate must go on too
-    out = []
-    for prompt in PROMPTS:
-        ids = torch.tensor([prompt])
-        made = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False,
-                              pad_token_id=0)
-        out.append(made[0, len(prompt):].tolist())
-    return out
-
-
 def _served(engine: DecoderEngine) -> list[list[int]]:
     """Row 0 prefilled whole, row 1 in chunks on top of its own cache, then both decoding in one batch."""
     first = int(engine.run(0, np.array([PROMPTS[0]])).argmax())
     chunks = [PROMPTS[1][i:i + CHUNK] for i in range(0, len(PROMPTS[1]), CHUNK)]
     tokens = [first, int([engine.run(1, np.array([chunk])) for chunk in chunks][-1].argmax())]
-    out = [[t] for t in tokens]
-    for _ in range(NEW - 1):
-        tokens = [int(t) for t in engine.run(0, np.array(tokens).reshape(-1, 1)).argmax(-1)]
-        for row, token in zip(out, tokens, strict=True):
-            row.append(token)
-    return out
+    return decoded(engine, tokens, NEW)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -78,7 +61,7 @@ def test_grown_cache_greedy_ids_equal_transformers(case: str, tmp_path: Path) ->
                                                                        Batching(4, 0)), threads=1)
     assert not engine.in_place
     engine.warm_up()  # as the server starts: what the warm-up wrote must go unread
-    assert _served(engine) == _generated(folder)
+    assert _served(engine) == generated(folder, PROMPTS, NEW)
 
 
 @pytest.mark.parametrize("family", SLIDING_EVERYWHERE)

@@ -55,5 +55,5 @@ def test_mbuild_profile_env_picks_the_profile(tmp_path: Path, monkeypatch: pytes
 def test_the_users_example_plans_offline_from_the_catalog(tmp_path: Path) -> None:
     data = json.loads(plan("llama-3.1-8b", "--json", cwd=tmp_path))
     assert data["model"]["repo"] == "meta-llama/Llama-3.1-8B-Instruct" and data["model"]["resolved"] is False
-    assert data["facts"]["params"] == 8.03 and data["task"] == "text-generation"
+    assert data["facts"]["params"] == pytest.approx(8.03, abs=0.005) and data["task"] == "text-generation"
     assert data["profile"]["name"].startswith("onnxruntime-cpu") or data["target"]["kind"] == "cuda"

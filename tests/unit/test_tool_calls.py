@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from tokenizers import Tokenizer
 
+from runtimes.generation.chat_template import ChatTemplate
 from runtimes.generation.guided import Grammars
 from runtimes.generation.tools import TOOL_FORMATS, ToolText, detect_format
 from runtimes.settings import TOOL_PARSERS
@@ -27,6 +28,21 @@ FUNCTIONS: list[dict[str, Any]] = [{"name": "weather", "parameters": WEATHER}, {
 TOOLS = [{"type": "function", "function": f} for f in FUNCTIONS]
 PARAMETERS = {"weather": WEATHER, "time": ZONE}
 ASK = [{"role": "user", "content": "Weather in Paris, and the time?"}]
+# Phi-4-mini-instruct's chat template (tokenizer_config.json): a system message's "tools", a JSON string, is
+# written between <|tool|> and <|/tool|>; the template never reads the `tools` variable.
+PHI4_MINI_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] is "
+    "not none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' "
+    "+ '<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}")
+# Granite 3.x instruct's, in the parts that name tools: an available_tools turn, a call written back after
+# <|tool_call|>.
+GRANITE_TEMPLATE = (
+    "{%- if tools %}{{- '<|start_of_role|>available_tools<|end_of_role|>' + tools | tojson(indent=4) + "
+    "'<|end_of_text|>\n' }}{%- endif %}{%- for message in messages %}{%- if message['role'] == 'assistant_tool_call' %}"
+    "{{- '<|start_of_role|>assistant<|end_of_role|><|tool_call|>' + message['content'] + '<|end_of_text|>\n' }}"
+    "{%- else %}{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + message['content'] + "
+    "'<|end_of_text|>\n' }}{%- endif %}{%- endfor %}")
 
 
 def test_every_settings_name_has_a_format() -> None:
@@ -35,7 +51,7 @@ def test_every_settings_name_has_a_format() -> None:
 
 @pytest.mark.parametrize(("template", "found"), [
     (CHAT_TEMPLATE, "llama3_json"), ("{{ '<tool_call>' }}", "hermes"), ("[TOOL_CALLS] {{ tools }}", "mistral"),
-    ("{{ messages }}", None)])
+    (PHI4_MINI_TEMPLATE, "phi4_mini"), (GRANITE_TEMPLATE, "granite"), ("{{ messages }}", None)])
 def test_the_format_comes_from_the_chat_template(template: str, found: str | None) -> None:
     assert detect_format(template) == found
 
@@ -52,6 +68,15 @@ def test_the_format_comes_from_the_chat_template(template: str, found: str | Non
     ("mistral", 'Sure.[TOOL_CALLS][{"name": "f", "arguments": {"x": "y"}}, {"name": "g", "arguments": {}}]', "Sure.",
      [("f", {"x": "y"}), ("g", {})]),
     ("mistral", "No calls here.", "No calls here.", []),
+    ("phi4_mini", 'Sure.<|tool_call|>[{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}]'
+                  "<|/tool_call|>", "Sure.", [("f", {"a": 1}), ("g", {})]),
+    ("phi4_mini", '<|tool_call|>[{"name": "f", "arguments": {}}]<|/tool_call|><|tool_call|>[{"name": "g", '
+                  '"arguments": {}}]<|/tool_call|>', None, [("f", {}), ("g", {})]),
+    ("phi4_mini", "Just text.", "Just text.", []),
+    ("granite", '<|tool_call|>[{"name": "f", "arguments": {"x": "y"}}]', None, [("f", {"x": "y"})]),
+    ("granite", ' <tool_call>[{"name": "f", "arguments": {}}]', None, [("f", {})]),
+    ("granite", 'First text <|tool_call|>[{"name": "f", "arguments": {}}]',
+     'First text <|tool_call|>[{"name": "f", "arguments": {}}]', []),  # a Granite call opens the reply
 ])
 def test_calls_are_read_from_each_formats_text(form: str, text: str, content: str | None,
                                                calls: list[tuple[str, dict[str, Any]]]) -> None:
@@ -62,11 +87,15 @@ def test_calls_are_read_from_each_formats_text(form: str, text: str, content: st
 
 
 @pytest.mark.parametrize(("form", "pieces", "sent", "calls"), [
-    ("hermes", ["Hi <to", "ol_c", 'all>{"name": "f",', ' "arguments": {}}</tool_call>'], "Hi ", ["f"]),
+    ("hermes", ["Hi <to", "ol_c", 'all>{"name": "f",', ' "arguments": {}}</tool_call>'], "Hi", ["f"]),
+    ("hermes", ["Hi \n", "<tool_call>{bad"], "Hi \n<tool_call>{bad", []),
     ("hermes", ["a <", "b"], "a <b", []),
     ("llama3_json", [" ", '{"na', 'me": "f", "parameters": {}}'], "", ["f"]),
     ("llama3_json", [" ", "Hel", "lo {"], " Hello {", []),
-    ("mistral", ["ok [TOOL_", 'CALLS][{"name": "f", "arguments": {}}]'], "ok ", ["f"]),
+    ("mistral", ["ok [TOOL_", 'CALLS][{"name": "f", "arguments": {}}]'], "ok", ["f"]),
+    ("phi4_mini", ["ok <|tool", '_call|>[{"name": "f", "arguments": {}}]<|/tool_call|>'], "ok", ["f"]),
+    ("granite", [" <|tool_", 'call|>[{"name": "f", "arguments": {}}]'], "", ["f"]),
+    ("granite", ["Hel", "lo <|tool_call|>"], "Hello <|tool_call|>", []),
 ])
 def test_a_stream_sends_content_at_once_and_holds_calls(form: str, pieces: list[str], sent: str,
                                                         calls: list[str]) -> None:
@@ -80,17 +109,23 @@ def test_a_stream_sends_content_at_once_and_holds_calls(form: str, pieces: list[
 def marked_tokenizer(tiny_llama: Path) -> Tokenizer:
     """The tiny vocabulary plus the formats' markers as special tokens, as Qwen2's and Mistral's have them."""
     tokenizer = Tokenizer.from_file(str(tiny_llama / "tokenizer.json"))
-    tokenizer.add_special_tokens(["<tool_call>", "</tool_call>", "[TOOL_CALLS]"])
+    tokenizer.add_special_tokens(MARKERS)
     return tokenizer
+
+
+MARKERS = ["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|tool_call|>", "<|/tool_call|>"]
 
 
 @pytest.mark.parametrize(("form", "call"), [
     ("hermes", '<tool_call>\n{"name": "time", "arguments": {"zone": "CET"}}\n</tool_call>'),
     ("mistral", '[TOOL_CALLS][{"name": "weather", "arguments": {"city": "Oslo"}}]'),
     ("llama3_json", '{"name": "weather", "parameters": {"city": "Oslo"}}'),
+    ("phi4_mini", '<|tool_call|>[{"name": "time", "arguments": {"zone": "CET"}}, {"name": "weather", "arguments": '
+                  '{"city": "Oslo"}}]<|/tool_call|>'),
+    ("granite", '<|tool_call|>[{"name": "weather", "arguments": {"city": "Oslo"}}]'),
 ])
 def test_forced_grammars_accept_a_call_and_nothing_else(marked_tokenizer: Tokenizer, form: str, call: str) -> None:
-    ids = {s: marked_tokenizer.token_to_id(s) or 0 for s in ("<tool_call>", "</tool_call>", "[TOOL_CALLS]")}
+    ids = {s: marked_tokenizer.token_to_id(s) or 0 for s in MARKERS}
     grammars = Grammars(marked_tokenizer, marked_tokenizer.get_vocab_size(), (4,))
     grammar = grammars.compile(TOOL_FORMATS[form].forced(FUNCTIONS, True, ids))
     tokens = marked_tokenizer.encode(call, add_special_tokens=False).ids
@@ -102,6 +137,18 @@ def test_forced_grammars_accept_a_call_and_nothing_else(marked_tokenizer: Tokeni
     other = grammar.guide()
     wrong = marked_tokenizer.encode('{"name": "nope"', add_special_tokens=False).ids
     assert not all(other.matcher.consume_token(t) for t in wrong)
+
+
+def test_phi4_mini_gets_its_tools_in_the_system_message() -> None:
+    """Its template reads a system message's "tools" (JSON text), so the functions go there, as a list."""
+    form = TOOL_FORMATS["phi4_mini"]
+    for messages in (ASK, [{"role": "system", "content": "Be brief."}, *ASK]):
+        placed = form.place_tools(list(messages), TOOLS)
+        text = ChatTemplate(PHI4_MINI_TEMPLATE, {"eos_token": "<|endoftext|>"}).render(placed, True, TOOLS)
+        assert text.startswith(f"<|system|>{messages[0]['content'] if len(messages) > 1 else ''}<|tool|>")
+        assert json.loads(text.split("<|tool|>")[1].split("<|/tool|>")[0]) == FUNCTIONS
+        assert text.endswith("<|user|>Weather in Paris, and the time?<|end|><|assistant|>")
+    assert TOOL_FORMATS["hermes"].place_tools(list(ASK), TOOLS) == ASK
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,63 @@
+"""docs/models.md, written from the family registry (families.py) and the catalog, never by hand:
+`python -m builder.model.models_doc > docs/models.md`; tests/unit/test_models_doc.py keeps the two equal."""
+
+from __future__ import annotations
+
+import sys
+
+from builder.model.catalog import load_catalog
+from builder.model.families import FAMILIES, WRAPPERS
+
+KINDS = {"dense": "dense", "moe": "mixture of experts"}
+
+
+def models_markdown() -> str:
+    catalog = load_catalog()
+    aliases = {name: [a for a, e in catalog.items() if e.facts().family == name] for name in FAMILIES}
+    lines = [
+        "# Supported models",
+        "",
+        "<!-- Generated from builder/model/families.py and profiles/catalog.yaml by",
+        "     `python -m builder.model.models_doc > docs/models.md`; do not edit by hand. -->",
+        "",
+        "mbuild builds sentence-embedding encoders (BERT family) and decoder-only language models of these",
+        "families, by config.json's `model_type`. Any other language model (gpt2, mamba, rwkv, phi, ...) is refused",
+        "when it is planned, from its config.json alone and before any weights are downloaded (exit 7), with its",
+        "type, this list and the nearest family.",
+        "",
+        "| model_type | family | kind | catalog aliases |",
+        "| --- | --- | --- | --- |",
+        *[f"| `{f.model_type}` | {f.label} | {KINDS[f.kind]} | {', '.join(aliases[f.model_type]) or '-'} |"
+          for f in FAMILIES.values()],
+        "",
+        "Multimodal checkpoints around a family's text model: the catalog sizes their text model, and they are",
+        "built once the export reads it out of the checkpoint (the vision tower is downloaded, never built); until",
+        "then, and for any other multimodal model, they are refused by name when planned:",
+        "",
+        "| model_type | text model | built |",
+        "| --- | --- | --- |",
+        *[f"| `{name}` | `{w.text_family}` | {'yes' if w.built else 'not yet: refused when planned'} |"
+          for name, w in WRAPPERS.items()],
+        "",
+        "## The catalog",
+        "",
+        "Aliases plan offline, from the config.json fields profiles/catalog.yaml records for each",
+        "([usage.md](usage.md#checking-a-plan-by-hand) checks a plan from them by hand). Parameters count every",
+        "expert; active ones are those a token is routed through. The download is the checkpoint as stored.",
+        "",
+        "| alias | repository | family | parameters | context | download |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for alias, entry in catalog.items():
+        facts = entry.facts()
+        family = f"`{facts.family}`" if facts.family else "encoder"
+        family += f" in `{facts.wrapper}`" if facts.wrapper else ""
+        gated = " (gated)" if entry.gated else ""
+        download = f"{facts.download_gb:.1f} GB" if facts.download_gb >= 1 else f"{facts.download_gb * 1000:.0f} MB"
+        size = facts.describe_params("")
+        lines.append(f"| {alias} | {entry.repo}{gated} | {family} | {size} | {facts.context} | {download} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(models_markdown())

@@ -1,0 +1,137 @@
+"""A language model of a family mbuild does not build is refused when planning, from config.json alone: by its
+family, with the supported list and the nearest family, its own exit code, before any weights are looked for or
+downloaded. Configs come from transformers' own config classes, saved as a Hub repo holds them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import transformers as tf
+from click.testing import CliRunner, Result
+
+from builder.cli import INTERNAL_ERROR, cli
+from builder.errors import UnsupportedModel
+from builder.model.facts import infer_task
+from builder.model.families import FAMILIES, WRAPPERS
+from builder.model.shape import facts_from_config
+from tests.support.fakehub import FakeHub, FakeRepo
+from tests.support.family_configs import COMMON, family_configs
+
+TINY = {k: COMMON[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers")}
+# model_type: (its config class, the architecture its Hub repos name, the family named nearest, if any)
+UNSUPPORTED: dict[str, tuple[Any, str, str | None]] = {
+    "gpt2": (lambda: tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256), "GPT2LMHeadModel", "gpt_oss"),
+    "mamba": (lambda: tf.MambaConfig(**TINY), "MambaForCausalLM", "llama"),
+    "rwkv": (lambda: tf.RwkvConfig(**TINY), "RwkvForCausalLM", None),
+    "phi": (lambda: tf.PhiConfig(**COMMON), "PhiForCausalLM", "phi3"),
+}
+SUPPORTED_LIST = "supported families: " + ", ".join(sorted(FAMILIES))
+
+
+def run(args: list[str]) -> Result:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code != INTERNAL_ERROR and "Traceback" not in result.output, result.output
+    return result
+
+
+def repo_folder(root: Path, config: Any, architecture: str) -> Path:
+    """What a repo holds but its weights: config.json and tokenizer files."""
+    folder = root / str(config.model_type)
+    config.architectures = [architecture]
+    config.save_pretrained(folder)
+    (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE"}}))
+    (folder / "tokenizer_config.json").write_text("{}")
+    return folder
+
+
+def assert_refused_by_family(result: Result, model_type: str, nearest: str | None) -> None:
+    assert result.exit_code == UnsupportedModel.exit_code, result.output
+    assert f"language models of type {model_type!r} are not supported" in result.output
+    assert SUPPORTED_LIST in result.output and "docs/models.md" in result.output
+    if nearest:
+        assert f"the nearest is {nearest!r}" in result.output
+    assert "safetensors" not in result.output and "hidden_size" not in result.output
+
+
+@pytest.mark.parametrize("model_type", list(UNSUPPORTED))
+@pytest.mark.parametrize("command", ["plan", "package"])
+def test_a_folder_of_another_family_is_refused_by_its_family_before_its_weights(
+        tmp_path: Path, model_type: str, command: str) -> None:
+    make, architecture, nearest = UNSUPPORTED[model_type]
+    folder = repo_folder(tmp_path, make(), architecture)
+    out = tmp_path / "out"
+    extra = ["--backend", "none", "--output", str(out)] if command == "package" else []
+    result = run([command, str(folder), "--gpu", "cpu", *extra])
+    assert_refused_by_family(result, model_type, nearest)
+    assert not out.exists()
+
+
+def test_a_folder_of_a_supported_family_without_weights_is_refused_for_its_weights(tmp_path: Path) -> None:
+    """The other side: the family check passes, and what is missing next is said."""
+    folder = repo_folder(tmp_path, family_configs()["qwen3"], "Qwen3ForCausalLM")
+    result = run(["plan", str(folder), "--gpu", "cpu"])
+    assert result.exit_code == UnsupportedModel.exit_code
+    assert "no safetensors or PyTorch weights" in result.output and "not supported" not in result.output
+
+
+def test_a_hub_repo_of_another_family_is_refused_from_its_config_json_alone(fake_hub: FakeHub,
+                                                                            tmp_path: Path) -> None:
+    make, architecture, nearest = UNSUPPORTED["gpt2"]
+    folder = repo_folder(tmp_path, make(), architecture)
+    (folder / "model.safetensors").write_bytes(b"\0" * 4096)
+    fake_hub.repos["org/gpt2"] = FakeRepo(folder, sha="2" * 40)
+    for command in (["plan"], ["package", "--backend", "none", "--output", str(tmp_path / "out")]):
+        result = run([command[0], "org/gpt2", "--gpu", "cpu", *command[1:]])
+        assert_refused_by_family(result, "gpt2", nearest)
+    downloads = [r for r in fake_hub.requests if "/resolve/" in r]
+    assert downloads and all(r.endswith("/config.json") for r in downloads), downloads
+
+
+def test_a_multimodal_wrapper_whose_text_model_is_not_built_is_refused_by_name(tmp_path: Path) -> None:
+    config = tf.LlavaConfig(text_config=family_configs()["llama"].to_dict(),
+                            vision_config={"model_type": "clip_vision_model", "hidden_size": 32,
+                                           "intermediate_size": 64, "num_hidden_layers": 1,
+                                           "num_attention_heads": 2})
+    folder = repo_folder(tmp_path, config, "LlavaForConditionalGeneration")
+    result = run(["plan", str(folder), "--gpu", "cpu"])
+    assert result.exit_code == UnsupportedModel.exit_code, result.output
+    assert "multimodal models of type 'llava' (a 'llama' model with other inputs)" in result.output
+    assert f"the text model of {', '.join(sorted(WRAPPERS))}" in result.output
+
+
+def test_gemma3s_wrapper_is_sized_by_its_text_model_and_refused_until_the_export_reads_it(tmp_path: Path) -> None:
+    """google/gemma-3-4b-it and up: a vision tower around a gemma3_text model. Its text model is what is sized
+    (the vision tower only adds to the download); the export reads text-only checkpoints, so planning one is
+    refused by name, from config.json or the catalog, before anything is downloaded."""
+    assert not WRAPPERS["gemma3"].built  # the day the export reads it, this test's refusals become plans
+    text = family_configs()["gemma3_text"]
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+              "patch_size": 4, "image_size": 16}
+    folder = repo_folder(tmp_path, tf.Gemma3Config(text_config=text.to_dict(), vision_config=vision),
+                         "Gemma3ForConditionalGeneration")
+    saved = json.loads((folder / "config.json").read_text())
+    assert infer_task(("config.json",), saved, "org/gemma3") == "text-generation"
+    wrapped, alone = facts_from_config(saved, "text-generation"), facts_from_config(text.to_dict(), "text-generation")
+    assert (wrapped.family, wrapped.wrapper, alone.wrapper) == ("gemma3_text", "gemma3", "")
+    assert wrapped.params == alone.params and wrapped.layers == alone.layers == text.num_hidden_layers
+    assert (wrapped.checkpoint_gb or 0) > (alone.checkpoint_gb or 0)  # the vision tower is downloaded too
+    for model in (str(folder), "gemma-3-4b"):
+        result = run(["plan", model, "--gpu", "cpu"])
+        assert result.exit_code == UnsupportedModel.exit_code, result.output
+        assert "is a multimodal 'gemma3' model (a 'gemma3_text' text model with a vision tower)" in result.output
+        assert "does not build the text model out of a multimodal checkpoint yet" in result.output
+    assert "multimodal" not in run(["plan", "gemma-3-1b", "--gpu", "cpu"]).output  # Gemma 3's text-only size
+
+
+@pytest.mark.parametrize("broken", [{"num_hidden_layers": "many"}, {"hidden_size": -64}, {"num_local_experts": [4]},
+                                    {"mlp_only_layers": ["first"]}, {"vocab_size": 0}])
+def test_a_config_json_with_unusable_sizes_is_refused_not_a_crash(tmp_path: Path, broken: dict[str, Any]) -> None:
+    config = family_configs()["qwen3_moe"]
+    folder = repo_folder(tmp_path, config, "Qwen3MoeForCausalLM")
+    saved = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**saved, **broken}))
+    result = run(["plan", str(folder), "--gpu", "cpu"])
+    assert result.exit_code == UnsupportedModel.exit_code and "config" in result.output, result.output

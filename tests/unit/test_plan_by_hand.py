@@ -1,0 +1,78 @@
+"""`mbuild plan qwen3-30b-a3b --gpu cpu` and `mbuild plan gpt-oss-20b --gpu cpu` print memory that can be checked
+by hand from config.json's fields: here it is recomputed from profiles/catalog.yaml's fields with the arithmetic
+docs/usage.md shows, none of the planner's code, and compared with what the user reads.
+
+The host is the one docs/usage.md names (64 GB of RAM, AVX-512 VNNI), its RAM and flags faked at their reader."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from builder.cli import cli
+from builder.planning import target
+
+ROOT = Path(__file__).resolve().parents[2]
+VNNI = frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"})
+MXFP4 = 17 / 32  # bytes a weight: 32 four-bit values share an 8-bit exponent
+
+
+def config_of(alias: str) -> dict[str, Any]:
+    config: dict[str, Any] = yaml.safe_load((ROOT / "profiles" / "catalog.yaml").read_text())["models"][alias]["config"]
+    return config
+
+
+def by_hand(config: dict[str, Any], batch: int, context: int, block: int) -> dict[str, float]:
+    """GB, as docs/usage.md's worked example computes them."""
+    h, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
+    heads, kv_heads, head_dim = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    experts = config.get("num_experts") or config["num_local_experts"]
+    routed = config["num_experts_per_tok"]
+    width = config.get("moe_intermediate_size") or config["intermediate_size"]
+    attention = h * head_dim * (heads + kv_heads + kv_heads + heads)  # q, k, v, o
+    expert = 3 * h * width  # gate, up, down
+    table = vocab * h  # the token table; the untied LM head is as large
+    assert config["tie_word_embeddings"] is False
+    total = layers * (attention + experts * expert + h * experts) + 2 * table  # h x experts: the router
+    active = layers * (attention + routed * expert + h * experts) + 2 * table
+    int8 = 1 + 4 / block  # a byte a weight, an fp32 scale a block
+    weights = (total - table) * int8 + table * (1 + 4 / 32)  # the gathered table: int8 blocks of 32
+    kv = 2 * layers * kv_heads * head_dim * 4 * context * batch  # K and V, fp32 on CPUs
+    stored_experts = layers * experts * expert if config.get("quantization_config") else 0
+    return {"params": total / 1e9, "active": active / 1e9, "weights": weights / 1e9, "kv": kv / 1e9,
+            "need": (weights + kv) / 1e9 + 1.0, "read": (active - table) * int8 / 1e9,  # 1.0: the CPU headroom
+            "download": ((total - stored_experts) * 2 + stored_experts * MXFP4) / 1e9,
+            "kv_token": 2 * layers * kv_heads * head_dim * 4}
+
+
+@pytest.mark.parametrize("alias", ["qwen3-30b-a3b", "gpt-oss-20b"])
+def test_the_plans_memory_is_what_the_config_gives_by_hand(alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(target, "read_ram_gb", lambda: 64.0)
+    monkeypatch.setattr(target, "read_cpu_flags", lambda: VNNI)
+    printed = CliRunner().invoke(cli, ["plan", alias, "--gpu", "cpu"])
+    assert printed.exit_code == 0, printed.output
+    plan = json.loads(CliRunner().invoke(cli, ["plan", alias, "--gpu", "cpu", "--json"]).output)
+    profile = plan["profile"]["content"]
+    assert plan["profile"]["name"] == "onnxruntime-cpu.vnni-int8-tp1-throughput"
+    want = by_hand(config_of(alias), profile["limits"]["max_batch"], profile["limits"]["context"],
+                   profile["engine_options"]["block_size"])
+    memory = plan["memory"]
+    assert memory["weights_gb"] == pytest.approx(want["weights"], abs=0.01)
+    assert memory["kv_cache_gb"] == pytest.approx(want["kv"], abs=0.01)
+    assert memory["decode_read_gb"] == pytest.approx(want["read"], abs=0.01)
+    assert plan["requires"]["memory_gb"] == math.ceil(want["need"] * 10) / 10
+    text = printed.output
+    assert f"{want['params']:.3g}B parameters ({want['active']:.3g}B active)" in text
+    assert (f"memory     {math.ceil(want['need'] * 10) / 10:g} GB of RAM: weights {want['weights']:.2f} + KV cache "
+            f"{want['kv']:.2f} + headroom 1.00 = {want['need']:.2f}, rounded up") in text
+    assert f"a decode step reads {want['read']:.2f} GB" in text
+    assert re.search(rf"KV cache: {want['kv_token']} B a token .* x {profile['limits']['context']} tokens x "
+                     rf"{profile['limits']['max_batch']} sequences", text)
+    assert f"download {want['download']:.2f} GB" in text
