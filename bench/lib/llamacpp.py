@@ -7,6 +7,7 @@ missing: the build takes about 18 minutes on two busy cores.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -63,11 +64,17 @@ def built() -> bool:
 
 def peer(quick: bool) -> bool:
     """Whether this run has llama.cpp's arms: built when missing (about 18 minutes), except in a quick run,
-    which leaves them out with one line saying so."""
+    which leaves them out with one line saying so, as it does where the converter's sentencepiece is missing
+    (a full run stops there, before it measures anything)."""
     if quick and not built():
         skipped("llama.cpp's arms", f"llama.cpp is not built in {BUILD}; `python -m bench llm_peer` (no --quick) "
                 "builds it once, about 18 minutes on two cores (cmake and ninja needed)")
         return False
+    if importlib.util.find_spec("sentencepiece") is None:  # the converter imports it before it reads a vocabulary
+        if quick:
+            skipped("llama.cpp's arms", "its convert_hf_to_gguf.py needs sentencepiece (the dev extra has it)")
+            return False
+        raise RuntimeError("llama.cpp's convert_hf_to_gguf.py needs sentencepiece: pip install sentencepiece")
     ensure_built()
     return True
 
