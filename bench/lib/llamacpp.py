@@ -29,7 +29,7 @@ VERSION = "0.3.36"  # llama-cpp-python, whose sdist vendors llama.cpp
 CACHE = Path(os.environ.get("BENCH_CACHE") or Path.home() / ".cache" / "mbuild-bench")
 SDIST = CACHE / f"llama_cpp_python-{VERSION}"
 VENDOR = SDIST / "vendor" / "llama.cpp"
-BUILD = CACHE / "build-llama"
+BUILD = CACHE / "build-llama-noamx"  # renamed when the flags changed, so an older build is not reused
 BINARIES = ("llama-server", "llama-quantize", "llama-batched-bench")
 SPM_VOCAB = VENDOR / "models" / "ggml-vocab-llama-spm.gguf"
 BPE_VOCAB = VENDOR / "models" / "ggml-vocab-llama-bpe.gguf"  # Llama 3's 128256-token vocabulary
@@ -37,7 +37,12 @@ QWEN2_VOCAB = VENDOR / "models" / "ggml-vocab-qwen2.gguf"  # Qwen2's, which Qwen
 CONVERTER = VENDOR / "convert_hf_to_gguf.py"
 CMAKE_FLAGS = ["-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF",
                "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-               "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON"]
+               "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
+               # This host's CPU lists amx_tile/amx_int8 but its VM faults on them: a native build dies in ggml's
+               # AMX kernels (SIGILL at tilezero, SIGSEGV at ldtilecfg) on every q8_0/q4_0 model, measured.
+               # GCC's explicit -mno-* outlasts -march=native, so the rest of the native ISA stays.
+               "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+               "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"]
 QUANTS = {"q8_0": "Q8_0", "q4_0": "Q4_0"}  # our name -> llama-quantize's type
 
 
