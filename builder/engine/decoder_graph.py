@@ -15,8 +15,9 @@ PyTorch (its own users report int4 builds running out of memory), and its packag
 `onnxruntime` distribution, which replaces the `onnxruntime-gpu` one that mbuild's images carry.
 
 Inputs:  input_ids [B,S] int64, seqlens_k [B] int32 (each row's length after this step, minus one),
-         total_sequence_length [] int32 (the longest row's), past_key.{i}/past_value.{i} [B,kv,M,d]
-Outputs: logits [B,vocab] of each row's last new position, present_key.{i}/present_value.{i} (the same
+         total_sequence_length [] int32 (the longest row's), logits_at [N] int64 (which of the B*S new
+         positions, flattened row by row, give logits), past_key.{i}/past_value.{i} [B,kv,M,d]
+Outputs: logits [N,vocab] of those positions, present_key.{i}/present_value.{i} (the same
          buffers as the past ones when the caller binds them so)
 """
 
@@ -187,19 +188,22 @@ def _layer(g: GraphWriter, arch: Arch, config: Any, i: int, x: str, dims: HeadGe
 
 
 def _head(g: GraphWriter, arch: Arch, x: str) -> None:
-    """The last position's logits: final norm, LM head (tied or not), Granite's scaling, Gemma 2's soft cap."""
+    """The logits of the positions logits_at picks from the flattened [B*S] ones (a prompt chunk's last, a verify
+    row's every one): final norm, LM head (tied or not), Granite's scaling, Gemma 2's soft cap. Picking before the
+    head keeps its cost to the rows asked for: all 512 positions of a chunk through a 128k-vocabulary head would cost
+    more than the chunk."""
     weights = g.weights
-    last = g.node("Slice", [x, weights.add("last.start", np.array([-1], np.int64)),
-                            weights.add("last.end", np.array([np.iinfo(np.int64).max], np.int64)),
-                            weights.add("last.axes", np.array([1], np.int64))], "last_position")[0]
-    h = g.norm(last, "model.norm.weight", "final_norm")
+    hidden = g.checkpoint.shape("model.norm.weight")[0]
+    flat = g.node("Reshape", [x, weights.add("flat.shape", np.array([-1, hidden], np.int64))], "flat_positions")[0]
+    picked = g.node("Gather", [flat, "logits_at"], "picked_positions", axis=0)[0]
+    h = g.norm(picked, "model.norm.weight", "final_norm")
     head = "lm_head" if "lm_head.weight" in g.checkpoint else "model.embed_tokens"
     logits = g.scaled(g.linear(h, [head], "lm_head"), arch.logits_scale, "logits_scale")
     if arch.final_softcap:
         cap = weights.add("final_softcap", np.array(arch.final_softcap, np.float32))
         capped = g.node("Tanh", [g.node("Div", [logits, cap], "softcap_div")[0]], "softcap_tanh")[0]
         logits = g.node("Mul", [capped, cap], "softcap")[0]
-    g.node("Squeeze", [logits, weights.add("squeeze.axes", np.array([1], np.int64))], "logits")
+    g.node("Identity", [logits], "logits")
     g.nodes[-1].output[0] = "logits"
 
 
@@ -227,8 +231,9 @@ def _save(g: GraphWriter, dims: HeadGeometry, vocab: int, out_dir: Path) -> None
     f32 = TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "new"]),
               helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["batch"]),
-              helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [])]
-    outputs = [helper.make_tensor_value_info("logits", f32, ["batch", vocab])]
+              helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, []),
+              helper.make_tensor_value_info("logits_at", TensorProto.INT64, ["picked"])]
+    outputs = [helper.make_tensor_value_info("logits", f32, ["picked", vocab])]
     for i in range(dims.layers):
         inputs += [helper.make_tensor_value_info(f"past_{kind}.{i}", f32, cache) for kind in ("key", "value")]
         outputs += [helper.make_tensor_value_info(f"present_{kind}.{i}", f32, cache) for kind in ("key", "value")]

@@ -55,11 +55,11 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearForma
         raise UnsupportedModel("the model has no fast (Rust) tokenizer, which the runtime needs")
     if grown_cache:
         past, dims = write_grown_cache_graph(model_dir, config, out_dir)
-        inputs: tuple[str, ...] = ("input_ids", "attention_mask", "position_ids", *past)
+        inputs: tuple[str, ...] = ("input_ids", "attention_mask", "position_ids", "logits_at", *past)
     else:
         dims = write_decoder(model_dir, config, out_dir, form)
         past = [f"past_{kind}.{i}" for i in range(dims.layers) for kind in ("key", "value")]
-        inputs = ("input_ids", "seqlens_k", "total_sequence_length", *past)
+        inputs = ("input_ids", "seqlens_k", "total_sequence_length", "logits_at", *past)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     special = {"bos_token": tokenizer.bos_token or "", "eos_token": tokenizer.eos_token or ""}
     return ExportResult(

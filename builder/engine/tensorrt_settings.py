@@ -12,7 +12,8 @@ Precisions:
 Shapes:
   embeddings          one optimization profile over batch x sequence
   language models     two: prefill (no past, up to the context) and decode (one new token, past up to
-                      the context), matching the two phases the scheduler runs
+                      the context): the runs a step packs for such an engine, which is served unchunked, without
+                      the prefix cache or speculation (runtimes/generation/runtime.py)
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def _decoder_profiles(inputs: list[str], max_batch: int, context: int, kv_heads:
         "input_ids": ShapeRange((1, 1), (1, min(512, context)), (max_batch, context)),
         "attention_mask": ShapeRange((1, 1), (1, min(512, context)), (max_batch, context)),
         "position_ids": ShapeRange((1, 1), (1, min(512, context)), (max_batch, context)),
+        "logits_at": ShapeRange((1,), (1,), (max_batch * context,)),  # a row's last, or each (prompt logprobs)
         **{n: ShapeRange((1, kv_heads, 0, head_dim), (1, kv_heads, 0, head_dim), (max_batch, kv_heads, 0, head_dim))
            for n in past},
     }
@@ -69,6 +71,7 @@ def _decoder_profiles(inputs: list[str], max_batch: int, context: int, kv_heads:
         "input_ids": ShapeRange((1, 1), (batch_opt, 1), (max_batch, 1)),
         "attention_mask": ShapeRange((1, 2), (batch_opt, half + 1), (max_batch, context)),
         "position_ids": ShapeRange((1, 1), (batch_opt, 1), (max_batch, 1)),
+        "logits_at": ShapeRange((1,), (batch_opt,), (max_batch,)),
         **{n: ShapeRange((1, kv_heads, 1, head_dim), (batch_opt, kv_heads, half, head_dim),
                          (max_batch, kv_heads, context - 1, head_dim)) for n in past},
     }

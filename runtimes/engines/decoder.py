@@ -1,20 +1,21 @@
 """Decoder engine for language models: one preallocated KV cache per slot, written in place.
 
 The cache is one buffer per layer and kind, [slots, kv_heads, context, head_dim], allocated and committed
-once, at start, as llama.cpp and vLLM reserve theirs. The running sequences occupy slots 0..n-1, so a decode step
-binds the first n rows of each buffer, as a view, as both the graph's past and its present (IO binding):
-the graph writes one new position per row and nothing is copied. A prompt is prefilled into the slot
-after the running ones, in chunks if the scheduler wants. When a sequence leaves, the last running slot
-moves into its place (one copy of one sequence's cache, once), which keeps the running slots contiguous.
-`lengths[row]` is what each slot holds.
+once, at start, as llama.cpp and vLLM reserve theirs. Slots have fixed ids: a sequence keeps its slot from its
+first prompt token to its end, and nothing is copied when it leaves. A step is a list of works (step.py: per slot,
+tokens to append and how many logits come back), packed into runs over contiguous slot ranges; each run binds those
+rows of every buffer, as a view, as both the graph's past and its present (IO binding), so the graph writes the
+new positions and nothing is copied. `lengths[slot]` is what each slot holds; `truncate` takes positions back
+(speculative decoding's rejected drafts), which is only a length.
 
 Graphs: the builder's GroupQueryAttention graph for ONNX Runtime (builder/engine/decoder_graph.py), run
 in place; and, for backends that cannot run ONNX Runtime's contrib ops (TensorRT), the grown-cache graph
-(past in, present out), run through the same slot interface by copying (CopyingSlots).
+(past in, present out), run through the same works by copying.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from runtimes.bundle import BundleError, EngineConfig
 from runtimes.engines.sessions import open_session
+from runtimes.engines.step import Run, Work, pack
 
 
 class DecoderEngine:
@@ -37,7 +39,7 @@ class DecoderEngine:
         kinds = ("key", "value")
         self.past = [f"past_{k}.{i}" if self.in_place else f"past.{i}.{k}" for i in range(self.layers) for k in kinds]
         expected = ({"input_ids", "seqlens_k", "total_sequence_length"} if self.in_place
-                    else {"input_ids", "attention_mask", "position_ids"}) | set(self.past)
+                    else {"input_ids", "attention_mask", "position_ids"}) | {"logits_at", *self.past}
         if names != expected:
             raise BundleError(f"the engine takes inputs {sorted(names)}; a decoder with {self.layers} layers needs "
                               f"{sorted(expected)}")
@@ -60,17 +62,51 @@ class DecoderEngine:
     def bytes_per_token(self) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype.itemsize
 
+    def step(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
+        """Append each work's tokens to its slot; per work, the logits [work.logits, vocab] of its last positions,
+        or the error of the run it was in (which leaves that run's slots as they were: the others are unaffected,
+        since a run writes only past its rows' lengths)."""
+        for work in works:
+            if work.slot >= self.slots:
+                raise ValueError(f"slot {work.slot}: there are {self.slots}")
+        got: dict[int, np.ndarray | Exception] = {}
+        for run in pack(works, self.lengths.tolist(), self.context):
+            try:
+                got.update(self._run(run))
+            except Exception as exc:  # the caller ends the run's requests with it
+                got.update({work.slot: exc for work in run.rows if work is not None})
+        return [got[work.slot] for work in works]
+
     def run(self, first: int, ids: np.ndarray) -> np.ndarray:
         """Append ids [B,S] to slots first..first+B-1; returns each row's logits after its last new token."""
-        rows = slice(first, first + ids.shape[0])
-        if first < 0 or rows.stop > self.slots or ids.ndim != 2 or ids.shape[1] == 0:
-            raise ValueError(f"rows {first}..{rows.stop - 1}, tokens {ids.shape}: not within {self.slots} slots")
-        lengths = self.lengths[rows] + ids.shape[1]
-        if int(lengths.max()) > self.context:
-            raise ValueError(f"a row would hold {int(lengths.max())} tokens, more than the context {self.context}")
-        logits = self._in_place(rows, ids, lengths) if self.in_place else self._copying(rows, ids, lengths)
-        self.lengths[rows] = lengths
-        return logits
+        if first < 0 or first + ids.shape[0] > self.slots or ids.ndim != 2 or ids.shape[1] == 0:
+            raise ValueError(f"rows {first}..{first + ids.shape[0] - 1}, tokens {ids.shape}: not within {self.slots} "
+                             "slots")
+        works = [Work(first + row, tuple(int(t) for t in ids[row])) for row in range(ids.shape[0])]
+        logits = []
+        for result in self.step(works):
+            if isinstance(result, Exception):
+                raise result
+            logits.append(result)
+        return np.concatenate(logits)
+
+    def _run(self, run: Run) -> dict[int, np.ndarray]:
+        rows = slice(run.first, run.first + len(run.rows))
+        ids = np.zeros((len(run.rows), run.width), np.int64)  # padding: token 0, past each row's real tokens
+        picks: list[int] = []
+        for row, work in enumerate(run.rows):
+            if work is not None:
+                ids[row, :len(work.tokens)] = work.tokens
+                picks += range(row * run.width + len(work.tokens) - work.logits, row * run.width + len(work.tokens))
+        at = np.array(picks, np.int64)
+        logits = self._in_place(rows, ids, at) if self.in_place else self._copying(rows, ids, at, run)
+        out, taken = {}, 0
+        for work in run.rows:
+            if work is not None:
+                out[work.slot] = logits[taken:taken + work.logits]
+                taken += work.logits
+                self.lengths[work.slot] += len(work.tokens)
+        return out
 
     def _binding(self, rows: slice) -> Any:
         """The rows' IO binding with their cache buffers bound once: binding 2 x layers buffers anew every step
@@ -82,23 +118,27 @@ class DecoderEngine:
                 self._bindings.clear()
             binding = self._bindings[key] = self.session.io_binding()
             for past, present, buffer in zip(self.past, self.present, self.cache, strict=True):
-                view = buffer[rows]  # the first rows of a C-contiguous array: contiguous, so bindable by pointer
+                view = buffer[rows]  # rows of a C-contiguous array: contiguous, so bindable by pointer
                 binding.bind_input(past, "cpu", 0, self.kv_dtype, list(view.shape), view.ctypes.data)
                 binding.bind_output(present, "cpu", 0, self.kv_dtype, list(view.shape), view.ctypes.data)
         return binding
 
-    def _in_place(self, rows: slice, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        binding = self._binding(rows)  # input_ids, seqlens_k, total_sequence_length and logits are bound anew
-        binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids, np.int64))
+    def _in_place(self, rows: slice, ids: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Every row of the range takes the run's width at its length (the padding past its real tokens)."""
+        lengths = self.lengths[rows] + ids.shape[1]
+        binding = self._binding(rows)  # input_ids, seqlens_k, total_sequence_length, logits_at, logits: anew
+        binding.bind_cpu_input("input_ids", ids)
         binding.bind_cpu_input("seqlens_k", (lengths - 1).astype(np.int32))
         binding.bind_cpu_input("total_sequence_length", np.array(int(lengths.max()), np.int32))
-        logits = np.empty((ids.shape[0], self.config.decoder.vocab_size), np.float32)
+        binding.bind_cpu_input("logits_at", at)
+        logits = np.empty((len(at), self.config.decoder.vocab_size), np.float32)
         binding.bind_output("logits", "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data)
         self.session.run_with_iobinding(binding)
         return logits  # copy_outputs_to_cpu would also copy every bound cache buffer
 
-    def _copying(self, rows: slice, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """The grown-cache graph: rows' caches are right-padded to the longest, masked, then copied back."""
+    def _copying(self, rows: slice, ids: np.ndarray, at: np.ndarray, run: Run) -> np.ndarray:
+        """The grown-cache graph: rows' caches are right-padded to the longest, masked, then each row's real new
+        positions copied back."""
         new = ids.shape[1]
         held = self.lengths[rows]
         width = int(held.max())
@@ -107,22 +147,21 @@ class DecoderEngine:
             mask[row, :length] = 1
         mask[:, width:] = 1
         positions = held[:, None] + np.arange(new)[None, :]
-        feeds = {"input_ids": ids.astype(np.int64), "attention_mask": mask, "position_ids": positions,
+        feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "logits_at": at,
                  **{name: buffer[rows, :, :width] for name, buffer in zip(self.past, self.cache, strict=True)}}
         outputs = self.session.run(None, feeds)
         for buffer, present in zip(self.cache, outputs[1:], strict=True):
-            for row, length in enumerate(held):
-                buffer[rows.start + row, :, length:length + new] = present[row, :, width:]
+            for row, (length, work) in enumerate(zip(held, run.rows, strict=True)):
+                if work is not None:
+                    buffer[rows.start + row, :, length:length + len(work.tokens)] = \
+                        present[row, :, width:width + len(work.tokens)]
         return np.asarray(outputs[0], np.float32)
 
-    def move(self, source: int, target: int) -> None:
-        """Slot `source`'s cache into slot `target` (which is overwritten); `source` is then empty."""
-        if source == target:
-            return
-        length = int(self.lengths[source])
-        for buffer in self.cache:
-            buffer[target, :, :length] = buffer[source, :, :length]
-        self.lengths[target], self.lengths[source] = length, 0
+    def truncate(self, slot: int, length: int) -> None:
+        """Keep a slot's first `length` positions (what lies past them is overwritten by its next tokens)."""
+        if not 0 <= length <= self.lengths[slot]:
+            raise ValueError(f"slot {slot} holds {self.lengths[slot]} positions, not {length}")
+        self.lengths[slot] = length
 
     def release(self, row: int) -> None:
         self.lengths[row] = 0

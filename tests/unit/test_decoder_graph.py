@@ -1,7 +1,7 @@
 """The decoder graphs against transformers' generate, on every family of the test matrix
 (tests/support/family_configs.py): greedy ids must be equal token for token, with rows at different lengths
-decoding together, a prompt longer than the sliding windows prefilled in chunks on top of its own cache, and
-slots moved between.
+decoding together, a prompt longer than the sliding windows prefilled in chunks on top of its own cache in the
+steps of other rows' decodes, and a multi-token verify row taken back past its rejected draft.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from builder.engine.export_decoder import export_decoder, export_decoder_tensorr
 from builder.engine.rope import served_context
 from runtimes.bundle import Batching
 from runtimes.engines.decoder import DecoderEngine
-from tests.support.family_configs import WINDOW, decoded, family_configs, generated
+from runtimes.engines.step import Work
+from tests.support.family_configs import WINDOW, family_configs, generated
 from tests.support.tiny_models import save_random_decoder
 
 pytestmark = pytest.mark.slow
 SHAPES = family_configs()
-GROWN_CACHE = ("llama", "mistral", "qwen2")  # with slot moves; every family: test_grown_cache_families.py
+GROWN_CACHE = ("llama", "mistral", "qwen2")  # with mixed steps; every family: test_grown_cache_families.py
 PROMPTS = [[1, 17, 99, 3, 250, 42, 7], [1, 5], [1, 200, 201, 202, 9, 9, 9, 9, 9, 30, 31, 32, 33, 34]]
 NEW = 16
 
@@ -39,15 +40,41 @@ def _engine(folder: Path, out: Path, grown_cache: bool) -> DecoderEngine:
                          threads=1)
 
 
-def _served(engine: DecoderEngine) -> list[list[int]]:
-    """Rows 0 and 1 prefilled whole; row 2 in chunks of 5 after slot 1 moved to 3 and back."""
-    first = [int(engine.run(row, np.array([PROMPTS[row]])).argmax()) for row in (0, 1)]
-    engine.move(1, 3)
-    engine.move(3, 1)
+def _step(engine: DecoderEngine, works: list[Work]) -> list[np.ndarray]:
+    results = engine.step(works)
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return [r for r in results if isinstance(r, np.ndarray)]
+
+
+def _served(engine: DecoderEngine, expected: list[list[int]]) -> list[list[int]]:
+    """Mixed steps, as the scheduler plans them: rows 0 and 1 prefilled in one step (padded to the longer); row 2's
+    prompt in chunks of 5, each in the step of a decode token of rows 0 and 1; then row 0 verifies three drafts in
+    one multi-token row (its next two tokens and a wrong third), its cache taken back past the wrong one, while rows
+    1 and 2 decode; then every row decodes until it has NEW tokens."""
+    out: list[list[int]] = [[], [], []]
+    for row, logits in enumerate(_step(engine, [Work(0, tuple(PROMPTS[0])), Work(1, tuple(PROMPTS[1]))])):
+        out[row].append(int(logits.argmax()))
     chunks = [PROMPTS[2][i:i + 5] for i in range(0, len(PROMPTS[2]), 5)]
-    logits = [engine.run(2, np.array([chunk])) for chunk in chunks][-1]
-    tokens = [*first, int(logits.argmax())]
-    return decoded(engine, tokens, NEW)
+    for index, chunk in enumerate(chunks):
+        last = index == len(chunks) - 1
+        got = _step(engine, [Work(0, (out[0][-1],)), Work(1, (out[1][-1],)), Work(2, tuple(chunk), int(last))])
+        for row in range(2 + last):
+            out[row].append(int(got[row].argmax()))
+    held = int(engine.lengths[0])
+    drafts = (*expected[0][len(out[0]):len(out[0]) + 2], (expected[0][len(out[0]) + 2] + 1) % 256)
+    got = _step(engine, [Work(0, (out[0][-1], *drafts), 4), Work(1, (out[1][-1],)), Work(2, (out[2][-1],))])
+    verified = [int(t) for t in got[0].argmax(-1)]
+    assert verified[:2] == list(drafts[:2])  # the two right drafts are accepted: the wrong one is rejected
+    out[0] += verified[:3]  # the accepted two and the correction
+    engine.truncate(0, held + 3)  # the last token and the two accepted drafts; the wrong draft's position goes
+    out[1].append(int(got[1].argmax()))
+    out[2].append(int(got[2].argmax()))
+    while short := [row for row in range(3) if len(out[row]) < NEW]:
+        for row, logits in zip(short, _step(engine, [Work(row, (out[row][-1],)) for row in short]), strict=True):
+            out[row].append(int(logits.argmax()))
+    return out
 
 
 CASES = [(kind, False) for kind in sorted(SHAPES)] + [(kind, True) for kind in GROWN_CACHE]
@@ -60,7 +87,8 @@ def test_greedy_ids_equal_transformers(kind: str, grown_cache: bool, tmp_path: P
     engine = _engine(folder, tmp_path, grown_cache)
     assert engine.in_place is not grown_cache
     engine.warm_up()  # as the server starts: what the warm-up wrote stays in slots 0 and 1, and must go unread
-    assert _served(engine) == generated(folder, PROMPTS, NEW)
+    expected = generated(folder, PROMPTS, NEW)
+    assert _served(engine, expected) == expected
 
 
 def _resident_share(buffer: np.ndarray) -> float:

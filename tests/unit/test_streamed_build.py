@@ -101,7 +101,7 @@ def test_sharded_bf16_export_equals_the_torch_export_in_a_fraction_of_the_model(
     previous = export_decoder_tensorrt(sharded_bf16, tmp_path / "torch")
     torch_config = previous.engine_config("onnxruntime", "model.onnx", "fp32", Batching(4, 0))
     streamed_config = dataclasses.replace(torch_config, inputs=(
-        "input_ids", "seqlens_k", "total_sequence_length",
+        "input_ids", "seqlens_k", "total_sequence_length", "logits_at",
         *[f"past_{k}.{i}" for i in range(dims.layers) for k in ("key", "value")]))
     streamed = _logits(DecoderEngine(tmp_path / "streamed", streamed_config, threads=1))
     torch_export = _logits(DecoderEngine(tmp_path / "torch", torch_config, threads=1))

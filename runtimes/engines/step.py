@@ -1,0 +1,97 @@
+"""One engine step as plain data, and how the runner packs it into ONNX Runtime calls.
+
+A step is a list of Work: per slot, the tokens appended to its cache (one decode token, a prefill chunk, or a
+verify row of the last token and its drafts) and how many of its last positions' logits come back (0 for a prompt
+chunk that is not its last, 1 for a decode or a last chunk, more for a verify row or prompt logprobs).
+
+The runner packs works into runs. A run is one session call over a contiguous range of slots, every row right-padded
+to the run's width: a row's new tokens land at its own length, the padding after them, where the causal mask keeps
+it from any real token, and the slot's length then advances by its real tokens only, so what the padding wrote lies
+past the length and is overwritten later. Slots in the range that have no work this step (free, paused, or worked in
+another run) are padded whole. ONNX Runtime's CPU GroupQueryAttention takes one new-token count per call, which is why
+a 512-token chunk and sixteen decode rows are not one call: the decode rows would each compute 512 positions. The
+packing weighs that padding against one more pass over the weights (PASS_TOKENS).
+
+And a run wider than one token spans one slot unless every slot in it is empty: ONNX Runtime 1.32's CPU
+GroupQueryAttention refuses more ("batch_size must be 1 when sequence_length > 1 and past context is given",
+measured). So decode rows share a run whatever their lengths, first chunks of new prompts share one when their
+slots are side by side, and a later chunk or a verify row runs alone: one more pass over the weights each, which
+the scheduler weighs before it speculates (generation/speculative.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# A pass over the weights, in padded tokens' compute: what one more run costs beside the tokens it carries. On this
+# design's CPU step a decode token reads the whole model once (docs/benchmarks/llm_peer.md), so a few padded rows
+# are cheaper than a second read; the constant only decides how works are packed, never what they compute.
+PASS_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Work:
+    """One slot's part of a step."""
+
+    slot: int
+    tokens: tuple[int, ...]
+    logits: int = 1  # the last this-many new positions' logits come back
+
+    def __post_init__(self) -> None:
+        if not self.tokens or not 0 <= self.logits <= len(self.tokens) or self.slot < 0:
+            raise ValueError(f"slot {self.slot}: {len(self.tokens)} tokens cannot give {self.logits} logits")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One session call: slots first..first+len(rows)-1, each row's work or None (padded whole), `width` tokens."""
+
+    first: int
+    rows: tuple[Work | None, ...]
+    width: int
+
+    @property
+    def padded(self) -> int:
+        return len(self.rows) * self.width
+
+
+def _cost(works: Sequence[Work]) -> int:
+    slots = [w.slot for w in works]
+    return PASS_TOKENS + (max(slots) - min(slots) + 1) * max(len(w.tokens) for w in works)
+
+
+def _fits(works: Sequence[Work], lengths: Sequence[int], context: int) -> bool:
+    """Every slot in the range has room for the padded width past its length, and a run wider than one token over
+    several slots finds them all empty (see the module docstring)."""
+    slots = [w.slot for w in works]
+    width = max(len(w.tokens) for w in works)
+    span = range(min(slots), max(slots) + 1)
+    if width > 1 and len(span) > 1 and any(lengths[s] for s in span):
+        return False
+    return all(lengths[s] + width <= context for s in span)
+
+
+def pack(works: Sequence[Work], lengths: Sequence[int], context: int) -> list[Run]:
+    """Works into runs, narrowest first: a work joins the current run when the merged run costs no more than the
+    two apart and every slot it spans has room for the padding; else it starts a run. Each slot once per step."""
+    if len({w.slot for w in works}) != len(works):
+        raise ValueError("a step holds at most one work per slot")
+    groups: list[list[Work]] = []
+    for work in sorted(works, key=lambda w: (len(w.tokens), w.slot)):
+        if lengths[work.slot] + len(work.tokens) > context:
+            raise ValueError(f"slot {work.slot} holds {lengths[work.slot]} tokens: {len(work.tokens)} more "
+                             f"exceed the context {context}")
+        if groups:
+            merged = [*groups[-1], work]
+            if _cost(merged) <= _cost(groups[-1]) + _cost([work]) and _fits(merged, lengths, context):
+                groups[-1] = merged
+                continue
+        groups.append([work])
+    runs = []
+    for group in groups:
+        by_slot = {w.slot: w for w in group}
+        first, last = min(by_slot), max(by_slot)
+        runs.append(Run(first, tuple(by_slot.get(s) for s in range(first, last + 1)),
+                        max(len(w.tokens) for w in group)))
+    return runs
