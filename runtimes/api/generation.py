@@ -59,7 +59,7 @@ def sampling(body: _Sampling, runtime: GenerationRuntime, prompt_tokens: int, as
         presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty, stop=body.stops(),
         stop_token_ids=frozenset(body.stop_token_ids), ignore_eos=body.ignore_eos, min_tokens=body.min_tokens,
         logit_bias=body.bias(), logprobs=logprobs[0], prompt_logprobs=logprobs[1], grammar=grammar,
-        skip_special_tokens=body.skip_special_tokens)
+        skip_special_tokens=body.skip_special_tokens, speculative=body.speculative)
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -68,7 +68,8 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
 
 async def _merged(streams: list[Stream]) -> AsyncIterator[tuple[int, Delta]]:
     """Interleave several choices' deltas as they come (n > 1, several prompts)."""
-    queue: asyncio.Queue[tuple[int, Delta | BaseException | None]] = asyncio.Queue()
+    # bounded: a pump waits while the reader does, so an unread stream stops taking its events and pauses
+    queue: asyncio.Queue[tuple[int, Delta | BaseException | None]] = asyncio.Queue(maxsize=len(streams))
 
     async def pump(index: int, stream: Stream) -> None:
         try:
@@ -109,6 +110,12 @@ class Run:
         self.tokens = [0] * len(self.streams)
         self.logprobs: list[list[TokenLogprob]] = [[] for _ in self.streams]
         self.prompt_logprobs: list[tuple[TokenLogprob | None, ...] | None] = [None] * len(self.streams)
+        self.speculating = runtime.scheduler.batch.speculation.on
+        self.drafted = self.accepted = 0  # over every sequence, as llama.cpp's timings count them
+
+    def timings(self) -> dict[str, Any]:
+        """llama.cpp's per-response draft counts, when the server speculates."""
+        return {"timings": {"draft_n": self.drafted, "draft_n_accepted": self.accepted}} if self.speculating else {}
 
     def started(self) -> bool:
         return any(stream.started for stream in self.streams)
@@ -124,6 +131,7 @@ class Run:
                     self.prompt_logprobs[index] = delta.prompt_logprobs
                 if delta.finish:
                     self.finish[index] = delta.finish
+                    self.drafted, self.accepted = self.drafted + delta.drafted, self.accepted + delta.accepted
                 yield index, delta
         finally:
             for stream in self.streams:  # also those whose pump never began
@@ -161,7 +169,7 @@ def _stream(run: Run, chunk: Any, include_usage: bool, timeout: float) -> Stream
                     for piece in chunk.pieces(index, delta):
                         yield _sse(piece)
             if include_usage:
-                yield _sse(chunk.usage(_usage(run.prompt_tokens, sum(run.tokens))))
+                yield _sse({**chunk.usage(_usage(run.prompt_tokens, sum(run.tokens))), **run.timings()})
             yield _sse("[DONE]")
         except GenerationFailed as exc:  # the engine failed this stream: say so in the stream, then end it
             yield _sse(generation_failed(exc).body())
@@ -183,7 +191,7 @@ async def respond(request: Request, body: _Sampling, run: Run, chunks: Any,
         await run_to_end(request, run.drain(), settings.request_timeout, run.started)
     except GenerationFailed as exc:
         raise generation_failed(exc) from exc
-    return JSONResponse({**whole(), "usage": _usage(run.prompt_tokens, sum(run.tokens))})
+    return JSONResponse({**whole(), "usage": _usage(run.prompt_tokens, sum(run.tokens)), **run.timings()})
 
 
 Prompt = str | list[str] | list[int] | list[list[int]]

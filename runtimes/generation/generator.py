@@ -32,6 +32,8 @@ class Delta:
     logprobs: list[TokenLogprob] = field(default_factory=list)  # the tokens made since the last delta, if asked
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # on the first delta, if asked
     tokens: list[int] = field(default_factory=list)  # the ids made since the last delta (harmony reads ids)
+    drafted: int = 0  # on the last delta: draft tokens verified for the sequence (speculative decoding) ...
+    accepted: int = 0  # ... and accepted
 
 
 def _earliest_stop(text: str, stops: tuple[str, ...]) -> int:
@@ -61,13 +63,15 @@ class Stream:
         logprobs: list[TokenLogprob] = []  # of tokens whose text has not gone out yet
         ids: list[int] = []  # the same tokens' ids
         prompt: tuple[TokenLogprob | None, ...] | None = None
+        drafted = accepted = 0
         try:
             while True:
-                event = await self.request.events.get()
+                event = await self.request.next_event()
                 if event.error:
                     raise GenerationFailed(f"generation failed: {event.error}", event.refused)
                 if event.prompt_logprobs is not None:
                     prompt = event.prompt_logprobs
+                drafted, accepted = event.drafted, event.accepted  # the finishing event's: 0 before
                 if event.token is not None:
                     tokens += 1
                     ids.append(event.token)
@@ -78,11 +82,11 @@ class Stream:
                     held += detok.flush()
                 cut = _earliest_stop(held, params.stop) if params.stop else -1
                 if cut >= 0:
-                    yield Delta(held[:cut], "stop", tokens, logprobs, prompt, ids)
+                    yield Delta(held[:cut], "stop", tokens, logprobs, prompt, ids, drafted, accepted)
                     return
                 if event.finish is not None:
                     yield Delta(held, "length" if event.finish == "length" else "stop", tokens, logprobs, prompt,
-                                ids)
+                                ids, event.drafted, event.accepted)
                     return
                 ready = len(held) - hold if params.stop else len(held)
                 if ready > 0:

@@ -11,6 +11,7 @@ from typing import Literal
 
 from runtimes.generation.logprobs import TokenLogprob
 from runtimes.generation.sampling import SamplerState, SamplingParams
+from runtimes.generation.speculative import RowSpeculation
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 _ids = itertools.count()
@@ -24,6 +25,8 @@ class Event:
     refused: bool = False  # the error is the request's own (its output constraint failed), not the server's
     logprob: TokenLogprob | None = None  # the token's, when the request asked for logprobs
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # once, before the first token (echo)
+    drafted: int = 0  # on the finishing event: draft tokens verified for this sequence (llama.cpp's draft_n)
+    accepted: int = 0  # and of them accepted (draft_n_accepted)
 
 
 @dataclass
@@ -36,18 +39,33 @@ class Request:
     admitted: bool = False  # it joined the batch: a timeout now is a running request's, not a queue wait
     id: int = field(default_factory=lambda: next(_ids))
     enqueued: float = field(default_factory=time.perf_counter)
+    sent: int = 0  # events emitted (the engine thread counts) ...
+    taken: int = 0  # ... and taken by the reader (the event loop counts): each counter has one writer
+
+    @property
+    def unread(self) -> int:
+        return self.sent - self.taken
 
     def emit(self, event: Event) -> None:
+        self.sent += 1
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
             self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+    async def next_event(self) -> Event:
+        event = await self.events.get()
+        self.taken += 1
+        return event
 
 
 @dataclass
 class Row:
-    """A request in the scheduler: its sampler, the cache it has filled, and what it has emitted."""
+    """A request in its slot: its sampler, the cache it has filled, what it has emitted, and its speculation."""
 
     request: Request
     state: SamplerState
+    slot: int
+    speculation: RowSpeculation | None = None  # None: this sequence does not speculate
+    running: bool = False  # its prompt is in and it decodes; before, it is filling
     last: int = 0
     filled: int = 0  # prompt tokens in the slot's cache
     last_time: float = field(default_factory=time.perf_counter)

@@ -1,6 +1,7 @@
-"""A deterministic fake of the decoder engine's slot interface, and helpers to drive the scheduler with it.
+"""A deterministic fake of the decoder engine's step interface, and helpers to drive the scheduler with it.
 
-The fake stands in for the ONNX graph only (the KV cache's contents are token lists); the scheduler is real.
+The fake stands in for the ONNX graph only (the KV cache's contents are token lists, a step's works run one by
+one); the scheduler is real. The real engine's packing of works into runs is tested on the real graph.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from runtimes.engines.step import Work
 from runtimes.generation.requests import Event, Request
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import Scheduler
@@ -19,43 +21,49 @@ from runtimes.metrics import Metrics
 VOCAB, CONTEXT = 50, 64
 
 
+def by_sum(held: list[int]) -> int:
+    return (7 * sum(held) + 3 * len(held)) % VOCAB
+
+
 class FakeEngine:
-    """Slots of token lists, as the real engine's KV cache holds positions; a row's next token is
-    (7 * sum(its tokens) + 3 * len(its tokens)) % VOCAB, whatever else the batch holds. So a sequence's
-    output changes if its cache is lost, mixed with another's, or moved wrong between slots."""
+    """Slots of token lists, as the real engine's KV cache holds positions; a row's next token is rule(its tokens),
+    whatever else the step holds. The default rule, (7 * sum + 3 * len) % VOCAB, changes a sequence's output if its
+    cache is lost, mixed with another's, or taken back wrong."""
 
     bytes_per_token = 8
 
-    def __init__(self, slots: int = 16) -> None:
-        self.fail_prefill: Callable[[list[int]], bool] = lambda tokens: False
-        self.fail_decode_at: int | None = None
+    def __init__(self, slots: int = 16, rule: Callable[[list[int]], int] = by_sum) -> None:
+        self.rule = rule
+        self.fail_prefill: Callable[[list[int]], bool] = lambda tokens: False  # on a slot's first tokens
+        self.fail_decode_at: int | None = None  # the step whose one-token works on held slots fail
         self.steps = 0
         self.slots: list[list[int]] = [[] for _ in range(slots)]
-        self.prefilled: list[int] = []  # tokens per prefill call
+        self.works: list[Work] = []  # every work run, in order
 
     @property
     def lengths(self) -> np.ndarray:
         return np.array([len(s) for s in self.slots], np.int64)
 
-    def run(self, first: int, ids: np.ndarray) -> np.ndarray:
-        if ids.shape[1] == 1 and first == 0:
-            self.steps += 1
-            if self.fail_decode_at == self.steps:
-                raise RuntimeError("decode exploded")
-        elif self.fail_prefill(ids[0].tolist()):
-            raise RuntimeError("prefill exploded")
-        if ids.shape[1] > 1 or first > 0:
-            self.prefilled.append(ids.shape[1])
-        out = np.zeros((len(ids), VOCAB), np.float32)
-        for offset, row in enumerate(ids.tolist()):
-            held = self.slots[first + offset]
-            held += row
-            out[offset, (7 * sum(held) + 3 * len(held)) % VOCAB] = 10.0
+    def step(self, works: list[Work]) -> list[np.ndarray | Exception]:
+        self.steps += 1
+        out: list[np.ndarray | Exception] = []
+        for work in works:
+            held = self.slots[work.slot]
+            if (not held and self.fail_prefill(list(work.tokens))) or \
+                    (held and len(work.tokens) == 1 and self.fail_decode_at == self.steps):
+                out.append(RuntimeError("the engine exploded"))
+                continue
+            self.works.append(work)
+            held += work.tokens
+            logits = np.zeros((work.logits, VOCAB), np.float32)
+            for row, end in enumerate(range(len(held) - work.logits + 1, len(held) + 1)):
+                logits[row, self.rule(held[:end])] = 10.0
+            out.append(logits)
         return out
 
-    def move(self, source: int, target: int) -> None:
-        if source != target:
-            self.slots[target], self.slots[source] = self.slots[source], []
+    def truncate(self, slot: int, length: int) -> None:
+        assert length <= len(self.slots[slot])
+        del self.slots[slot][length:]
 
     def release(self, row: int) -> None:
         self.slots[row] = []
@@ -82,7 +90,7 @@ async def events(req: Request) -> list[Event]:
     await asyncio.sleep(0)  # emit() hands events over through the loop
     out = []
     while not req.events.empty():
-        out.append(req.events.get_nowait())
+        out.append(await req.next_event())
     return out
 
 
@@ -96,19 +104,18 @@ def tokens_and_finish(got: list[Event]) -> tuple[list[int], str | None]:
 async def run_until_idle(scheduler: Scheduler, requests: list[Request], limit: int = 100) -> dict[int, list[Event]]:
     seen: dict[int, list[Event]] = {r.id: [] for r in requests}
     for _ in range(limit):
-        scheduler.admit()
-        scheduler.step()
+        scheduler.tick()
         for r in requests:
             seen[r.id] += await events(r)
-        if not scheduler.rows and not scheduler.waiting and scheduler.filling is None:
+        if not scheduler.batch.rows and not scheduler.waiting:
             break
     return seen
 
 
-def expected(prompt: list[int], count: int) -> list[int]:
+def expected(prompt: list[int], count: int, rule: Callable[[list[int]], int] = by_sum) -> list[int]:
     held, out = list(prompt), []
     for _ in range(count):
-        out.append((7 * sum(held) + 3 * len(held)) % VOCAB)
+        out.append(rule(held))
         held.append(out[-1])
     return out
 

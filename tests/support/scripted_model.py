@@ -2,7 +2,7 @@
 readers, with only the engine replaced (at decoder_for), by one whose logits spell out the scripted reply.
 
 The script is found in each slot's own tokens: the reply follows the last tokens of the generation prompt
-(`marker`), so it holds across chunked prefill, slot moves and the prefix cache, as the real engine's does.
+(`marker`), so it holds across chunked prefill, verify rows and the prefix cache, as the real engine's does.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 
 from runtimes.bundle import EngineConfig
 from runtimes.bundle.engine import ENGINE_FILE, Batching, DecoderOptions
+from runtimes.engines.step import Work
 from tests.support.tiny_models import TRAINING_TEXT
 from tests.unit.test_generation_service import serving
 
@@ -60,20 +61,26 @@ class ScriptedEngine:
                 return self.reply[len(made)]
         return self.eos
 
-    def run(self, first: int, ids: np.ndarray) -> np.ndarray:
-        out = np.zeros((len(ids), self.vocab), np.float32)
-        for offset, row in enumerate(ids.tolist()):
-            self.held[first + offset] += row
-            if self.fresh[first + offset]:
-                self.prompts.append(list(self.held[first + offset]))
-                self.fresh[first + offset] = False
-            out[offset, self.next_token(self.held[first + offset])] = 30.0
+    def step(self, works: list[Work]) -> list[np.ndarray | Exception]:
+        out: list[np.ndarray | Exception] = []
+        for work in works:
+            held = self.held[work.slot]
+            held += work.tokens
+            if self.fresh[work.slot]:
+                self.prompts.append(list(held))
+                self.fresh[work.slot] = False
+            logits = np.zeros((work.logits, self.vocab), np.float32)
+            for row, end in enumerate(range(len(held) - work.logits + 1, len(held) + 1)):
+                logits[row, self.next_token(held[:end])] = 30.0
+            out.append(logits)
         return out
 
-    def move(self, source: int, target: int) -> None:
-        if source != target:
-            self.held[target], self.held[source] = self.held[source], []
-            self.fresh[target], self.fresh[source] = self.fresh[source], True
+    def run(self, first: int, ids: np.ndarray) -> np.ndarray:
+        results = self.step([Work(first + row, tuple(tokens)) for row, tokens in enumerate(ids.tolist())])
+        return np.concatenate([r for r in results if isinstance(r, np.ndarray)])
+
+    def truncate(self, slot: int, length: int) -> None:
+        del self.held[slot][length:]
 
     def release(self, row: int) -> None:
         self.held[row], self.fresh[row] = [], True

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtimes.generation import scheduler as scheduler_module
+from runtimes.generation import batch as batch_module
 from runtimes.generation.requests import Request
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import Inadmissible, SchedulerFull
@@ -44,9 +44,8 @@ def test_a_request_joining_mid_decode_changes_no_one_s_output() -> None:
         scheduler = make()
         first = request([1, 2, 3], max_tokens=8)
         scheduler.submit([first])
-        scheduler.admit()
-        scheduler.step()
-        scheduler.step()
+        for _ in range(3):
+            scheduler.tick()
         second = request([9, 9], max_tokens=5)
         scheduler.submit([second])
         seen = await run_until_idle(scheduler, [first, second])
@@ -62,10 +61,11 @@ def test_a_cancelled_request_leaves_at_the_next_step_and_the_other_goes_on() -> 
         scheduler = make()
         leaving, staying = request([4], max_tokens=20), request([5], max_tokens=6)
         scheduler.submit([leaving, staying])
-        scheduler.admit()
+        scheduler.tick()
         leaving.cancelled = True
-        scheduler.step()
-        assert [row.request.id for row in scheduler.rows] == [staying.id]
+        plan = scheduler.tick()
+        assert [part.request for part in plan.rows] == [staying.id]  # the cancelled one is not planned
+        assert [row.request.id for row in scheduler.batch.rows] == [staying.id]
         seen = await run_until_idle(scheduler, [leaving, staying])
         assert tokens_and_finish(seen[leaving.id])[1] == "cancelled"
         assert tokens_and_finish(seen[staying.id]) == (expected([5], 6), "length")
@@ -95,7 +95,7 @@ def test_an_engine_error_ends_the_affected_requests_with_events_and_the_rest_sti
         scheduler = make(engine)
         running = [request([1], max_tokens=10), request([2], max_tokens=10)]
         scheduler.submit(running)
-        scheduler.admit()
+        scheduler.tick()
         engine.fail_decode_at = engine.steps + 1
         engine.fail_prefill = lambda tokens: tokens == [13]
         joining = [request([13])]  # its prefill fails
@@ -116,8 +116,8 @@ def test_shutdown_with_requests_in_flight_ends_each_one_once() -> None:
         scheduler = make(max_batch=2)
         requests = [request([i + 1], max_tokens=30) for i in range(5)]
         scheduler.submit(requests)
-        scheduler.admit()
-        scheduler.step()
+        scheduler.tick()
+        scheduler.tick()
         scheduler.stop()  # the thread never started: stop still ends everything
         for r in requests:
             assert tokens_and_finish(await events(r))[1] == "error"
@@ -143,18 +143,18 @@ def test_submit_keeps_its_invariants_and_admits_all_or_nothing() -> None:
 @contextmanager
 def failing_sampler(poisoned: int, at_token: int) -> Iterator[None]:
     """Sampling fails for the request whose prompt starts with `poisoned`, at its at_token-th token."""
-    real = scheduler_module.next_token
+    real = batch_module.next_token
 
     def flaky(logits: np.ndarray, state: Any, eos: tuple[int, ...]) -> int:
         if state.prompt[0] == poisoned and len(state.generated) == at_token:
             raise ValueError("poisoned sampler")
         return real(logits, state, eos)
 
-    scheduler_module.next_token = flaky  # type: ignore[assignment]
+    batch_module.next_token = flaky  # type: ignore[assignment]
     try:
         yield
     finally:
-        scheduler_module.next_token = real
+        batch_module.next_token = real
 
 
 def test_a_failing_request_leaves_every_other_output_identical() -> None:

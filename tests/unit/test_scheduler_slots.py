@@ -1,37 +1,36 @@
-"""Slots, chunked prefill and the prefix cache, driven through the real scheduler over the fake slot engine.
+"""Slots, chunked prefill and the prefix cache, driven through the real scheduler's plans over the fake engine.
 
-Every test compares outputs with what each prompt gives alone (`expected`): a cache moved to the wrong slot,
-a prefix restored wrong or a chunk lost changes a sequence's tokens.
+Every test compares outputs with what each prompt gives alone (`expected`): a cache in the wrong slot, a prefix
+restored wrong or a chunk lost changes a sequence's tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from runtimes.generation.batch import MAX_UNREAD
 from runtimes.generation.prefix_cache import BLOCK
 from tests.support.scheduler_fakes import FakeEngine, events, expected, make, request, run_until_idle, tokens_and_finish
 
 
-def test_a_long_prompt_is_prefilled_in_chunks_while_running_streams_keep_decoding() -> None:
+def test_a_long_prompt_is_prefilled_in_chunks_under_the_budget_while_running_streams_keep_decoding() -> None:
     async def go() -> None:
-        engine = FakeEngine()
-        scheduler = make(engine, prefill_chunk=16)
+        scheduler = make(FakeEngine(), prefill_chunk=16)
         running = request([1, 2], max_tokens=20)
         scheduler.submit([running])
-        scheduler.admit()
-        first_token = await events(running)
+        assert scheduler.tick().of("prefill")[0].tokens == (1, 2)
         long_prompt = [3] * 50
         joining = request(long_prompt, max_tokens=3)
         scheduler.submit([joining])
-        streamed_during_prefill = 0
-        for _ in range(4):  # 50 tokens in chunks of 16: four engine iterations
-            scheduler.admit()
-            scheduler.step()
-            streamed_during_prefill += sum(e.token is not None for e in await events(running))
-        assert engine.prefilled[-4:] == [16, 16, 16, 2]
-        assert streamed_during_prefill == 4  # one token per iteration, none stalled by the long prefill
+        plans = [scheduler.tick() for _ in range(4)]  # 50 tokens beside one decode token a step: 15 + 15 + 15 + 5
+        for plan in plans:
+            assert [part.request for part in plan.of("decode")] == [running.id]  # never stalled by the prompt
+            assert plan.tokens <= 16
+        chunks = [part.tokens for plan in plans for part in plan.of("prefill")]
+        assert [len(c) for c in chunks] == [15, 15, 15, 5] and sum(chunks, ()) == tuple(long_prompt)
+        assert [part.logits for plan in plans for part in plan.of("prefill")] == [0, 0, 0, 1]  # the last gives one
         seen = await run_until_idle(scheduler, [running, joining])
-        assert len(first_token) == 1 and first_token[0].token is not None
+        assert tokens_and_finish(seen[running.id]) == (expected([1, 2], 20), "length")
         assert tokens_and_finish(seen[joining.id]) == (expected(long_prompt, 3), "length")
     asyncio.run(go())
 
@@ -46,7 +45,8 @@ def test_a_shared_prefix_is_restored_instead_of_prefilled_and_the_output_is_unch
         seen = await run_until_idle(scheduler, [first])
         scheduler.submit([second])
         seen.update(await run_until_idle(scheduler, [second]))
-        assert engine.prefilled[-1] == len(second.prompt) - 2 * BLOCK  # only the part past the cached blocks
+        prefilled = [w.tokens for w in engine.works if len(w.tokens) > 1]
+        assert prefilled[-1] == tuple(second.prompt[2 * BLOCK:])  # only the part past the cached blocks
         assert tokens_and_finish(seen[first.id]) == (expected(first.prompt, 4), "length")
         assert tokens_and_finish(seen[second.id]) == (expected(second.prompt, 4), "length")
         metrics = scheduler.metrics.render()
@@ -73,17 +73,66 @@ def test_the_prefix_cache_stays_within_its_bytes_and_drops_the_least_recently_us
     asyncio.run(go())
 
 
-def test_finishing_rows_move_slots_without_mixing_caches_even_mid_prefill() -> None:
+def test_slots_keep_their_ids_and_a_freed_one_is_refilled_without_moving_or_mixing_caches() -> None:
     async def go() -> None:
         scheduler = make(FakeEngine(), max_batch=4, prefill_chunk=8)
         short = [request([i + 1], max_tokens=2 + i) for i in range(3)]  # end one after another
         scheduler.submit(short)
-        for _ in range(3):
-            scheduler.admit()
-        late = request([9] * 30, max_tokens=6)  # prefilled in chunks while the others finish and move
+        scheduler.tick()
+        assert [row.slot for row in scheduler.batch.rows] == [0, 1, 2]
+        late = request([9] * 30, max_tokens=6)  # prefilled in chunks while the others finish
         scheduler.submit([late])
-        seen = await run_until_idle(scheduler, [*short, late])
+        slots_of_late = set()
+        seen: dict[int, list] = {r.id: [] for r in [*short, late]}
+        while scheduler.batch.rows or scheduler.waiting:
+            plan = scheduler.tick()
+            slots_of_late |= {part.slot for part in plan.rows if part.request == late.id}
+            for r in [*short, late]:
+                seen[r.id] += await events(r)
+        assert slots_of_late == {3}  # the one free slot, kept to the end
         for r in [*short, late]:
             assert tokens_and_finish(seen[r.id]) == (expected(r.prompt, r.params.max_tokens), "length")
         assert int(scheduler.engine.lengths.sum()) == 0  # every slot was freed
+    asyncio.run(go())
+
+
+def test_streams_that_never_read_pause_in_their_slots_and_resume_when_read() -> None:
+    """Twelve readers that take nothing: each sequence stops after MAX_UNREAD events waiting (the memory a paused
+    stream holds is that many small events, not max_tokens of them), keeps its slot, and decodes on, to the same
+    tokens, once read. The plan gives paused rows no work."""
+    async def go() -> None:
+        scheduler = make(FakeEngine(), max_batch=12, context=1024)
+        idle = [request([i + 1, 2], max_tokens=500) for i in range(12)]
+        scheduler.submit(idle)
+        for _ in range(3 * MAX_UNREAD):
+            plan = scheduler.tick()
+        await asyncio.sleep(0)
+        assert not plan and all(r.unread == MAX_UNREAD for r in idle)  # nothing runs; none holds more
+        assert [row.slot for row in scheduler.batch.rows] == list(range(12))  # and each keeps its slot
+        seen = {r.id: await events(r) for r in idle}
+        assert len(scheduler.tick().of("decode")) == 12  # read: all twelve decode again
+        while scheduler.batch.rows:
+            scheduler.tick()
+            for r in idle:
+                seen[r.id] += await events(r)
+        for r in idle:
+            assert tokens_and_finish(seen[r.id]) == (expected(r.prompt, 500), "length")
+    asyncio.run(go())
+
+
+def test_an_engine_that_takes_no_chunks_gets_every_prompt_whole() -> None:
+    """A grown-cache (TensorRT) engine: a prompt goes in one step or waits in its slot for one, never cut."""
+    async def go() -> None:
+        scheduler = make(FakeEngine(), max_batch=4, prefill_chunk=16, chunked=False)
+        running = request([1, 2], max_tokens=12)
+        scheduler.submit([running])
+        scheduler.tick()
+        joining = [request([3] * 30, max_tokens=3), request([4] * 20, max_tokens=3)]
+        scheduler.submit(joining)
+        plans = [scheduler.tick() for _ in range(3)]
+        chunks = [part.tokens for plan in plans for part in plan.of("prefill")]
+        assert sorted(len(c) for c in chunks) == [20, 30]  # whole, past the budget, one a step beside the decode
+        seen = await run_until_idle(scheduler, [running, *joining])
+        for r in [running, *joining]:
+            assert tokens_and_finish(seen[r.id]) == (expected(r.prompt, r.params.max_tokens), "length")
     asyncio.run(go())

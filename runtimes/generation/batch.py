@@ -1,0 +1,243 @@
+"""The sequences in the engine's slots, and the two decisions of each step: plan it, then apply its logits.
+
+plan_step() returns a StepPlan under one token budget: every running sequence's decode token or verify row first
+(never stalled by prompts), then prompt chunks in what is left, the prompts already filling first, then new ones
+in free slots, each new one taking what the prefix cache holds of it. A slot keeps its id from a sequence's first
+prompt token to its end; nothing moves when one ends. A sequence whose reader has fallen MAX_UNREAD events behind
+(a client that stopped reading) gets no work until it reads: it holds its slot, not more memory.
+
+apply() takes the step's logits: prompts whose last chunk is in start decoding; a decode row emits a token; a verify
+row emits the tokens its drafts earn (speculative.py) and takes its cache back past the rejected ones. Every request
+ends with exactly one finishing event: its own sampling or engine failure ends it alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from runtimes.engines.decoder import DecoderEngine
+from runtimes.generation.guided import GuideError
+from runtimes.generation.logprobs import token_logprob
+from runtimes.generation.plan import SlotPlan, StepPlan
+from runtimes.generation.prefix_cache import PrefixCache
+from runtimes.generation.requests import Event, FinishReason, Request, Row
+from runtimes.generation.sampling import SamplerState, next_token
+from runtimes.generation.speculative import RowSpeculation, Speculation, choose, propose
+from runtimes.metrics import Metrics
+
+log = logging.getLogger("mbuild.runtime")
+MAX_UNREAD = 64  # events a reader may leave untaken before its sequence pauses
+PROMPT_LOGPROB_CHUNK = 64  # a prompt whose logprobs are asked gets every position's logits: smaller chunks
+
+
+class Batch:
+    def __init__(self, engine: DecoderEngine, eos_ids: tuple[int, ...], slots: int, context: int, budget: int,
+                 prefix: PrefixCache, metrics: Metrics, speculation: Speculation,
+                 take: Callable[[], Request | None], chunked: bool = True) -> None:
+        self.engine, self.eos_ids, self.context, self.budget = engine, eos_ids, context, budget
+        self.chunked = chunked  # False: a prompt runs whole, in one step (an engine that takes no chunk on a past)
+        self.prefix, self.metrics, self.speculation, self.take = prefix, metrics, speculation, take
+        self.slots: list[Row | None] = [None] * slots
+
+    @property
+    def rows(self) -> list[Row]:
+        return [row for row in self.slots if row is not None]
+
+    @property
+    def running(self) -> list[Row]:
+        return [row for row in self.rows if row.running]
+
+    @property
+    def filling(self) -> list[Row]:
+        return sorted((row for row in self.rows if not row.running), key=lambda row: row.request.id)
+
+    @property
+    def free(self) -> bool:
+        return None in self.slots
+
+    # --- planning ----------------------------------------------------------------------------
+    def plan_step(self) -> StepPlan:
+        for row in self.rows:
+            if row.request.cancelled:
+                self.end(row, Event(finish="cancelled"))
+        plans = self._decodes([row for row in self.running if row.request.unread < MAX_UNREAD])
+        # prompts get what decoding leaves, and never less than a quarter, so they move however many rows decode
+        room = max(self.budget - sum(len(p.tokens) for p in plans), self.budget // 4)
+        for row in self.filling:
+            if room <= 0 or not self._may_run(row, room, plans):
+                break
+            plans.append(self._chunk(row, room))
+            room -= len(plans[-1].tokens)
+        while room > 0 and self.free and (new := self._start()) is not None:
+            if not self._may_run(new, room, plans):
+                break  # it waits in its slot for the next step
+            plans.append(self._chunk(new, room))
+            room -= len(plans[-1].tokens)
+        return StepPlan(tuple(plans), self.budget)
+
+    def _may_run(self, row: Row, room: int, plans: list[SlotPlan]) -> bool:
+        """Whether the row's next chunk may go this step: always when chunks may be cut; else whole, within the
+        room or as the step's one prompt past it (so it is never starved)."""
+        return self.chunked or len(row.request.prompt) - row.filled <= room or \
+            not any(plan.kind == "prefill" for plan in plans)
+
+    def _decodes(self, rows: list[Row]) -> list[SlotPlan]:
+        """Decode rows; those whose drafts are worth their cost (speculative.choose) as verify rows."""
+        drafts = {row.slot: self._drafts(row) for row in rows}
+        hopeful = [row for row in rows if drafts[row.slot]]
+        expected = [(row.speculation.expected_tokens(len(drafts[row.slot])), 1 + len(drafts[row.slot]))
+                    for row in hopeful if row.speculation is not None]
+        chosen = {hopeful[i].slot for i in choose(expected, len(rows) - len(hopeful))}
+        plans = []
+        for row in rows:
+            if row.speculation is not None and drafts[row.slot] and row.slot not in chosen:
+                row.speculation.skipped()
+            made = drafts[row.slot] if row.slot in chosen else ()
+            plans.append(SlotPlan(row.slot, row.request.id, "verify" if made else "decode", (row.last, *made),
+                                  1 + len(made), made))
+        return plans
+
+    def _drafts(self, row: Row) -> tuple[int, ...]:
+        spec, state = row.speculation, row.state
+        if spec is None:
+            return ()
+        # the bonus token is the one more: drafts never reach past max_tokens or the slot's context
+        k = min(spec.k, state.params.max_tokens - len(state.generated) - 1,
+                self.context - int(self.engine.lengths[row.slot]) - 1)
+        if k < 1:
+            return ()
+        s = self.speculation
+        return propose([*state.prompt, *state.generated], k, s.prompt_lookup_min, s.prompt_lookup_max)
+
+    def _chunk(self, row: Row, room: int) -> SlotPlan:
+        prompt, each = row.request.prompt, row.request.params.prompt_logprobs
+        if each is not None and self.chunked:
+            room = min(room, PROMPT_LOGPROB_CHUNK)
+        piece = tuple(prompt[row.filled:row.filled + (room if self.chunked else len(prompt))])
+        last = row.filled + len(piece) == len(prompt)
+        return SlotPlan(row.slot, row.request.id, "prefill", piece, len(piece) if each is not None else int(last))
+
+    def _start(self) -> Row | None:
+        """The next waiting request in the lowest free slot, with what the prefix cache has of its prompt."""
+        while (request := self.take()) is not None:
+            try:  # one request's bad sampler settings end that request alone
+                state = SamplerState.start(request.params, request.prompt)
+            except Exception as exc:
+                log.error("request %d: sampler setup failed: %s", request.id, exc)
+                request.emit(Event(finish="error", error=f"sampler setup failed: {exc}"))
+                continue
+            s = self.speculation
+            spec = RowSpeculation(s.num_speculative_tokens) if s.on and request.params.speculative else None
+            row = Row(request, state, self.slots.index(None), spec)
+            self.slots[row.slot] = row
+            # Prompt logprobs need every prompt position's logits: such a prompt takes nothing from the cache.
+            if request.params.prompt_logprobs is None:
+                row.filled = self.prefix.restore(self.engine, row.slot, request.prompt)
+            self.prefix.count(self.metrics, len(request.prompt), row.filled)
+            return row
+        return None
+
+    # --- applying ----------------------------------------------------------------------------
+    def apply(self, plan: StepPlan, results: Sequence[np.ndarray | Exception]) -> None:
+        now = time.perf_counter()
+        for part, result in zip(plan.rows, results, strict=True):
+            row = self.slots[part.slot]
+            if row is None or row.request.id != part.request:
+                continue  # ended since it was planned (shutdown)
+            if isinstance(result, Exception):  # this row's run failed: its slot is released, the others go on
+                log.error("request %d: %s failed: %s", row.request.id, part.kind, result)
+                self.end(row, Event(finish="error", error=f"{part.kind} failed: {result}"))
+            elif part.kind == "prefill":
+                self._prefilled(row, part, result, now)
+            else:
+                self._decoded(row, part, result, now)
+
+    def _prefilled(self, row: Row, part: SlotPlan, logits: np.ndarray, now: float) -> None:
+        start, prompt = row.filled, row.request.prompt
+        row.filled += len(part.tokens)
+        each = row.request.params.prompt_logprobs
+        if each is not None:  # the logits at position j score the prompt token after it
+            row.prompt_logprobs += [token_logprob(logits[j], prompt[start + j + 1], each)
+                                    for j in range(len(part.tokens)) if start + j + 1 < len(prompt)]
+        if row.filled < len(prompt):
+            return
+        self.prefix.store(self.engine, row.slot, prompt)
+        row.running = row.request.admitted = True
+        self.metrics.observe("time_to_first_token_seconds", now - row.request.enqueued)
+        self.metrics.inc("tokens_total", len(prompt), kind="prompt")
+        if each is not None:
+            row.request.emit(Event(prompt_logprobs=tuple(row.prompt_logprobs)))
+        self._emit(row, [logits[-1]], (), now)
+
+    def _decoded(self, row: Row, part: SlotPlan, logits: np.ndarray, now: float) -> None:
+        self._emit(row, list(logits), part.drafts, now)
+
+    def _emit(self, row: Row, logits: list[np.ndarray], drafts: tuple[int, ...], now: float) -> None:
+        """Tokens from each position's logits while the drafts are matched; the cache keeps the accepted ones."""
+        held = int(self.engine.lengths[row.slot]) - len(drafts)  # the last token's position and before
+        made, accepted, ended = 0, 0, None
+        for j, position in enumerate(logits):
+            token, ended = self._advance(row, position)
+            made += 1
+            if ended or j == len(drafts) or token != drafts[j]:
+                break
+            accepted += 1
+        elapsed = (now - row.last_time) / made
+        for _ in range(made if row.state.generated[made:] else made - 1):  # the first token's time is TTFT
+            self.metrics.observe("time_per_output_token_seconds", elapsed)
+        row.last_time = now
+        if drafts:
+            self._count(row, len(drafts), accepted)
+        if ended:
+            self.end(row, Event(finish=ended))
+        elif drafts:
+            self.engine.truncate(row.slot, held + accepted)
+
+    def _count(self, row: Row, drafted: int, accepted: int) -> None:
+        assert row.speculation is not None
+        row.speculation.record(drafted, accepted, self.speculation.num_speculative_tokens)
+        self.metrics.inc("spec_decode_drafts_total")
+        self.metrics.inc("spec_decode_draft_tokens_total", drafted)
+        self.metrics.inc("spec_decode_accepted_tokens_total", accepted)
+        for position in range(accepted):
+            self.metrics.inc("spec_decode_accepted_per_position_total", position=str(position))
+
+    def _advance(self, row: Row, logits: np.ndarray) -> tuple[int | None, FinishReason | None]:
+        """One token from one position's logits and its event; the reason the sequence ended, if it did."""
+        request, params = row.request, row.request.params
+        if request.cancelled:
+            return None, "cancelled"
+        try:
+            token = next_token(logits, row.state, self.eos_ids)
+        except Exception as exc:  # one request's sampling failure ends that request only
+            log.error("request %d: sampling failed: %s", request.id, exc)
+            self.end(row, Event(finish="error", error=f"sampling failed: {exc}", refused=isinstance(exc, GuideError)))
+            return None, "error"
+        row.last = token
+        self.metrics.inc("tokens_total", 1, kind="completion")
+        # Sampling never picks these before min_tokens, so meeting one here always ends the sequence.
+        if token in params.stop_token_ids or (token in self.eos_ids and not params.ignore_eos):
+            return token, "stop"
+        chosen = None if params.logprobs is None else token_logprob(logits, token, params.logprobs)
+        request.emit(Event(token=token, logprob=chosen))  # stop strings are matched on text by the consumer
+        if row.state.complete:  # the grammar's output is whole
+            return token, "stop"
+        return token, "length" if len(row.state.generated) >= params.max_tokens else None
+
+    def end(self, row: Row, event: Event) -> None:
+        """The sequence's one finishing event, and its slot free (once: a row already ended is left alone)."""
+        if self.slots[row.slot] is not row:
+            return
+        if row.speculation is not None:
+            event.drafted, event.accepted = row.speculation.drafted, row.speculation.accepted
+        row.request.emit(event)
+        self.slots[row.slot] = None
+        self.engine.release(row.slot)
+
+    def fail(self, reason: str) -> None:
+        for row in self.rows:
+            self.end(row, Event(finish="error", error=reason))
