@@ -15,8 +15,9 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 Labels = tuple[tuple[str, str], ...]
 # The same series under vLLM's names (with its model_name label), which existing Grafana dashboards and
-# autoscalers (KEDA, the Prometheus adapter) read: mbuild name, its labels to match -> vLLM name.
-VLLM_NAMES: tuple[tuple[str, Labels, str], ...] = (
+# autoscalers (KEDA, the Prometheus adapter) read: mbuild name, its labels to match (None: every series, its labels
+# kept) -> vLLM name.
+VLLM_NAMES: tuple[tuple[str, Labels | None, str], ...] = (
     ("queue_depth", (), "vllm:num_requests_waiting"),
     ("running_sequences", (), "vllm:num_requests_running"),
     ("kv_cache_usage_ratio", (), "vllm:gpu_cache_usage_perc"),  # a fraction, as vLLM's despite the name
@@ -25,6 +26,10 @@ VLLM_NAMES: tuple[tuple[str, Labels, str], ...] = (
     ("tokens_total", (("kind", "completion"),), "vllm:generation_tokens_total"),
     ("time_to_first_token_seconds", (), "vllm:time_to_first_token_seconds"),
     ("time_per_output_token_seconds", (), "vllm:time_per_output_token_seconds"),
+    ("spec_decode_drafts_total", (), "vllm:spec_decode_num_drafts_total"),
+    ("spec_decode_draft_tokens_total", (), "vllm:spec_decode_num_draft_tokens_total"),
+    ("spec_decode_accepted_tokens_total", (), "vllm:spec_decode_num_accepted_tokens_total"),
+    ("spec_decode_accepted_per_position_total", None, "vllm:spec_decode_num_accepted_tokens_per_pos_total"),
 )
 
 
@@ -100,11 +105,13 @@ class Metrics:
         label = (("model_name", self.model_name),)
         for name, match, vllm in VLLM_NAMES:
             for kind, series in (("counter", self._counters), ("gauge", self._gauges)):
-                if match in series.get(name, {}):
+                values = series.get(name, {})
+                keys = sorted(values) if match is None else [match] if match in values else []
+                if keys:
                     family = vllm.removesuffix("_total") if kind == "counter" else vllm
-                    lines += [f"# HELP {family} mbuild_{name} under vLLM's name", f"# TYPE {family} {kind}",
-                              f"{vllm}{_fmt_labels(label)} {series[name][match]:g}"]
-            if match in self._hists.get(name, {}):
+                    lines += [f"# HELP {family} mbuild_{name} under vLLM's name", f"# TYPE {family} {kind}"]
+                    lines += [f"{vllm}{_fmt_labels(label + key)} {values[key]:g}" for key in keys]
+            if match is not None and match in self._hists.get(name, {}):
                 lines += [f"# HELP {vllm} mbuild_{name} under vLLM's name", f"# TYPE {vllm} histogram",
                           *_histogram_lines(vllm, label, self._hists[name][match])]
         return lines

@@ -42,7 +42,9 @@ _INTEGERS = (  # field, variable, lowest, highest
     ("request_timeout", "MBUILD_REQUEST_TIMEOUT", 1, 86400), ("stream_timeout", "MBUILD_STREAM_TIMEOUT", 1, 86400),
     ("body_timeout", "MBUILD_BODY_TIMEOUT", 1, 3600), ("max_concurrent", "MBUILD_MAX_CONCURRENT", 1, 1_000_000),
     ("prefill_chunk", "MBUILD_PREFILL_CHUNK", 16, 1 << 20), ("prefix_cache_mb", "MBUILD_PREFIX_CACHE_MB", 0, 1 << 24),
-    ("keepalive_seconds", "MBUILD_KEEPALIVE_SECONDS", 1, 3600))
+    ("keepalive_seconds", "MBUILD_KEEPALIVE_SECONDS", 1, 3600),
+    ("num_speculative_tokens", "MBUILD_NUM_SPECULATIVE_TOKENS", 1, 16),
+    ("prompt_lookup_min", "MBUILD_PROMPT_LOOKUP_MIN", 1, 32), ("prompt_lookup_max", "MBUILD_PROMPT_LOOKUP_MAX", 1, 32))
 _BOOLEANS = (
     ("protect_metrics", "MBUILD_PROTECT_METRICS"), ("access_log", "MBUILD_ACCESS_LOG"), ("tracing", "MBUILD_TRACING"),
     ("skip_hardware_check", "MBUILD_SKIP_HARDWARE_CHECK"), ("trt_build_at_start", "MBUILD_TRT_BUILD_AT_START"),
@@ -53,7 +55,8 @@ _TEXTS = (("host", "MBUILD_HOST"), ("served_name", "MBUILD_SERVED_MODEL_NAME"), 
 _PATHS = (("model_dir", "MBUILD_MODEL_DIR"), ("drain_flag", "MBUILD_DRAIN_FLAG"), ("failed_flag", "MBUILD_FAILED_FLAG"),
           ("harmony_vocabulary", HARMONY_VOCABULARY))
 _CHOICES = (("log_level", "MBUILD_LOG_LEVEL", LOG_LEVELS), ("log_format", "MBUILD_LOG_FORMAT", ("text", "json")),
-            ("tool_call_parser", "MBUILD_TOOL_CALL_PARSER", ("auto", "none", *TOOL_PARSERS)))
+            ("tool_call_parser", "MBUILD_TOOL_CALL_PARSER", ("auto", "none", *TOOL_PARSERS)),
+            ("speculative", "MBUILD_SPECULATIVE", ("off", "ngram")))
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,10 @@ class Settings:
     tool_call_parser: str = "auto"  # the tool-call format; auto: the one the chat template renders
     allow_unauthenticated: bool = False  # serve without a key on purpose (an empty key is refused otherwise)
     harmony_vocabulary: Path | None = None  # gpt-oss: o200k_base.tiktoken's folder; None: from tokenizer.json
+    speculative: str = "off"  # speculative decoding: off, or ngram (prompt lookup); a request may turn it off
+    num_speculative_tokens: int = 4  # the most drafts a verify row carries (vLLM's name); fewer as acceptance falls
+    prompt_lookup_min: int = 2  # the shortest suffix n-gram lookup matches (vLLM's name)
+    prompt_lookup_max: int = 4  # and the longest it tries first
 
     @property
     def in_flight_seconds(self) -> float:
@@ -125,7 +132,12 @@ class Settings:
         delay = env.integer("MBUILD_MAX_BATCH_DELAY_MS", -1, 10000)
         values["max_batch_delay_ms"] = float(delay) if delay is not None and delay >= 0 else None
         values["api_key"] = _api_key(env, bool(values["allow_unauthenticated"]))
-        return cls(**{name: value for name, value in values.items() if value is not None})
+        settings = cls(**{name: value for name, value in values.items() if value is not None})
+        if settings.prompt_lookup_min > settings.prompt_lookup_max:
+            raise SettingsError(f"MBUILD_PROMPT_LOOKUP_MIN ({settings.prompt_lookup_min}) is above "
+                                f"MBUILD_PROMPT_LOOKUP_MAX ({settings.prompt_lookup_max}): set the minimum at most the "
+                                "maximum")
+        return settings
 
 
 def _api_key(env: EnvReader, allow_open: bool) -> str | None:

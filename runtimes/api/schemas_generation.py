@@ -170,6 +170,7 @@ class _Sampling(Guided):
     repetition_penalty: float = Field(1.0, ge=0.01, le=10)
     stop_token_ids: list[int] = Field(default_factory=list, max_length=MAX_STOP_TOKEN_IDS)
     skip_special_tokens: bool = True
+    speculative: bool = True  # false: no speculative decoding for this request, whatever the server's setting
     response_format: ResponseFormat | None = None
     nvext: Guided | None = None  # NIM's extension object
 

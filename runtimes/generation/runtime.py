@@ -16,6 +16,7 @@ from runtimes.generation.guided import Grammars
 from runtimes.generation.harmony import Harmony, detect_harmony, vocabulary_folder
 from runtimes.generation.reasoning import detect_reasoning, opened_by
 from runtimes.generation.scheduler import Scheduler
+from runtimes.generation.speculative import Speculation
 from runtimes.generation.tools import TOOL_FORMATS, ToolFormat, detect_format
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
@@ -52,11 +53,16 @@ class GenerationRuntime:
             except ChatTemplateError as exc:
                 raise BundleError(str(exc)) from exc
         eos = options.eos_token_ids
-        # A grown-cache graph (TensorRT's) is built for whole prompts on an empty cache: no chunks, no reuse.
-        chunk = settings.prefill_chunk if engine.in_place else engine.context
+        # A grown-cache graph (TensorRT's) is built for whole prompts on an empty cache: no chunks, no reuse; a
+        # budget of two contexts always holds a whole prompt beside the decode rows.
+        chunk = settings.prefill_chunk if engine.in_place else 2 * engine.context
         scheduler = Scheduler(engine, eos, engine.slots, settings.max_queue, metrics, context=engine.context,
-                              vocab=options.vocab_size, prefill_chunk=chunk,
-                              prefix_cache_bytes=settings.prefix_cache_mb << 20 if engine.in_place else 0)
+                              vocab=options.vocab_size, prefill_chunk=chunk, chunked=engine.in_place,
+                              prefix_cache_bytes=settings.prefix_cache_mb << 20 if engine.in_place else 0,
+                              # TensorRT's profiles (grown-cache graph) take no multi-token step over a past
+                              speculation=Speculation(settings.speculative if engine.in_place else "off",
+                                                      settings.num_speculative_tokens, settings.prompt_lookup_min,
+                                                      settings.prompt_lookup_max))
         parser = settings.tool_call_parser
         found = detect_format(template.source) if template and parser == "auto" else None
         tools = TOOL_FORMATS.get(found or parser)

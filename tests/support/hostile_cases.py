@@ -119,7 +119,7 @@ NESTED_GROUPS = "(" * 40 + "a" + "){2}" * 40  # compiles, then its lexer cannot 
 # A JSON boolean or number sent as another type: pydantic's lax mode took "yes" as true, "8" as 8, true as 1.
 MISTYPED = {"stream": "false", "logprobs": 1, "parallel_tool_calls": "yes", "skip_special_tokens": "no",
             "ignore_eos": "true", "max_tokens": "8", "n": True, "temperature": "0.5",
-            "stream_options": {"include_usage": "yes"}}
+            "stream_options": {"include_usage": "yes"}, "speculative": "no"}
 STRUCTURED_AND_TOOL_CASES = [
     Case("chat: guided_json oneOf (overlapping options)", CHAT,
          j(messages=MSG, max_tokens=4, guided_json={"oneOf": [{"type": "integer"}, {"type": "number"}]}), 400,

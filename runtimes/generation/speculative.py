@@ -1,0 +1,102 @@
+"""Speculative decoding's proposals and the decision to make them: n-gram lookup in a sequence's own tokens.
+
+Prompt lookup (vLLM's `ngram` method, llama.cpp's `--spec-type ngram-*`): the longest suffix of the sequence,
+prompt_lookup_max tokens down to prompt_lookup_min, that occurred before, and the tokens that followed its latest
+earlier occurrence, as drafts. A verify row runs the last token and the drafts in one step; the target's logits at
+each position are sampled exactly as without speculation (sampling.next_token), and a draft is accepted while the
+sample equals it. For a proposal that is one fixed token (q = 1 at the draft), that is the standard rejection rule:
+accepted with probability p(draft), else a sample from p without the draft, renormalized; so the output's
+distribution is unchanged, and with a seed, so is every token, since each emitted token costs one draw either way.
+
+Whether a row speculates is a cost decision (`choose`): a verify row of k drafts is expected to give
+E = (1 - a^(k+1)) / (1 - a) tokens at the row's measured per-draft acceptance a, and may cost one more run (engine
+step.py: a verify row runs alone on ONNX Runtime's CPU attention). A row speculates when the step's expected tokens
+per unit of cost rise. k follows acceptance: one more after a fully accepted row, one fewer after a rejected first
+draft, between 1 and num_speculative_tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runtimes.engines.step import PASS_TOKENS
+
+PRIOR_ACCEPTANCE = 0.5  # before a row has verified anything; a row's own measurements replace it
+MEMORY = 0.7  # weight of the past in a row's running acceptance
+RECOVERY = 0.02  # per step a row does not speculate, its acceptance drifts back to the prior: it probes again
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """The server's speculative decoding (vLLM's names): method "ngram" or "off"."""
+
+    method: str = "off"
+    num_speculative_tokens: int = 4
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
+
+    @property
+    def on(self) -> bool:
+        return self.method != "off"
+
+
+@dataclass
+class RowSpeculation:
+    """A sequence's acceptance so far, and the drafts it proposes next."""
+
+    k: int
+    acceptance: float = PRIOR_ACCEPTANCE
+    drafts: int = 0  # verify rows run
+    drafted: int = 0  # draft tokens run
+    accepted: int = 0  # draft tokens accepted
+
+    def record(self, drafted: int, accepted: int, ceiling: int) -> None:
+        self.drafts, self.drafted, self.accepted = self.drafts + 1, self.drafted + drafted, self.accepted + accepted
+        self.acceptance = MEMORY * self.acceptance + (1 - MEMORY) * accepted / drafted
+        self.k = min(ceiling, self.k + 1) if accepted == drafted else max(1, self.k - 1) if not accepted else self.k
+
+    def skipped(self) -> None:
+        self.acceptance += RECOVERY * (PRIOR_ACCEPTANCE - self.acceptance)
+
+    def expected_tokens(self, k: int) -> float:
+        a = min(self.acceptance, 0.999)
+        return (1 - a ** (k + 1)) / (1 - a)
+
+
+def propose(tokens: Sequence[int], k: int, shortest: int, longest: int) -> tuple[int, ...]:
+    """Up to k tokens that followed the latest earlier occurrence of the longest suffix of `tokens` (longest down to
+    shortest tokens); none when no suffix occurred before."""
+    n_tokens = len(tokens)
+    for size in range(min(longest, n_tokens - 1), shortest - 1, -1):
+        suffix = list(tokens[n_tokens - size:])
+        for start in range(n_tokens - size - 1, -1, -1):  # latest first; the suffix itself is not a match
+            if tokens[start] == suffix[0] and list(tokens[start:start + size]) == suffix:
+                follow = tokens[start + size:start + size + k]
+                if follow:
+                    return tuple(follow)
+    return ()
+
+
+def run_cost(rows: int, width: int) -> float:
+    """One run's cost in passes over the weights: the pass, and its padded tokens' compute (step.PASS_TOKENS)."""
+    return 1 + rows * width / PASS_TOKENS
+
+
+def choose(candidates: Sequence[tuple[float, int]], plain: int) -> set[int]:
+    """Which candidates (expected tokens, verify run width) speculate beside `plain` rows that cannot: greedily, by
+    expected tokens, each while the step's expected tokens per unit of cost rise. The rest decode in one run."""
+    decoding = plain + len(candidates)  # every row starts as a plain decode row
+
+    def cost(rows: int, verify: float) -> float:
+        return (run_cost(rows, 1) if rows else 0.0) + verify
+
+    tokens, verify, chosen = float(decoding), 0.0, set()
+    for index in sorted(range(len(candidates)), key=lambda i: -candidates[i][0]):
+        expected, width = candidates[index]
+        more, more_verify = tokens - 1 + expected, verify + run_cost(1, width)
+        if more / cost(decoding - 1, more_verify) <= tokens / cost(decoding, verify):
+            break
+        chosen.add(index)
+        tokens, verify, decoding = more, more_verify, decoding - 1
+    return chosen

@@ -1,0 +1,194 @@
+"""Speculative decoding (n-gram prompt lookup) through the real scheduler's plans, over the fake engine.
+
+The fake's next token is a rule of the sequence, so the test controls agreement: `cycle` makes each token a
+function of the one before it (lookup's drafts are always right once the cycle has come round), `noisy` breaks
+that at positions of its choosing (drafts there are wrong). Greedy and seeded output must equal speculation off,
+token for token; unseeded sampling must keep its distribution (a chi-square test on a small vocabulary).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from runtimes.engines.step import Work
+from runtimes.generation.requests import Request
+from runtimes.generation.sampling import SamplingParams
+from runtimes.generation.scheduler import Scheduler
+from runtimes.generation.speculative import RowSpeculation, Speculation, choose, propose
+from tests.support.scheduler_fakes import VOCAB, FakeEngine, events, expected, make, request, tokens_and_finish
+
+NGRAM = Speculation("ngram", num_speculative_tokens=4, prompt_lookup_min=1, prompt_lookup_max=3)
+
+
+def cycle(held: list[int]) -> int:
+    return (3 * held[-1] + 1) % 11
+
+
+def noisy(every: int) -> Callable[[list[int]], int]:
+    """cycle, but every `every`-th position is shifted: lookup's draft for it is wrong."""
+    return lambda held: (cycle(held) + (len(held) % every == 0)) % VOCAB
+
+
+class Spread(FakeEngine):
+    """Three likely next tokens with known probabilities, the likeliest the cycle's, so lookup drafts often hit."""
+
+    PROBS = np.array([0.6, 0.3, 0.1])
+
+    def step(self, works: list[Work]) -> list[np.ndarray | Exception]:
+        out = super().step(works)
+        for work, logits in zip(works, out, strict=True):
+            assert isinstance(logits, np.ndarray)
+            held = self.slots[work.slot]
+            for row, end in enumerate(range(len(held) - work.logits + 1, len(held) + 1)):
+                logits[row] = -1e9
+                for token, p in zip(self.choices(held[:end]), self.PROBS, strict=True):
+                    logits[row, token] = math.log(p)
+        return out
+
+    @staticmethod
+    def choices(held: list[int]) -> list[int]:
+        first = cycle(held)
+        return [first, (first + 1) % 11, (first + 2) % 11]
+
+
+async def serve(engine: FakeEngine, prompts: list[list[int]], speculation: Speculation, max_batch: int,
+                prefix: bool = False, **params: object) -> tuple[list[tuple[list[int], str | None]], Scheduler]:
+    scheduler = make(engine, max_batch=max_batch, context=256, speculation=speculation,
+                     prefix_cache_bytes=(1 << 20) if prefix else 0)
+    loop = asyncio.get_running_loop()
+    requests = [Request(p, SamplingParams(max_tokens=40, **params), loop, asyncio.Queue())  # type: ignore[arg-type]
+                for p in prompts]
+    scheduler.submit(requests)
+    seen: dict[int, list] = {r.id: [] for r in requests}
+    while scheduler.batch.rows or scheduler.waiting:
+        scheduler.tick()
+        for r in requests:
+            seen[r.id] += await events(r)
+    return [tokens_and_finish(seen[r.id]) for r in requests], scheduler
+
+
+PROMPTS = [[1, 4, 2], [5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 9], [7], [2, 7, 0, 1, 4, 2, 7, 0]]
+
+
+@pytest.mark.parametrize("max_batch", [1, 2, 4])
+@pytest.mark.parametrize("every", [0, 3])
+def test_greedy_output_is_the_same_with_speculation_on_across_batch_sizes_and_prefix_hits(
+        max_batch: int, every: int) -> None:
+    rule = cycle if not every else noisy(every)
+
+    async def go() -> None:
+        prompts = [*PROMPTS, [*PROMPTS[1][:17], 3]]  # shares 16 tokens (one block) with the second: a prefix hit
+        off, _ = await serve(FakeEngine(rule=rule), prompts, Speculation(), max_batch, prefix=True, temperature=0.0)
+        on, scheduler = await serve(FakeEngine(rule=rule), prompts, NGRAM, max_batch, prefix=True, temperature=0.0)
+        assert on == off
+        assert off == [(expected(p, 40, rule), "length") for p in prompts]
+        assert "mbuild_prefix_cache_hits_total 1" in scheduler.metrics.render()
+        drafted, accepted = _counts(scheduler.metrics.render())
+        assert drafted > 0 and 0 < accepted <= drafted  # it did speculate, and drafts were taken
+        if every:
+            assert accepted < drafted  # and the noisy rule's were rejected, rolled back and corrected
+    asyncio.run(go())
+
+
+def _counts(text: str) -> tuple[float, float]:
+    """vLLM's draft and accepted token counters, as a Prometheus client parses them."""
+    values = {sample.name: sample.value for family in text_string_to_metric_families(text)
+              for sample in family.samples if not sample.labels.get("position")}
+    per_position = sum(sample.value for family in text_string_to_metric_families(text)
+                       for sample in family.samples
+                       if sample.name == "vllm:spec_decode_num_accepted_tokens_per_pos_total")
+    accepted = values["vllm:spec_decode_num_accepted_tokens_total"]
+    assert per_position == accepted and values["vllm:spec_decode_num_drafts_total"] >= 1
+    return values["vllm:spec_decode_num_draft_tokens_total"], accepted
+
+
+def test_seeded_sampling_gives_the_same_tokens_with_speculation_on() -> None:
+    """Each emitted token costs one draw of the sequence's generator either way (speculative.py)."""
+    async def go() -> None:
+        prompts = [[1, 4, 2, 7, 0, 1, 4, 2]] * 3
+        off, _ = await serve(Spread(), prompts, Speculation(), 1, temperature=0.8, seed=11)
+        on, scheduler = await serve(Spread(), prompts, NGRAM, 1, temperature=0.8, seed=11)
+        assert on == off
+        drafted, accepted = _counts(scheduler.metrics.render())
+        assert 0 < accepted < drafted
+    asyncio.run(go())
+
+
+def test_unseeded_sampling_keeps_its_distribution_with_speculation_on() -> None:
+    """The joint distribution of three sampled tokens after a prompt lookup can draft for: chi-square against the
+    exact one, with speculation on (and its drafts seen to be both accepted and refused)."""
+    prompt = [1, 4, 2, 7, 0, 1, 4, 2]  # the cycle from 2 runs 7, 0, 1, 4, 2: lookup drafts what followed
+    runs = 3000
+
+    async def go() -> tuple[Counter[tuple[int, ...]], float, float]:
+        scheduler = make(Spread(), max_batch=1, context=64, max_queue=runs, speculation=NGRAM)
+        loop = asyncio.get_running_loop()
+        requests = [Request(prompt, SamplingParams(max_tokens=3, temperature=1.0), loop, asyncio.Queue())
+                    for _ in range(runs)]
+        scheduler.submit(requests)
+        while scheduler.batch.rows or scheduler.waiting:
+            scheduler.tick()
+        got: Counter[tuple[int, ...]] = Counter()
+        for r in requests:
+            tokens, finish = tokens_and_finish(await events(r))
+            assert finish == "length"
+            got[tuple(tokens)] += 1
+        return got, *_counts(scheduler.metrics.render())
+
+    got, drafted, accepted = asyncio.run(go())
+    assert 0 < accepted < drafted
+    exact: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(3):
+        exact = {(*seq, token): p * q for seq, p in exact.items()
+                 for token, q in zip(Spread.choices([*prompt, *seq]), Spread.PROBS, strict=True)}
+    assert set(got) <= set(exact)
+    big = {seq for seq, p in exact.items() if runs * p >= 5}  # the rest pooled: chi-square wants 5 a cell
+    cells = [(got[seq], runs * exact[seq]) for seq in big]
+    cells.append((runs - sum(got[seq] for seq in big), runs * (1 - sum(exact[seq] for seq in big))))
+    chi2 = sum((seen - want) ** 2 / want for seen, want in cells)
+    dof = len(cells) - 1
+    assert chi2 < dof * (1 - 2 / (9 * dof) + 3.09 * math.sqrt(2 / (9 * dof))) ** 3  # p = 0.001 (Wilson-Hilferty)
+
+
+def test_lookup_proposes_what_followed_the_latest_longest_match() -> None:
+    assert propose([1, 2, 3, 9, 1, 2, 3, 8, 1, 2, 3], 2, 1, 3) == (8, 1)  # latest occurrence of (1, 2, 3)
+    assert propose([5, 6, 7, 5, 6], 3, 2, 3) == (7, 5, 6)
+    assert propose([4, 4], 3, 1, 2) == (4,)  # only what there is
+    assert propose([1, 2, 3, 4], 4, 1, 3) == ()  # nothing repeats
+
+
+def test_k_follows_acceptance_and_speculation_backs_off_when_the_batch_is_full() -> None:
+    spec = RowSpeculation(k=2)
+    spec.record(2, 2, ceiling=4)
+    spec.record(3, 3, ceiling=4)
+    assert spec.k == 4
+    spec.record(4, 4, ceiling=4)
+    assert spec.k == 4
+    spec.record(4, 0, ceiling=4)
+    assert spec.k == 3 and 0 < spec.acceptance < 1
+    sure = (RowSpeculation(k=4, acceptance=0.9).expected_tokens(4), 5)
+    assert choose([sure], 0) == {0}  # one stream: a verify row replaces the decode row's run
+    assert choose([sure] * 16, 0) == set()  # sixteen: each verify row would cost a run of its own
+    assert choose([(RowSpeculation(k=4, acceptance=0.05).expected_tokens(4), 5)], 0) == set()
+
+
+def test_a_full_batch_plans_no_verify_rows_and_a_lone_stream_does() -> None:
+    async def go() -> None:
+        scheduler = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)
+        scheduler.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=30) for _ in range(16)])
+        plans = [scheduler.tick() for _ in range(6)]
+        assert all(not plan.of("verify") for plan in plans) and len(plans[-1].of("decode")) == 16
+        alone = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)
+        alone.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=30)])
+        assert any(plan.of("verify") for plan in (alone.tick() for _ in range(3)))
+        off = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)
+        off.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=30, speculative=False)])
+        assert not any(plan.of("verify") for plan in (off.tick() for _ in range(5)))
+    asyncio.run(go())
