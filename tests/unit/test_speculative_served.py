@@ -1,0 +1,50 @@
+"""Speculative decoding on the real engine: the tiny Llama trained on a short text (tests/support/tiny_models.py), so
+its greedy continuation repeats that text and n-gram lookup's drafts are often right (and wrong where a prompt
+says otherwise before). Served with speculation on,
+every answer must equal speculation off token for token, alone and several at once, with a prefix-cache hit; the
+drafts must have run (timings), been accepted and been refused (so verify rows and the cache's take-back ran on the
+graph)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.test_generation_service import serving
+
+PROMPTS = ["The quick brown fox jumps over the lazy dog. Containers package software",
+           "Hello, world! How are you today? I am a tiny language model",
+           "def add(a, b):\n    return a + b\n\nThe quick brown fox",
+           "The quick brown cat sleeps on the mat. Hello, world! How are you? The quick brown"]  # lookup drafts "cat"
+
+
+def _answers(client: Any, prompts: list[str], n: int) -> tuple[list[list[str]], dict[str, int]]:
+    body = {"model": "tiny", "prompt": prompts, "max_tokens": 48, "temperature": 0, "n": n, "logprobs": 1}
+    response = client.post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    tokens = [choice["logprobs"]["tokens"] for choice in sorted(data["choices"], key=lambda c: c["index"])]
+    return tokens, data.get("timings", {})
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_greedy_answers_are_the_same_with_speculation_on(tiny_llm_build: Path, batch: int) -> None:
+    model = tiny_llm_build / "model"
+    with serving(model, served_name="tiny", max_batch=batch) as off_client:
+        off = [_answers(off_client, [p], 1)[0] for p in PROMPTS] + [_answers(off_client, PROMPTS, 2)[0]]
+    with serving(model, served_name="tiny", max_batch=batch, speculative="ngram") as client:
+        on, timings = [], []
+        for prompts, n in [([p], 1) for p in PROMPTS] + [(PROMPTS, 2)]:
+            tokens, counts = _answers(client, prompts, n)
+            on.append(tokens)
+            timings.append(counts)
+        again, counts = _answers(client, [PROMPTS[0]], 1)  # its prompt's blocks come from the prefix cache
+        metrics = client.get("/v1/metrics").text
+    assert on == off and again == off[0]
+    assert "mbuild_prefix_cache_hits_total 0" not in metrics
+    drafted = sum(t["draft_n"] for t in [*timings, counts])
+    accepted = sum(t["draft_n_accepted"] for t in [*timings, counts])
+    print(f"batch {batch}: {accepted} of {drafted} drafts accepted")
+    assert 0 < accepted < drafted
