@@ -29,6 +29,8 @@ class Timing:
     latency: float  # s from sending to the end of the stream
     tokens: int
     prompt_tokens: int = 0  # as the server's usage reports it; 0 when it sends none
+    draft_n: int = 0  # draft tokens the server verified for it (llama.cpp's `timings`, which mbuild also sends)
+    draft_n_accepted: int = 0  # and of them accepted
 
     @property
     def tpot(self) -> float:
@@ -50,6 +52,7 @@ async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, Any
     started = time.perf_counter()
     ttft, text = 0.0, []
     usage: dict[str, Any] = {}
+    timings: dict[str, Any] = {}
     async with client.stream("POST", url, json=payload) as response:
         if response.status_code != 200:
             raise RuntimeError(f"{url}: HTTP {response.status_code} {(await response.aread())[:200]!r}")
@@ -62,8 +65,10 @@ async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, Any
                 ttft = ttft or time.perf_counter() - started
                 text.append(piece)
             usage = data.get("usage") or usage
+            timings = data.get("timings") or timings
     tokens = usage.get("completion_tokens") or count("".join(text))
-    timing = Timing(ttft, time.perf_counter() - started, tokens, usage.get("prompt_tokens", 0))
+    timing = Timing(ttft, time.perf_counter() - started, tokens, usage.get("prompt_tokens", 0),
+                    int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0)))
     if timing.tokens != payload["max_tokens"] or not ttft:
         raise RuntimeError(f"{url}: {timing.tokens} tokens streamed, expected {payload['max_tokens']}")
     return timing
