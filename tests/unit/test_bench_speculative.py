@@ -1,0 +1,53 @@
+"""The speculative decoding benchmark's model and prompts (bench/lib/spec_model.py, spec_prompts.py): f is a
+permutation with one cycle through the text-streaming tokens, a model built from it decodes f greedily, and each
+prompt kind gives the lookup acceptance its design says."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from bench.lib.spec_model import agreeing_weights, cycles
+from bench.lib.spec_prompts import NEW_TOKENS, PROMPT_TOKENS, kinds, lookup, prompts
+
+
+def test_f_is_a_permutation_with_one_cycle_through_the_text_tokens() -> None:
+    silent = {0, 1, 2, 7, 99}
+    successor, order = cycles(200, silent)
+    assert sorted(successor) == list(range(200))
+    assert set(order.tolist()) == set(range(200)) - silent
+    assert all(successor[order[i]] == order[(i + 1) % order.size] for i in range(order.size))
+    token, seen = int(order[0]), set()
+    while token not in seen:
+        seen.add(token)
+        token = int(successor[token])
+    assert len(seen) == order.size  # one cycle, not several
+
+
+def test_a_model_of_the_construction_decodes_f_greedily() -> None:
+    vocab = 512
+    config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                         max_position_embeddings=256)
+    successor, order = cycles(vocab, {0, 1, 2})
+    model = LlamaForCausalLM(config).eval()
+    model.load_state_dict({k: v.float() for k, v in agreeing_weights(config, successor, 0).items()})
+    start = [int(t) for t in order[:5]]
+    with torch.no_grad():
+        out = model.generate(torch.tensor([start]), max_new_tokens=24, do_sample=False, pad_token_id=0)
+    assert out[0, 5:].tolist() == [int(t) for t in order[5:29]]
+
+
+@pytest.mark.parametrize(("key", "acceptance"), [("repeat", 47 / 48), ("edit2", None), ("edit3", 0.0),
+                                                 ("edit5", 0.5), ("edit10", 0.75), ("open", None)])
+def test_each_prompt_kind_gives_the_lookup_acceptance_it_is_built_for(key: str, acceptance: float | None) -> None:
+    order = np.random.default_rng(3).permutation(np.arange(3, 32000))
+    kind = next(k for k in kinds((2, 3, 5, 10)) if k.key == key)
+    for ids, expected in prompts(kind, order, 4, 11):
+        assert len(ids) == PROMPT_TOKENS and len(expected) == NEW_TOKENS
+        assert expected == [int(order[(int(np.flatnonzero(order == ids[-1])[0]) + 1 + i) % order.size])
+                            for i in range(NEW_TOKENS)]
+        counts = lookup(ids, expected)
+        assert (counts["accepted"] / counts["drafted"] if counts["drafted"] else None) == acceptance
