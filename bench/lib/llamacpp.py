@@ -200,3 +200,10 @@ def serve(gguf: Path, port: int, context: int, slots: int = 16) -> list[str]:
     return [str(binary("llama-server")), "-m", str(gguf), "--host", HOST, "--port", str(port),
             "--threads", "1", "--threads-batch", "1", "--parallel", str(slots), "--cont-batching",
             "-c", str(context * slots), "--no-webui"]
+
+
+def ngram_flags(drafts: int, lookup: int) -> list[str]:
+    """llama-server's prompt lookup, no draft model: ngram-simple drafts the `drafts` tokens that followed the latest
+    earlier occurrence of the sequence's last `lookup` tokens (common/ngram-map.cpp), in every slot of a batch."""
+    return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(lookup),
+            "--spec-ngram-simple-size-m", str(drafts)]

@@ -104,3 +104,25 @@ def save_scale_plot(lines: dict[str, list[tuple[float, float]]], title: str, pat
     axis.yaxis.set_major_formatter(plain)
     axis.yaxis.set_minor_formatter(plain)
     return _save(figure, path, 110)
+
+
+def save_speedup_plot(points: list[tuple[str, int, str, float | None, float]], path: Path) -> Path:
+    """Speculation's speedup (on / off tokens/s) against its measured acceptance: a point per (server, concurrency,
+    prompt kind), mbuild circles, llama.cpp squares, a colour per concurrency; hollow at 0 where nothing was
+    drafted; the break-even line at 1."""
+    figure, axis = plt.subplots(figsize=(7.5, 4.8))
+    levels = sorted({point[1] for point in points})
+    for server, concurrency, kind, acceptance, speedup in points:
+        colour = f"C{levels.index(concurrency)}"
+        axis.scatter([acceptance or 0.0], [speedup], marker="o" if server == "mbuild" else "s", s=36,
+                     facecolors=colour if acceptance is not None else "none", edgecolors=colour)
+        axis.annotate(kind, (acceptance or 0.0, speedup), textcoords="offset points", xytext=(5, 3), fontsize=7)
+    axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+    for server, marker in (("mbuild", "o"), ("llama.cpp", "s")):
+        axis.scatter([], [], marker=marker, color="grey", label=server)
+    for index, concurrency in enumerate(levels):
+        axis.scatter([], [], marker="o", color=f"C{index}", label=f"c={concurrency}")
+    axis.set_xlim(-0.05, 1.05)
+    _label(axis, "speculation on / off, output tokens/s, against acceptance", "acceptance (accepted / drafted)",
+           "speedup (on / off tokens/s)", 8)
+    return _save(figure, path, 110)

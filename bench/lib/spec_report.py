@@ -1,0 +1,195 @@
+"""The speculative decoding benchmark's report: docs/benchmarks/speculative.{json,md,png} from
+bench/scenarios/speculative.py's runs. Every speedup is a ratio of medians of total output tokens/s in the same run,
+shown beside the acceptance (accepted / drafted tokens, summed over the rounds) the speculating arm reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.lib.harness import Series, machine
+from bench.lib.llamacpp import VERSION
+from bench.lib.plots import save_speedup_plot
+from bench.lib.servers import split_cores
+from bench.lib.spec_arms import Plan
+from bench.lib.spec_prompts import DRAFTS, LOOKUP_MAX, LOOKUP_MIN, NEW_TOKENS, PROMPT_TOKENS
+
+METRICS = ("total_tok_s", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms")
+# done-when: at c=1 where mbuild's acceptance >= ACCEPTED, mbuild ngram / off and / llama.cpp ngram at least these;
+# at the top concurrency, mbuild ngram / off at least TOP_FLOOR on every kind
+ACCEPTED, C1_SPEEDUP, C1_PEER, TOP_FLOOR = 0.7, 1.8, 1.2, 0.95
+
+
+def _series(results: dict[str, Any], name: str) -> dict[str, Series] | None:
+    rounds = results["runs"].get(name)
+    return {m: Series([r[m] for r in rounds]) for m in METRICS} if rounds else None
+
+
+def _acceptance(results: dict[str, Any], name: str) -> tuple[float | None, float]:
+    """(accepted / drafted, drafted per output token) over the case's rounds; None where nothing was drafted."""
+    rounds = results["runs"].get(name) or []
+    drafted, accepted = sum(r["draft_n"] for r in rounds), sum(r["draft_n_accepted"] for r in rounds)
+    tokens = sum(r["tokens"] for r in rounds)
+    return (accepted / drafted if drafted else None), (drafted / tokens if tokens else 0.0)
+
+
+def _ratio(results: dict[str, Any], ours: str, theirs: str) -> float | None:
+    a, b = _series(results, ours), _series(results, theirs)
+    return a["total_tok_s"].median / b["total_tok_s"].median if a and b else None
+
+
+def speedups(results: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
+    """One row per (kind, c): each server's ngram / off and its acceptance, and mbuild ngram / llama.cpp ngram."""
+    rows = []
+    for kind in plan.kinds:
+        for c in plan.concurrency:
+            row: dict[str, Any] = {"kind": kind.key, "concurrency": c}
+            for server in ("mbuild", "llama.cpp"):
+                on = f"{kind.key} {server} ngram c={c}"
+                acceptance, per_token = _acceptance(results, on)
+                row[server] = {"speedup": _ratio(results, on, f"{kind.key} {server} off c={c}"),
+                               "acceptance": acceptance, "drafted_per_token": per_token}
+            row["mbuild_over_llama"] = _ratio(results, f"{kind.key} mbuild ngram c={c}",
+                                              f"{kind.key} llama.cpp ngram c={c}")
+            row["mbuild_over_llama_off"] = _ratio(results, f"{kind.key} mbuild off c={c}",
+                                                  f"{kind.key} llama.cpp off c={c}")
+            rows.append(row)
+    return rows
+
+
+def _x(value: float | None, digits: int = 2, unit: str = "x") -> str:
+    return "-" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def summary_table(rows: list[dict[str, Any]], lookup: dict[str, float | None]) -> list[str]:
+    lines = ["| prompt | c | replayed acceptance | mbuild acceptance | mbuild ngram / off | llama.cpp acceptance | "
+             "llama.cpp ngram / off | mbuild ngram / llama.cpp ngram | mbuild off / llama.cpp off |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        mine, theirs = row["mbuild"], row["llama.cpp"]
+        cells = [_x(lookup.get(row["kind"]), unit=""), _x(mine["acceptance"], unit=""), _x(mine["speedup"]),
+                 _x(theirs["acceptance"], unit=""), _x(theirs["speedup"]), _x(row["mbuild_over_llama"]),
+                 _x(row["mbuild_over_llama_off"])]
+        lines.append(f"| {row['kind']} | {row['concurrency']} | {' | '.join(cells)} |")
+    return [*lines, ""]
+
+
+def kind_table(results: dict[str, Any], plan: Plan, key: str, data: dict[str, Any]) -> list[str]:
+    lines = ["| c | server | total tokens/s | TPOT p50 ms | TPOT p99 ms | TTFT p50 ms | acceptance | drafted a token |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for c in plan.concurrency:
+        for arm in ("mbuild off", "mbuild ngram", "llama.cpp off", "llama.cpp ngram"):
+            name = f"{key} {arm} c={c}"
+            series = _series(results, name)
+            if series is None:
+                continue
+            acceptance, per_token = _acceptance(results, name)
+            data["results"][name] = {**{m: {"median": s.median, "values": s.values} for m, s in series.items()},
+                                     "acceptance": acceptance, "drafted_per_token": per_token}
+            tok = series["total_tok_s"]
+            lines.append(f"| {c} | {arm} | {tok.median:.1f} ({tok.spread()}) | {series['tpot_p50_ms'].median:.2f} | "
+                         f"{series['tpot_p99_ms'].median:.2f} | {series['ttft_p50_ms'].median:.0f} | "
+                         f"{_x(acceptance, unit='')} | {per_token:.2f} |")
+    return [*lines, ""]
+
+
+def targets(rows: list[dict[str, Any]], plan: Plan) -> tuple[dict[str, Any], list[str]]:
+    """The done-when targets against what was measured; a target with no row to judge says so."""
+    top = max(plan.concurrency)
+    high = [r for r in rows if r["concurrency"] == 1 and (r["mbuild"]["acceptance"] or 0) >= ACCEPTED]
+    found: dict[str, Any] = {"c1": [{"kind": r["kind"], "acceptance": r["mbuild"]["acceptance"],
+                                     "speedup": r["mbuild"]["speedup"], "over_llama": r["mbuild_over_llama"]}
+                                    for r in high],
+                             "top": [{"kind": r["kind"], "speedup": r["mbuild"]["speedup"]}
+                                     for r in rows if r["concurrency"] == top]}
+
+    def verdict(value: float | None, floor: float) -> str:
+        return "not measured" if value is None else f"{value:.2f}x ({'met' if value >= floor else '**missed**'})"
+
+    lines = [f"- c=1 where mbuild's acceptance is at least {ACCEPTED}: mbuild ngram / mbuild off >= {C1_SPEEDUP}x and "
+             f"mbuild ngram / llama.cpp ngram >= {C1_PEER}x."]
+    lines += [f"  - {r['kind']} (acceptance {r['acceptance']:.2f}): {verdict(r['speedup'], C1_SPEEDUP)} against off; "
+              f"{verdict(r['over_llama'], C1_PEER)} against llama.cpp ngram" for r in found["c1"]] or [
+        f"  - no prompt kind reached acceptance {ACCEPTED} at c=1: not judged"]
+    lines.append(f"- c={top}: speculation costs at most {1 - TOP_FLOOR:.0%} (mbuild ngram / off >= {TOP_FLOOR}x) on "
+                 "every prompt kind: " + "; ".join(f"{r['kind']} {verdict(r['speedup'], TOP_FLOOR)}"
+                                                 for r in found["top"]) + ".")
+    return found, [*lines, ""]
+
+
+def _checks(results: dict[str, Any]) -> list[str]:
+    model, lines = results["model"], []
+    margin = model["margin"]
+    lines.append(f"The analytic model: over {margin['tokens']:.0f} sampled tokens of the cycle the right logit is "
+                 f"{margin['right_logit_mean']:.1f} on average, the others' spread {margin['other_logit_std']:.2f}, "
+                 f"the smallest lead {margin['min_lead_sd']:.1f} standard deviations, argmax right on "
+                 f"{margin['argmax_right']:.0%}; transformers' greedy decode (fp32, the whole model) of a repeat "
+                 f"prompt follows f for {model['transformers_follows']}/{NEW_TOKENS} tokens.")
+    if results["follows"]:
+        kinds = list(next(iter(results["follows"].values())))
+        lines += ["", "Tokens of the expected continuation each server's greedy answer gives (of "
+                  f"{NEW_TOKENS}):", "", "| server | " + " | ".join(kinds) + " |", "| --- |" + " ---: |" * len(kinds)]
+        lines += [f"| {arm} | " + " | ".join(str(found[k]) for k in kinds) + " |"
+                  for arm, found in results["follows"].items()]
+    if metrics := results.get("metrics"):
+        counted, reported = metrics["counters"], metrics["timings"]
+        lines += ["", f"mbuild's /metrics over the rounds: {counted['vllm:spec_decode_num_drafts_total']:.0f} verify "
+                  f"rows, {counted['vllm:spec_decode_num_draft_tokens_total']:.0f} draft tokens, "
+                  f"{counted['vllm:spec_decode_num_accepted_tokens_total']:.0f} accepted; the responses' timings "
+                  f"summed: {reported['draft_n']} drafted, {reported['draft_n_accepted']} accepted."]
+    return [*lines, ""]
+
+
+NOTES = [
+    "Notes:",
+    "- Speedup = the ratio of median total output tokens/s (all output tokens over the run's wall time) of two arms "
+    "in the same run; TPOT = (latency - TTFT) / (tokens - 1); acceptance = accepted / drafted tokens as each "
+    "response's `timings` reports them (llama.cpp's fields, which mbuild also sends), summed over the rounds; "
+    "\"drafted a token\" = draft tokens verified per output token, which shows how often a server speculated at all.",
+    "- \"replayed acceptance\" is what prompt lookup drafting 4 tokens at every step would see on the expected "
+    "continuation (mbuild's own propose(), greedy acceptance): the prompts' ceiling. mbuild drafts fewer as a "
+    "row's acceptance falls and speculates only when its cost model says a verify row pays, so it may draft less, "
+    "and at higher concurrency mostly not at all; llama.cpp drafts whenever lookup finds a match.",
+    "- Prompts are token ids (`prompt: [ids]`), fresh ones each round and the same for every arm within a round, "
+    "so no prefix is ever cached on either server; llama.cpp's requests also carry `cache_prompt: false`.",
+]
+
+
+def report(results: dict[str, Any], plan: Plan, quick: bool, intro: str,
+           command: str) -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
+    client, servers = sorted(split_cores()[0]), [min(split_cores()[1])]
+    rows = speedups(results, plan)
+    found, target_lines = targets(rows, plan)
+    data: dict[str, Any] = {"scenario": "speculative decoding by n-gram prompt lookup, against llama.cpp",
+                            "machine": machine(), "repeats": plan.repeats, "quick": quick, "command": command,
+                            "cores": {"client": client, "servers": servers}, "prompt_tokens": PROMPT_TOKENS,
+                            "new_tokens": NEW_TOKENS, "drafts": DRAFTS, "lookup": [LOOKUP_MIN, LOOKUP_MAX],
+                            "model": results["model"], "context": results["context"], "build": results["build"],
+                            "follows": results["follows"], "metrics": results.get("metrics"),
+                            "replayed_acceptance": results["lookup"], "speedups": rows, "targets": found,
+                            "results": {}}
+    sections = []
+    for kind in plan.kinds:
+        replayed = results["lookup"].get(kind.key)
+        sections += [f"### {kind.title}", "", f"Replayed acceptance (4 drafts every step): {_x(replayed, unit='')}.",
+                     "", *kind_table(results, plan, kind.key, data)]
+    m = data["machine"]
+    markdown = "\n".join([
+        "# Speculative decoding by n-gram prompt lookup: mbuild against llama.cpp's llama-server"
+        + (" (quick smoke run)" if quick else ""), "", intro.strip(), "",
+        f"Machine: {m['cores']} cores ({m['cpu']}), Python {m['python']}, {m['date']}; every server on core {servers} "
+        f"with one thread, the client on core {client}; llama.cpp from llama-cpp-python {VERSION}'s vendored tree; "
+        f"{plan.repeats} round(s); {plan.sequential} request(s) one after another at c=1; context "
+        f"{results['context']} tokens a sequence on both servers; {results['build']}.", "",
+        *_checks(results), "## Targets", "", *target_lines, "## Speedups beside acceptance", "",
+        *summary_table(rows, results["lookup"]), "![Speedup against acceptance](speculative.png)", "",
+        "## Each prompt kind", "", *sections, *NOTES, "",
+        f"Reproduce: `{command}` (writes docs/benchmarks/speculative.json, .md and .png; `--quick` runs a tiny model "
+        "of the same construction into a scratch folder instead).", ""])
+    return data, markdown, rows
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    points = [(server, row["concurrency"], row["kind"], row[server]["acceptance"], row[server]["speedup"])
+              for row in rows for server in ("mbuild", "llama.cpp") if row[server]["speedup"] is not None]
+    return save_speedup_plot(points, path)

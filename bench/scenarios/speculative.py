@@ -1,0 +1,119 @@
+"""Speculative decoding by n-gram prompt lookup, mbuild against llama.cpp's, on a model whose agreement is known.
+
+Model: a ~100M Llama (llm_peer's shape: hidden 640, 12 layers, 10 query and 5 KV heads, MLP 1728, untied LM head)
+on the Llama SPM vocabulary (32000 tokens), bf16 safetensors, built analytically (bench/lib/spec_model.py): random
+weights but every o_proj and down_proj zero, and LM head row f(t) = embedding row t x 2 for a permutation f of the
+vocabulary that is one long cycle through the tokens that stream text, so the greedy next token after t is f(t)
+(checked: logit margin, transformers' own greedy decode, each server's answers). Attention and the MLP run at full
+cost, so a step costs what a real model of the shape costs.
+Prompts (bench/lib/spec_prompts.py), token ids, 62 a prompt: repeat (a 60-token chain t0, f(t0), ... then t0: the
+continuation repeats the prompt), edit2/3/5/10 (every J-th chain token replaced: drafts reaching a replaced token
+are wrong; J=2 leaves no bigram to look up, J=3 makes every draft wrong, 5 and 10 give ~0.5 and ~0.75), open
+(distinct tokens: nothing to draft). Every request streams POST /v1/completions, greedy, exactly 64 new tokens
+(ignore_eos, min_tokens); c=1 sends 4 one after another, c=4 and 16 one wave, fresh prompts each round.
+Arms, one build or GGUF each, all four servers up on one pinned core, measured one at a time, rounds interleaved:
+  mbuild     `mbuild serve` of `mbuild package --backend none --gpu cpu` at its default CPU precision (int8),
+             MBUILD_THREADS=1, MBUILD_SPECULATIVE=off and =ngram (MBUILD_NUM_SPECULATIVE_TOKENS=4,
+             MBUILD_PROMPT_LOOKUP_MIN=2, MBUILD_PROMPT_LOOKUP_MAX=4)
+  llama.cpp  `llama-server --threads 1 --threads-batch 1 --parallel 16 --cont-batching`, a slot's context equal to
+             mbuild's, on q8_0 (its convert_hf_to_gguf.py --outtype bf16, then llama-quantize), without and with
+             `--spec-type ngram-simple --spec-ngram-simple-size-n 2 --spec-ngram-simple-size-m 4` (prompt lookup of
+             the last 2 tokens, 4 drafts; mbuild tries 4 down to 2, the same match on these prompts)
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.lib import llamacpp
+from bench.lib.harness import OUT, work_folder, write
+from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY
+from bench.lib.llm_peer_checks import Texts
+from bench.lib.mbuild import build_or_engine, context_of, plan
+from bench.lib.spec_arms import Plan, measure
+from bench.lib.spec_model import SCALE, greedy_follows, load_order, make_agreeing_llama, margin
+from bench.lib.spec_prompts import Kind, kinds, lookup, prompts
+from bench.lib.spec_report import plot, report
+
+EDITS = (2, 3, 5, 10)  # edit prompts: every J-th chain token replaced
+GGUF = "q8_0"  # llama.cpp's type beside mbuild's int8, made from the bf16 GGUF its converter writes
+REPLAYS = 16  # prompts a kind's replayed acceptance averages over
+
+
+def _replayed(chosen: tuple[Kind, ...], order: np.ndarray) -> dict[str, float | None]:
+    found: dict[str, float | None] = {}
+    for kind in chosen:
+        counts = [lookup(ids, expected) for ids, expected in prompts(kind, order, REPLAYS, 7)]
+        drafted = sum(c["drafted"] for c in counts)
+        found[kind.key] = sum(c["accepted"] for c in counts) / drafted if drafted else None
+    return found
+
+
+def _build_note(precision: str, build: Path | str, gate: str | None, gguf: Path | None) -> str:
+    if isinstance(build, str):
+        mine = f"mbuild {precision} (its default here) did not build: {build}"
+    else:
+        served = f"served as built with `--allow-failed-gate` (its gate on this model: {gate})"
+        mine = f"mbuild {precision} (its default here), " + (served if gate else "its gate passed")
+    return mine + (f"; llama.cpp {GGUF}" if gguf else "; llama.cpp not measured")
+
+
+def _default_precision(model: Path) -> str:
+    """The precision `mbuild package --gpu cpu` picks here (int8 on a VNNI CPU), as `mbuild plan` says."""
+    profile = plan(model).get("profile") or {}
+    return str((profile.get("content") or {}).get("precision") or "int8")
+
+
+def parse_options(argv: list[str]) -> dict[str, Any]:
+    """This scenario's own options, after `python -m bench speculative`."""
+    parser = argparse.ArgumentParser(prog="python -m bench speculative")
+    parser.add_argument("--edits", default=",".join(map(str, EDITS)),
+                        help="edit prompts' spacings J, every J-th chain token replaced (default: %(default)s)")
+    edits = tuple(int(j) for j in parser.parse_args(argv).edits.split(",") if j)
+    if any(j < 2 for j in edits):
+        parser.error("--edits: every spacing must be at least 2")
+    return {"edits": edits}
+
+
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None,
+         edits: tuple[int, ...] = EDITS) -> Path:
+    """`python -m bench speculative [--edits 2,3,5,10]`. Quick: a tiny model of the same construction (hidden 128,
+    2 layers), one round, llama.cpp's arms left out where it is not built."""
+    work = work or work_folder("speculative", quick)
+    work.mkdir(parents=True, exist_ok=True)
+    key, shape = ("tiny", LLAMA_TINY) if quick else ("100m", LLAMA_100M)
+    print(f"speculative decoding against llama.cpp: work in {work}, {1 if quick else repeats} round(s)"
+          f"{' (quick)' if quick else ''}", flush=True)
+    llamacpp.ensure_source()  # the Llama SPM vocabulary the model is made with
+    peer = llamacpp.peer(quick)
+    model = make_agreeing_llama(work / f"llama-{key}-agreeing", shape, llamacpp.SPM_VOCAB)
+    order = load_order(model)
+    chosen = kinds(edits)
+    run_plan = Plan(chosen, sequential=2 if quick else 4, repeats=1 if quick else repeats)
+    ids, expected = prompts(chosen[0], order, 1, 0)[0]
+    results: dict[str, Any] = {"runs": {}, "follows": {}, "lookup": _replayed(chosen, order), "model": {
+        "shape": shape, "scale": SCALE, "margin": margin(model),
+        "transformers_follows": greedy_follows(model, ids, expected)}}
+    print(f"  model: {results['model']['margin']}; transformers follows f for "
+          f"{results['model']['transformers_follows']}/{len(expected)} tokens", flush=True)
+    precision = _default_precision(model)
+    build, gate = build_or_engine(model, work, precision)
+    gguf = llamacpp.ggufs(llamacpp.spm_ready(model), work / "gguf", (GGUF,), "bf16")[GGUF] if peer else None
+    results["context"] = context_of({precision: build}, model)
+    results["build"] = _build_note(precision, build, gate, gguf)
+    measure(run_plan, build, gguf, results["context"], gate is not None, Texts(model), order, results)
+    command = f"python -m bench speculative {'--quick' if quick else f'--repeats {repeats}'}" + (
+        "" if edits == EDITS else f" --edits {','.join(map(str, edits))}")
+    data, markdown, rows = report(results, run_plan, quick, __doc__ or "", command)
+    path = write("speculative", data, markdown, out)
+    plot(rows, out / "speculative.png")
+    print(markdown)
+    for row in rows:
+        if row["concurrency"] == 1:
+            print(f"acceptance {row['kind']} c=1: mbuild {row['mbuild']['acceptance']}, "
+                  f"llama.cpp {row['llama.cpp']['acceptance']} (replayed {results['lookup'][row['kind']]})")
+    return path
