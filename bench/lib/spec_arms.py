@@ -32,6 +32,7 @@ LLAMA_ARMS = ("llama.cpp off", "llama.cpp ngram")
 COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
             "vllm:spec_decode_num_accepted_tokens_total")
 Prompt = tuple[list[int], list[int]]  # (prompt ids, expected continuation)
+CHECK_SEED = 1_000_000  # the checks' and warm-up's prompts, apart from the rounds' (seeds from 0)
 
 
 @dataclass(frozen=True)
@@ -139,16 +140,17 @@ def measure(plan: Plan, build: Path | str, gguf: Path | None, context: int, unga
             order: np.ndarray, results: dict[str, Any], seed: int = 0) -> None:
     """Up every arm that built (mbuild's two from one build, llama.cpp's two from one GGUF); warm each with a wave at
     the top concurrency, check each follows the analytic continuation on every kind, then the interleaved rounds."""
+    check = seed + CHECK_SEED
     with ExitStack() as stack:
         urls, bases = _servers(stack, build, gguf, context, ungated)
         served = served_name(int(bases["mbuild off"].rsplit(":", 1)[1])) if "mbuild off" in bases else ""
         stack.enter_context(pinned(split_cores()[0]))
         for arm, url in urls.items():
             name = served if arm.startswith("mbuild") else None
-            results["follows"][arm] = {kind.key: follows(url, name, texts, prompts(kind, order, 1, seed - 1)[0])
+            results["follows"][arm] = {kind.key: follows(url, name, texts, prompts(kind, order, 1, check)[0])
                                        for kind in plan.kinds}
             top = max(plan.concurrency)
-            warm = [body(ids, name) for ids, _ in prompts(plan.kinds[0], order, top, seed - 2)]
+            warm = [body(ids, name) for ids, _ in prompts(plan.kinds[0], order, top, check + 1)]
             warmed = run_case(url, iter([warm]), top, [], plan.run_seconds)
             print(f"  warm-up {arm} c={top}: {warmed:.1f} tokens/s; follows the analytic continuation: "
                   + ", ".join(f"{k} {n}/{NEW_TOKENS}" for k, n in results["follows"][arm].items()), flush=True)
