@@ -122,6 +122,7 @@ def save_speedup_plot(points: list[tuple[str, int, str, float | None, float]], p
         axis.scatter([], [], marker=marker, color="grey", label=server)
     for index, concurrency in enumerate(levels):
         axis.scatter([], [], marker="o", color=f"C{index}", label=f"c={concurrency}")
+    axis.scatter([], [], marker="o", facecolors="none", edgecolors="grey", label="nothing drafted (at 0)")
     axis.set_xlim(-0.05, 1.05)
     _label(axis, "speculation on / off, output tokens/s, against acceptance", "acceptance (accepted / drafted)",
            "speedup (on / off tokens/s)", 8)
