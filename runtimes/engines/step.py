@@ -61,13 +61,14 @@ def _cost(works: Sequence[Work]) -> int:
     return PASS_TOKENS + (max(slots) - min(slots) + 1) * max(len(w.tokens) for w in works)
 
 
-def _fits(works: Sequence[Work], lengths: Sequence[int], context: int) -> bool:
+def _fits(works: Sequence[Work], lengths: Sequence[int], context: int, worked: set[int]) -> bool:
     """Every slot in the range has room for the padded width past its length, and a run wider than one token over
-    several slots finds them all empty (see the module docstring)."""
+    several slots finds them all empty (see the module docstring) when it runs: none may be worked by another run of
+    the step, which may run first and fill it."""
     slots = [w.slot for w in works]
     width = max(len(w.tokens) for w in works)
     span = range(min(slots), max(slots) + 1)
-    if width > 1 and len(span) > 1 and any(lengths[s] for s in span):
+    if width > 1 and len(span) > 1 and any(lengths[s] or (s in worked and s not in slots) for s in span):
         return False
     return all(lengths[s] + width <= context for s in span)
 
@@ -78,13 +79,14 @@ def pack(works: Sequence[Work], lengths: Sequence[int], context: int) -> list[Ru
     if len({w.slot for w in works}) != len(works):
         raise ValueError("a step holds at most one work per slot")
     groups: list[list[Work]] = []
+    worked = {w.slot for w in works}
     for work in sorted(works, key=lambda w: (len(w.tokens), w.slot)):
         if lengths[work.slot] + len(work.tokens) > context:
             raise ValueError(f"slot {work.slot} holds {lengths[work.slot]} tokens: {len(work.tokens)} more "
                              f"exceed the context {context}")
         if groups:
             merged = [*groups[-1], work]
-            if _cost(merged) <= _cost(groups[-1]) + _cost([work]) and _fits(merged, lengths, context):
+            if _cost(merged) <= _cost(groups[-1]) + _cost([work]) and _fits(merged, lengths, context, worked):
                 groups[-1] = merged
                 continue
         groups.append([work])

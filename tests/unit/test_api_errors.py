@@ -49,12 +49,12 @@ def at_token(body: Any) -> Any:
 
 def test_an_engine_failure_reads_the_same_whole_or_streamed(client: TestClient,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(*_: object) -> None:
-        raise RuntimeError("the device went away")
+    def broken(works: list[object]) -> list[Exception]:  # as the engine reports a failed run: per work
+        return [RuntimeError("the device went away") for _ in works]
 
     app = client.app
     assert isinstance(app, FastAPI)
-    monkeypatch.setattr(app.state.service.generation.engine, "run", broken)
+    monkeypatch.setattr(app.state.service.generation.engine, "step", broken)
     whole = client.post("/v1/chat/completions", json=ASK)
     assert whole.status_code == 500, whole.text
     assert whole.json() == {"error": {"message": "generation failed: prefill failed: the device went away",

@@ -38,3 +38,12 @@ def test_a_run_never_pads_a_slot_past_its_context_and_a_work_that_cannot_fit_is_
         pack([Work(0, (1,)), Work(0, (2,))], [0], CONTEXT)
     with pytest.raises(ValueError):
         Work(0, (1,), logits=2)
+
+
+def test_a_wide_run_never_spans_a_slot_another_run_of_the_step_fills_first() -> None:
+    """A one-token first prompt at slot 1 runs with the decode rows, before the wider run: the two first chunks at
+    slots 0 and 2 must not share a run over slot 1, which would then hold a past (found by the served 16-request
+    test under load: "batch_size must be 1 when sequence_length > 1 and past context is given")."""
+    runs = pack([Work(0, (1, 2, 3)), Work(1, (4,)), Work(2, (5, 6, 7)), Work(3, (8,))], [0, 0, 0, 9], CONTEXT)
+    spans = sorted((run.first, len(run.rows), run.width) for run in runs)
+    assert spans == [(0, 1, 3), (1, 3, 1), (2, 1, 3)]
