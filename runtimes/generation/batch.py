@@ -154,7 +154,7 @@ class Batch:
             elif part.kind == "prefill":
                 self._prefilled(row, part, result, now)
             else:
-                self._decoded(row, part, result, now)
+                self._emit(row, list(result), part.drafts, now)
 
     def _prefilled(self, row: Row, part: SlotPlan, logits: np.ndarray, now: float) -> None:
         start, prompt = row.filled, row.request.prompt
@@ -172,9 +172,6 @@ class Batch:
         if each is not None:
             row.request.emit(Event(prompt_logprobs=tuple(row.prompt_logprobs)))
         self._emit(row, [logits[-1]], (), now)
-
-    def _decoded(self, row: Row, part: SlotPlan, logits: np.ndarray, now: float) -> None:
-        self._emit(row, list(logits), part.drafts, now)
 
     def _emit(self, row: Row, logits: list[np.ndarray], drafts: tuple[int, ...], now: float) -> None:
         """Tokens from each position's logits while the drafts are matched; the cache keeps the accepted ones."""
