@@ -66,38 +66,53 @@ def cases(shape: Shape, urls: dict[str, str], served: str, prompts: list[str], b
 def measure_pair(shape: Shape, pair: tuple[str, str], build: Path | str, gguf: Path | None, context: int,
                  texts: Texts, repeats: int, results: dict[str, Any]) -> None:
     """Both servers of a pair up on one server core, their cases interleaved; the checks on the way. An mbuild
-    build that failed leaves llama.cpp measured alone; no GGUF (a quick run without llama.cpp), mbuild alone."""
+    build that failed leaves llama.cpp measured alone; no GGUF (a quick run without llama.cpp), mbuild alone. A shape
+    whose pair does not fit in RAM together (`apart`) serves one arm at a time, each arm's rounds in turn."""
     client_cpus, servers = split_cores()
     core = {min(servers)}
     ports = {"mbuild": free_port(), "llama": free_port()}
     base = {arm: f"http://{HOST}:{port}" for arm, port in ports.items()}
     prompts = [texts.text(PROMPT_TOKENS, seed) for seed in range(max(*shape.concurrency, shape.sequential))]
-    with ExitStack() as stack:
-        urls, served = {}, ""
-        if isinstance(build, Path):
-            ungated = pair[0] in results["ungated"].get(shape.key, {})
-            command = mbuild_serve(build, ports["mbuild"]) + (["--allow-failed-gate"] if ungated else [])
-            stack.enter_context(server(command, "/v1/health/ready", ports["mbuild"], {"MBUILD_THREADS": "1"},
-                                       cpus=core))
-            urls[f"mbuild {pair[0]}"], served = f"{base['mbuild']}/v1/completions", served_name(ports["mbuild"])
-        if gguf is not None:
-            stack.enter_context(server(llamacpp.serve(gguf, ports["llama"], context), "/health", ports["llama"],
-                                       cpus=core))
-            urls[f"llama.cpp {pair[1]}"] = f"{base['llama']}/v1/completions"
-        else:
-            base.pop("llama")
-        stack.enter_context(pinned(client_cpus))
-        runs: dict[str, list[dict[str, float]]] = {}
-        found = cases(shape, urls, served, prompts, texts.silent(), runs)
-        for name, warm in [case for case in found if case[0].endswith(f" c={shape.warm}")]:  # first-call costs
-            print(f"  warm-up {name}: {warm():.1f} tokens/s")
-            runs[name].clear()
-        interleave(found, min(repeats, shape.max_repeats))
-        for name, measured in runs.items():
-            _check_prompt_tokens(name, measured)
-        results["runs"].update(runs)
-        if served:
-            _checks(shape, pair, base, served, texts, prompts, results)
+    starts: dict[str, Callable[[ExitStack], str]] = {}
+    served = served_name(ports["mbuild"]) if isinstance(build, Path) else ""
+    if isinstance(build, Path):
+        ungated = pair[0] in results["ungated"].get(shape.key, {})
+        command = mbuild_serve(build, ports["mbuild"]) + (["--allow-failed-gate"] if ungated else [])
+        starts[f"mbuild {pair[0]}"] = lambda stack: _up(stack, command, "/v1/health/ready", ports["mbuild"],
+                                                        {"MBUILD_THREADS": "1"}, core)
+    if gguf is not None:
+        starts[f"llama.cpp {pair[1]}"] = lambda stack: _up(stack, llamacpp.serve(gguf, ports["llama"], context),
+                                                           "/health", ports["llama"], None, core)
+    else:
+        base.pop("llama")
+    groups = [[arm] for arm in starts] if shape.apart else [list(starts)]
+    runs: dict[str, list[dict[str, float]]] = {}
+    for group in groups:
+        with ExitStack() as stack:
+            urls = {arm: starts[arm](stack) for arm in group}
+            stack.enter_context(pinned(client_cpus))
+            _rounds(shape, urls, served, prompts, texts, repeats, runs)
+            if len(group) == len(starts) and served:  # the checks need every server of the pair up at once
+                _checks(shape, pair, base, served, texts, prompts, results)
+    for name, measured in runs.items():
+        _check_prompt_tokens(name, measured)
+    results["runs"].update(runs)
+
+
+def _up(stack: ExitStack, command: list[str], ready: str, port: int, env: dict[str, str] | None,
+        core: set[int]) -> str:
+    stack.enter_context(server(command, ready, port, env, cpus=core))
+    return f"http://{HOST}:{port}/v1/completions"
+
+
+def _rounds(shape: Shape, urls: dict[str, str], served: str, prompts: list[str], texts: Texts, repeats: int,
+            runs: dict[str, list[dict[str, float]]]) -> None:
+    """A warm-up wave for each arm (first-call costs), then the rounds, arms interleaved."""
+    found = cases(shape, urls, served, prompts, texts.silent(), runs)
+    for name, warm in [case for case in found if case[0].endswith(f" c={shape.warm}")]:
+        print(f"  warm-up {name}: {warm():.1f} tokens/s")
+        runs[name].clear()
+    interleave(found, min(repeats, shape.max_repeats))
 
 
 def _check_prompt_tokens(name: str, runs: list[dict[str, float]]) -> None:

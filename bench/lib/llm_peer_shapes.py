@@ -23,6 +23,9 @@ class Shape:
     prefix_tokens: int = 1000
     prefix_samples: int = 3
     run_seconds: float = 300.0
+    # the pair's servers up one at a time, each arm's rounds in turn: where both together would not fit in the host's
+    # RAM, a pair measures paging, not engines (seen: a dense 1.7B's fp32 KV for 16 x 2048 beside llama.cpp's weights)
+    apart: bool = False
 
 
 SHAPES = (Shape("100m", "random ~100M Llama", LLAMA_100M),

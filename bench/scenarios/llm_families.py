@@ -14,8 +14,10 @@ from llama.cpp's vocab GGUF; 151936 embedding rows, no BOS):
          embeddings): the dense family nearest Llama-3.2-1B's size, so a family's cost is seen beside llm_peer's
 Every request streams POST /v1/completions with a 64-token text prompt and decodes exactly 64 tokens; c=1 sends
 requests one after another (4 for moe, 2 for dense), c=16 one wave, after a warm-up wave. The two servers of a
-pair share one pinned core (one measured at a time), the client has another, the arms alternate. Then the default
-pair's engines run decode steps alone, mbuild's under ONNX Runtime's profiler, llama.cpp's in llama-batched-bench.
+pair share one pinned core (one measured at a time), the client has another, the arms alternate; the dense
+pair, whose two servers together outgrow a 24 GB host, is served one server at a time, each arm's rounds in turn.
+Then the default pair's engines run decode steps alone, mbuild's under ONNX Runtime's profiler, llama.cpp's in
+llama-batched-bench.
 Builds: the peak RSS of each build's process tree, sampled every 0.1 s (bench/lib/rss.py): `mbuild package` with
 an empty engine cache (export, gate and all) beside the converter and the quantizer.
 """
@@ -74,8 +76,10 @@ class Family:
 FAMILIES = {family.shape.key: family for family in (
     Family("qwen3_moe", Shape("moe", "random Qwen3-MoE: 8 of Qwen3-30B-A3B's 48 layers", QWEN3_30B_A3B_LAYERS,
                               concurrency=(1, 16))),
-    # int8 reads ~2 GB of weights a decode step on one core: two requests at c=1
-    Family("qwen3", Shape("dense", "random Qwen3-1.7B-shaped", QWEN3_1_7B, concurrency=(1, 16), sequential=2)))}
+    # int8 reads ~2 GB of weights a decode step on one core: two requests at c=1; mbuild's fp32 KV for 16 x 2048
+    # and llama.cpp's mmapped weights do not fit together on a 24 GB host: one server at a time
+    Family("qwen3", Shape("dense", "random Qwen3-1.7B-shaped", QWEN3_1_7B, concurrency=(1, 16), sequential=2,
+                          apart=True)))}
 QUICK = {family.shape.key: family for family in (
     Family("qwen3_moe", quick(Shape("moe", "random tiny Qwen3-MoE (quick)", TINY_MOE))),
     Family("qwen3", quick(Shape("dense", "random tiny Qwen3 (quick)", TINY_DENSE))))}
