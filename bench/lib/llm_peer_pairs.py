@@ -50,13 +50,14 @@ def bodies(prompts: list[str], shape: Shape, model: str | None, bias: dict[str, 
 Case = tuple[str, Callable[[], float]]
 
 
-def cases(shape: Shape, urls: dict[str, str], served: str, prompts: list[str], bias: dict[str, float],
-          runs: dict[str, list[dict[str, float]]]) -> list[Case]:
+def cases(shape: Shape, urls: dict[str, str], names: dict[str, str | None], prompts: list[str],
+          bias: dict[str, float], runs: dict[str, list[dict[str, float]]]) -> list[Case]:
+    """Each arm's runs at each concurrency; `names`: the model an arm's requests name (None: llama.cpp's body)."""
     found: list[Case] = []
     for concurrency in shape.concurrency:
         chosen = prompts[:shape.sequential if concurrency == 1 else concurrency]
         for arm, url in urls.items():
-            payloads = bodies(chosen, shape, served if arm.startswith("mbuild") else None, bias)
+            payloads = bodies(chosen, shape, names.get(arm), bias)
             name = f"{shape.key} {arm} c={concurrency}"
             runs[name] = []
             found.append((name, partial(run, url, payloads, concurrency, len, runs[name], shape.run_seconds)))
@@ -74,7 +75,6 @@ def measure_pair(shape: Shape, pair: tuple[str, str], build: Path | str, gguf: P
     base = {arm: f"http://{HOST}:{port}" for arm, port in ports.items()}
     prompts = [texts.text(PROMPT_TOKENS, seed) for seed in range(max(*shape.concurrency, shape.sequential))]
     starts: dict[str, Callable[[ExitStack], str]] = {}
-    served = served_name(ports["mbuild"]) if isinstance(build, Path) else ""
     if isinstance(build, Path):
         ungated = pair[0] in results["ungated"].get(shape.key, {})
         command = mbuild_serve(build, ports["mbuild"]) + (["--allow-failed-gate"] if ungated else [])
@@ -90,12 +90,13 @@ def measure_pair(shape: Shape, pair: tuple[str, str], build: Path | str, gguf: P
     for group in groups:
         with ExitStack() as stack:
             urls = {arm: starts[arm](stack) for arm in group}
+            names: dict[str, str | None] = {arm: served_name(ports["mbuild"]) for arm in group
+                                            if arm.startswith("mbuild")}
             stack.enter_context(pinned(client_cpus))
-            _rounds(shape, urls, served, prompts, texts, repeats, runs)
+            rounds(shape, urls, names, prompts, texts, repeats, runs)
+            served = next((name for name in names.values() if name), "")
             if len(group) == len(starts) and served:  # the checks need every server of the pair up at once
                 _checks(shape, pair, base, served, texts, prompts, results)
-    for name, measured in runs.items():
-        _check_prompt_tokens(name, measured)
     results["runs"].update(runs)
 
 
@@ -105,17 +106,21 @@ def _up(stack: ExitStack, command: list[str], ready: str, port: int, env: dict[s
     return f"http://{HOST}:{port}/v1/completions"
 
 
-def _rounds(shape: Shape, urls: dict[str, str], served: str, prompts: list[str], texts: Texts, repeats: int,
-            runs: dict[str, list[dict[str, float]]]) -> None:
-    """A warm-up wave for each arm (first-call costs), then the rounds, arms interleaved."""
-    found = cases(shape, urls, served, prompts, texts.silent(), runs)
+def rounds(shape: Shape, urls: dict[str, str], names: dict[str, str | None], prompts: list[str], texts: Texts,
+           repeats: int, runs: dict[str, list[dict[str, float]]]) -> None:
+    """A warm-up wave for each arm (first-call costs), then the rounds, arms interleaved; every run's prompts were
+    counted as the 64 tokens they are (each server's usage)."""
+    found = cases(shape, urls, names, prompts, texts.silent(), runs)
     for name, warm in [case for case in found if case[0].endswith(f" c={shape.warm}")]:
         print(f"  warm-up {name}: {warm():.1f} tokens/s")
         runs[name].clear()
     interleave(found, min(repeats, shape.max_repeats))
+    for name in urls:
+        for concurrency in shape.concurrency:
+            check_prompt_tokens(name, runs[f"{shape.key} {name} c={concurrency}"])
 
 
-def _check_prompt_tokens(name: str, runs: list[dict[str, float]]) -> None:
+def check_prompt_tokens(name: str, runs: list[dict[str, float]]) -> None:
     """Both servers must see the same 64-token prompts, as their usage reports them."""
     for seen in (r[key] for r in runs for key in ("prompt_tokens_min", "prompt_tokens_max")):
         if seen != PROMPT_TOKENS:
