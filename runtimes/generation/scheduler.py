@@ -113,12 +113,10 @@ class Scheduler:
         self.metrics.set("prefix_cache_entries", len(self.prefix.entries))
 
     # --- decisions (the engine thread calls them; tests may drive them directly) -----------
-    def take_next(self, block: bool = False) -> Request | None:
+    def take_next(self) -> Request | None:
         """The next live waiting request (the batch asks only when a slot is free); cancelled ones leave with
-        their event."""
+        their event. It never waits: the engine loop waits for work itself."""
         with self._ready:
-            if block:
-                self._ready.wait_for(lambda: self.waiting or self._stop.is_set(), timeout=0.5)
             while self.waiting:
                 request = self.waiting.popleft()
                 if not request.cancelled:

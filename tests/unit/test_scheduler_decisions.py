@@ -187,7 +187,7 @@ def test_the_queue_can_be_counted_while_the_engine_thread_takes_from_it() -> Non
         def take() -> None:
             while not stop.is_set():
                 try:
-                    scheduler.take_next(block=False)
+                    scheduler.take_next()
                 except BaseException as exc:  # a deque mutated during iteration would land here
                     failures.append(exc)
 

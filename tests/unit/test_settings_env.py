@@ -73,3 +73,12 @@ def test_empty_means_unset() -> None:
 def test_the_defaults_are_the_dataclass_defaults() -> None:
     """from_env with nothing set is exactly Settings(): one place holds each default."""
     assert Settings.from_env({}) == Settings()
+
+
+def test_a_lookup_minimum_above_its_maximum_is_refused_with_what_to_set() -> None:
+    with pytest.raises(SettingsError, match=r"MBUILD_PROMPT_LOOKUP_MIN \(5\) is above MBUILD_PROMPT_LOOKUP_MAX \(3\)"
+                       ) as refused:
+        Settings.from_env({"MBUILD_PROMPT_LOOKUP_MIN": "5", "MBUILD_PROMPT_LOOKUP_MAX": "3"})
+    assert "at most" in str(refused.value)
+    chosen = Settings.from_env({"MBUILD_PROMPT_LOOKUP_MIN": "3", "MBUILD_PROMPT_LOOKUP_MAX": "3"})
+    assert (chosen.prompt_lookup_min, chosen.prompt_lookup_max) == (3, 3)
