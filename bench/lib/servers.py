@@ -43,10 +43,10 @@ def uvicorn_app(app: str, port: int, python: Path | None = None) -> list[str]:
 
 @contextmanager
 def server(command: list[str], ready_path: str, port: int, env: dict[str, str] | None = None,
-           cpus: set[int] | None = None) -> Iterator[int]:
+           cpus: set[int] | None = None, cwd: Path | None = None) -> Iterator[int]:
     """`command` serving on `port`, optionally pinned to `cpus` (its threads inherit the mask)."""
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, **(env or {})}, cwd=cwd)
     if cpus:
         os.sched_setaffinity(proc.pid, cpus)
     try:
