@@ -91,9 +91,10 @@ def _report(results: dict[str, Any], load: Load, command: str, quick: bool) -> t
                    f"{after['long_ttft_p50_ms'] / before['long_ttft_p50_ms']:.2f}x.", ""]
     title = "# Running streams while long prompts arrive: the engine step against the scheduler before it"
     lines = [title + (" (quick: not a result)" if quick else ""), "", f"Command: `{command}`", "",
-             f"Before: {results['before']}; after: this checkout ({results['after']}). {results['rounds']} rounds "
+             f"Before: {results['before']}; after: this checkout ({results['after']}). {results['rounds']} round(s) "
              f"after a warm-up round each; {load.streams} streams x {load.new_tokens} tokens, {load.long_prompts} "
-             f"prompts of {load.long_tokens} tokens {load.spacing:g} s apart. Machine: {results['machine']}.", "",
+             f"prompts of {load.long_tokens} tokens {load.spacing:g} s apart. Machine: {results['machine']['cpu']}, "
+             f"{results['machine']['cores']} cores.", "",
              *verdict, *rows, "", "How it was measured (bench/scenarios/mixed_step.py):", "", "```",
              (__doc__ or "").strip(), "```", ""]
     return results, "\n".join(lines)
