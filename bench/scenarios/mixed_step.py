@@ -1,7 +1,9 @@
 """Running streams while long prompts arrive: mbuild's engine step (one plan per step) against the scheduler before it.
 
 Model: the ~100M random Llama of the LLM benchmarks on its word-level tokenizer (bench/lib/llm_models.py; every
-"w<id>" one token, so prompt lengths are exact), built at mbuild's default CPU precision (int8 on VNNI).
+"w<id>" one token, so prompt lengths are exact), each side's default build (`mbuild package --gpu cpu`, no
+precision named: what a user gets; on this random model int8's gate fails and both fall back to fp32, as a user's
+build would; the report says which precision each served).
 Arms, both up on one pinned core (one measured at a time), MBUILD_THREADS=1, every other setting at its default
 (MBUILD_PREFILL_CHUNK 512), rounds interleaved after a warm-up round each:
   after   this checkout: `plan_step()` plans each step's decode rows and prompt chunks under one token budget
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import subprocess
 import sys
@@ -78,7 +81,8 @@ def _report(results: dict[str, Any], load: Load, command: str, quick: bool) -> t
             "quiet gap p99 ms | long prompt TTFT p50 ms | stream tokens/s in the window |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, found in arms.items():
-        rows.append(f"| {name} | {found['gap_p50_ms']:.1f} | {found['gap_p99_ms']:.1f} | {found['gap_max_ms']:.1f} | "
+        rows.append(f"| {name} ({results['precision'][name]}) | {found['gap_p50_ms']:.1f} | "
+                    f"{found['gap_p99_ms']:.1f} | {found['gap_max_ms']:.1f} | "
                     f"{found['gaps_during']} | {found['quiet_p50_ms']:.1f} | {found['quiet_p99_ms']:.1f} | "
                     f"{found['long_ttft_p50_ms']:.0f} | {found['stream_tokens_in_window_per_s']:.1f} |")
     after, before = arms.get("after"), arms.get("before")
@@ -131,6 +135,8 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
                 found[arm].append(measure(urls[arm], names[arm], load, seed=round_))
                 print(f"  round {round_ + 1}/{rounds} {arm}: {summary(found[arm][-1:])}", flush=True)
     results: dict[str, Any] = {"arms": {arm: summary(r) for arm, r in found.items()}, "rounds": rounds,
+                               "precision": {arm: json.loads((b / "model" / "engine.json").read_text())["precision"]
+                                             for arm, b in builds.items()},
                                "before": f"{before} ({commit[:12]})", "after": trees["after"][1],
                                "load": load.__dict__, "machine": machine()}
     shown = f"python -m bench mixed_step {'--quick' if quick else f'--repeats {repeats}'}" + (
