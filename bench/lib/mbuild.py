@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -26,8 +27,11 @@ def this_checkout_first() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
 
 
+@functools.cache
 def source_hash() -> str:
-    """What a bundle is built from (builder, runtimes, profiles, templates): a cached build is per version."""
+    """What a bundle is built from (builder, runtimes, profiles, templates): a cached build is per version. Read
+    once a run: an edit to those folders while a run goes on must not change the name its builds are found by
+    (seen: an arm whose finished build was looked up under the new hash dropped out of the run)."""
     digest = hashlib.sha256()
     for folder in ("builder", "runtimes", "profiles", "templates"):
         for path in sorted((ROOT / folder).rglob("*")):
