@@ -115,12 +115,11 @@ def rounds(shape: Shape, urls: dict[str, str], names: dict[str, str | None], pro
         print(f"  warm-up {name}: {warm():.1f} tokens/s")
         runs[name].clear()
     interleave(found, min(repeats, shape.max_repeats))
-    for name in urls:
-        for concurrency in shape.concurrency:
-            check_prompt_tokens(name, runs[f"{shape.key} {name} c={concurrency}"])
+    for name, _ in found:
+        _check_prompt_tokens(name, runs[name])
 
 
-def check_prompt_tokens(name: str, runs: list[dict[str, float]]) -> None:
+def _check_prompt_tokens(name: str, runs: list[dict[str, float]]) -> None:
     """Both servers must see the same 64-token prompts, as their usage reports them."""
     for seen in (r[key] for r in runs for key in ("prompt_tokens_min", "prompt_tokens_max")):
         if seen != PROMPT_TOKENS:
