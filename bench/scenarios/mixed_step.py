@@ -7,6 +7,7 @@ build would; the report says which precision each served).
 Arms, both up on one pinned core (one measured at a time), MBUILD_THREADS=1, every other setting at its default
 (MBUILD_PREFILL_CHUNK 512), rounds interleaved after a warm-up round each:
   after   this checkout: `plan_step()` plans each step's decode rows and prompt chunks under one token budget
+  after, chunk 128  the same build and code with MBUILD_PREFILL_CHUNK=128: a step carries less prompt
   before  the tree at BEFORE (default: the last commit before the engine step), built and served by its own code
           (`git archive`, so its engine format is its own): each iteration prefilled up to 512 prompt tokens, then
           ran one decode step for the running rows
@@ -36,6 +37,7 @@ from bench.lib.mixed_load import Load, Round, measure, summary
 from bench.lib.servers import HOST, free_port, pinned, served_name, server, split_cores
 
 BEFORE = "cecfc19"  # the parent of "engine: one step of works" (51eab35): the scheduler that prefilled apart
+SMALL_CHUNK = 128  # the third arm's MBUILD_PREFILL_CHUNK
 QUICK_LOAD = Load(streams=2, new_tokens=1024, long_prompts=1, long_tokens=256, spacing=0.3)
 
 
@@ -93,6 +95,13 @@ def _report(results: dict[str, Any], load: Load, command: str, quick: bool) -> t
         verdict = [f"TPOT p99 of the running streams while the prompts arrive, after / before: **{ratio:.2f}x** "
                    f"({'lower' if ratio < 1 else 'not lower'} with the engine step); the long prompts' TTFT "
                    f"{after['long_ttft_p50_ms'] / before['long_ttft_p50_ms']:.2f}x.", ""]
+        small = arms.get(f"after, chunk {SMALL_CHUNK}")
+        if small:
+            verdict[-1:] = [f"With MBUILD_PREFILL_CHUNK={SMALL_CHUNK}, after / before: TPOT p99 "
+                            f"{small['gap_p99_ms'] / before['gap_p99_ms']:.2f}x, p50 "
+                            f"{small['gap_p50_ms'] / before['gap_p50_ms']:.2f}x, the long prompts' TTFT "
+                            f"{small['long_ttft_p50_ms'] / before['long_ttft_p50_ms']:.2f}x: the budget trades one "
+                            "against the other.", ""]
     title = "# Running streams while long prompts arrive: the engine step against the scheduler before it"
     lines = [title + (" (quick: not a result)" if quick else ""), "", f"Command: `{command}`", "",
              f"Before: {results['before']}; after: this checkout ({results['after']}). {results['rounds']} round(s) "
@@ -114,29 +123,32 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     model = make_llama_words(work / f"llama-{key}-words", shape)
     old, commit = tree_at(before, work)
     trees = {"before": (old, commit[:12]), "after": (ROOT, f"src-{source_hash()}")}
-    builds = {arm: build(tree, stamp, model, work) for arm, (tree, stamp) in trees.items()}
+    built = {arm: build(tree, stamp, model, work) for arm, (tree, stamp) in trees.items()}
+    # this checkout again with a smaller chunk: what MBUILD_PREFILL_CHUNK trades between the streams and the prompts
+    arms = {**{arm: (tree, built[arm], {}) for arm, (tree, _) in trees.items()},
+            f"after, chunk {SMALL_CHUNK}": (ROOT, built["after"], {"MBUILD_PREFILL_CHUNK": str(SMALL_CHUNK)})}
     client_cpus, servers = split_cores()
     rounds = 1 if quick else repeats
-    found: dict[str, list[Round]] = {arm: [] for arm in trees}
+    found: dict[str, list[Round]] = {arm: [] for arm in arms}
     with ExitStack() as stack:
         urls, names = {}, {}
-        for arm, (tree, _) in trees.items():
+        for arm, (tree, bundle, settings) in arms.items():
             port = free_port()
             command, env = cli(tree)
-            stack.enter_context(server([*command, "serve", str(builds[arm]), "--host", HOST, "--port", str(port)],
-                                       "/v1/health/ready", port, {**env, "MBUILD_THREADS": "1"},
+            stack.enter_context(server([*command, "serve", str(bundle), "--host", HOST, "--port", str(port)],
+                                       "/v1/health/ready", port, {**env, "MBUILD_THREADS": "1", **settings},
                                        cpus={min(servers)}, cwd=tree))
             urls[arm], names[arm] = f"http://{HOST}:{port}/v1/completions", served_name(port)
         stack.enter_context(pinned(client_cpus))
-        for arm in trees:  # first-call costs
+        for arm in arms:  # first-call costs
             measure(urls[arm], names[arm], load, seed=99)
         for round_ in range(rounds):
-            for arm in trees:
+            for arm in arms:
                 found[arm].append(measure(urls[arm], names[arm], load, seed=round_))
                 print(f"  round {round_ + 1}/{rounds} {arm}: {summary(found[arm][-1:])}", flush=True)
     results: dict[str, Any] = {"arms": {arm: summary(r) for arm, r in found.items()}, "rounds": rounds,
                                "precision": {arm: json.loads((b / "model" / "engine.json").read_text())["precision"]
-                                             for arm, b in builds.items()},
+                                             for arm, (_, b, _) in arms.items()},
                                "before": f"{before} ({commit[:12]})", "after": trees["after"][1],
                                "load": load.__dict__, "machine": machine()}
     shown = f"python -m bench mixed_step {'--quick' if quick else f'--repeats {repeats}'}" + (
