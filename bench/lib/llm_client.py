@@ -37,7 +37,7 @@ class Timing:
         return (self.latency - self.ttft) / max(self.tokens - 1, 1)
 
 
-def _chunk(line: str) -> dict[str, Any] | None:
+def sse_data(line: str) -> dict[str, Any] | None:
     if not line.startswith("data: ") or line == "data: [DONE]":
         return None
     data: dict[str, Any] = json.loads(line[len("data: "):])
@@ -57,7 +57,7 @@ async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, Any
         if response.status_code != 200:
             raise RuntimeError(f"{url}: HTTP {response.status_code} {(await response.aread())[:200]!r}")
         async for line in response.aiter_lines():
-            data = _chunk(line)
+            data = sse_data(line)
             if data is None:
                 continue
             piece = data["choices"][0].get("text") if data.get("choices") else ""

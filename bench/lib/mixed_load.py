@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from bench.lib.llm_client import sse_data
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,9 @@ async def _times(client: httpx.AsyncClient, url: str, payload: dict[str, Any], f
         if response.status_code != 200:
             raise RuntimeError(f"{url}: HTTP {response.status_code} {(await response.aread())[:200]!r}")
         async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
+            data = sse_data(line)
+            if data is None:
                 continue
-            data = json.loads(line[len("data: "):])
-            if "error" in data:
-                raise RuntimeError(f"error in the stream: {data['error']}")
             made = (data.get("usage") or {}).get("completion_tokens", made)
             if data.get("choices") and data["choices"][0].get("text"):
                 seen.append(time.perf_counter())

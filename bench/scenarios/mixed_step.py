@@ -4,8 +4,8 @@ Model: the ~100M random Llama of the LLM benchmarks on its word-level tokenizer 
 "w<id>" one token, so prompt lengths are exact), each side's default build (`mbuild package --gpu cpu`, no
 precision named: what a user gets; on this random model int8's gate fails and both fall back to fp32, as a user's
 build would; the report says which precision each served).
-Arms, both up on one pinned core (one measured at a time), MBUILD_THREADS=1, every other setting at its default
-(MBUILD_PREFILL_CHUNK 512), rounds interleaved after a warm-up round each:
+Arms, all up on one pinned core (one measured at a time), MBUILD_THREADS=1, every other setting at its default
+(MBUILD_PREFILL_CHUNK 512) but where named, rounds interleaved after a warm-up round each:
   after   this checkout: `plan_step()` plans each step's decode rows and prompt chunks under one token budget
   after, chunk 128  the same build and code with MBUILD_PREFILL_CHUNK=128: a step carries less prompt
   before  the tree at BEFORE (default: the last commit before the engine step), built and served by its own code
@@ -94,14 +94,15 @@ def _report(results: dict[str, Any], load: Load, command: str, quick: bool) -> t
         results["p99_after_over_before"] = ratio
         verdict = [f"TPOT p99 of the running streams while the prompts arrive, after / before: **{ratio:.2f}x** "
                    f"({'lower' if ratio < 1 else 'not lower'} with the engine step); the long prompts' TTFT "
-                   f"{after['long_ttft_p50_ms'] / before['long_ttft_p50_ms']:.2f}x.", ""]
+                   f"{after['long_ttft_p50_ms'] / before['long_ttft_p50_ms']:.2f}x."]
         small = arms.get(f"after, chunk {SMALL_CHUNK}")
         if small:
-            verdict[-1:] = [f"With MBUILD_PREFILL_CHUNK={SMALL_CHUNK}, after / before: TPOT p99 "
+            verdict += [f"With MBUILD_PREFILL_CHUNK={SMALL_CHUNK}, after / before: TPOT p99 "
                             f"{small['gap_p99_ms'] / before['gap_p99_ms']:.2f}x, p50 "
                             f"{small['gap_p50_ms'] / before['gap_p50_ms']:.2f}x, the long prompts' TTFT "
                             f"{small['long_ttft_p50_ms'] / before['long_ttft_p50_ms']:.2f}x: the budget trades one "
-                            "against the other.", ""]
+                            "against the other."]
+        verdict.append("")
     title = "# Running streams while long prompts arrive: the engine step against the scheduler before it"
     lines = [title + (" (quick: not a result)" if quick else ""), "", f"Command: `{command}`", "",
              f"Before: {results['before']}; after: this checkout ({results['after']}). {results['rounds']} round(s) "
