@@ -56,7 +56,7 @@ _PATHS = (("model_dir", "MBUILD_MODEL_DIR"), ("drain_flag", "MBUILD_DRAIN_FLAG")
           ("harmony_vocabulary", HARMONY_VOCABULARY))
 _CHOICES = (("log_level", "MBUILD_LOG_LEVEL", LOG_LEVELS), ("log_format", "MBUILD_LOG_FORMAT", ("text", "json")),
             ("tool_call_parser", "MBUILD_TOOL_CALL_PARSER", ("auto", "none", *TOOL_PARSERS)),
-            ("speculative", "MBUILD_SPECULATIVE", ("off", "ngram")))
+            ("speculative", "MBUILD_SPECULATIVE", ("auto", "off", "ngram", "draft")))
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,9 @@ class Settings:
     tool_call_parser: str = "auto"  # the tool-call format; auto: the one the chat template renders
     allow_unauthenticated: bool = False  # serve without a key on purpose (an empty key is refused otherwise)
     harmony_vocabulary: Path | None = None  # gpt-oss: o200k_base.tiktoken's folder; None: from tokenizer.json
-    speculative: str = "off"  # speculative decoding: off, or ngram (prompt lookup); a request may turn it off
+    # speculative decoding: off, ngram (prompt lookup), draft (the bundle's draft model), or auto: draft when the
+    # bundle carries one, else off; a request may turn it off
+    speculative: str = "auto"
     num_speculative_tokens: int = 4  # the most drafts a verify row carries (vLLM's name); fewer as acceptance falls
     prompt_lookup_min: int = 2  # the shortest suffix n-gram lookup matches (vLLM's name)
     prompt_lookup_max: int = 4  # and the longest it tries first

@@ -73,7 +73,7 @@ class ServiceState:
                 runtime: EmbeddingRuntime | GenerationRuntime = EmbeddingRuntime.load(
                     model_dir, self.config, self.settings, self.metrics)
             else:
-                runtime = GenerationRuntime.load(model_dir, self.config, self.settings, self.metrics)
+                runtime = GenerationRuntime.load(model_dir, self.config, self.settings, self.metrics, self.metadata)
                 runtime.engine.warm_up()
             asyncio.run_coroutine_threadsafe(self._activate(runtime), loop).result()
         except Exception as exc:  # every failure becomes a failed state with a readable reason

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from runtimes.bundle.codec import bounds, check_format, decode, encode
 
 METADATA_FILE = "metadata.json"
+DRAFT_DIR = "draft"  # a draft model's engine folder, inside the model folder (mbuild package --draft)
 METADATA_FORMAT = 1
 MAX_MEMORY_GB = 65536.0  # 64 TB: above any host; a bigger need is a corrupt file, not a model
 
@@ -59,6 +60,9 @@ class BundleMetadata:
     plan_digest: str
     versions: dict[str, str]  # the build's tools
     requires: Requirements
+    # The speculative-decoding draft model carried in DRAFT_DIR, if any. Optional, so no format bump: an image
+    # carries the runtime that reads it, and a reader that predates it serves the target alone.
+    draft: ModelInfo | None = None
     format: int = METADATA_FORMAT
 
     @classmethod

@@ -7,7 +7,8 @@ prompt token to its end; nothing moves when one ends. A sequence whose reader ha
 (a client that stopped reading) gets no work until it reads: it holds its slot, not more memory.
 
 apply() takes the step's logits: prompts whose last chunk is in start decoding; a decode row emits a token; a verify
-row emits the tokens its drafts earn (speculative.py) and takes its cache back past the rejected ones. Every request
+row emits the tokens its drafts earn (speculative.py) and takes its cache, and the draft model's, back past the
+rejected ones. Every request
 ends with exactly one finishing event: its own sampling or engine failure ends it alone.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from runtimes.engines.decoder import DecoderEngine
+from runtimes.generation.draft import DraftModel
 from runtimes.generation.guided import GuideError
 from runtimes.generation.logprobs import token_logprob
 from runtimes.generation.plan import SlotPlan, StepPlan
@@ -37,11 +39,12 @@ PROMPT_LOGPROB_CHUNK = 64  # a prompt whose logprobs are asked gets every positi
 class Batch:
     def __init__(self, engine: DecoderEngine, eos_ids: tuple[int, ...], slots: int, context: int, budget: int,
                  prefix: PrefixCache, metrics: Metrics, speculation: Speculation,
-                 take: Callable[[], Request | None], chunked: bool = True) -> None:
+                 take: Callable[[], Request | None], chunked: bool = True, draft: DraftModel | None = None) -> None:
         self.engine, self.eos_ids, self.context, self.budget = engine, eos_ids, context, budget
         self.chunked = chunked  # False: a prompt runs whole, in one step (an engine that takes no chunk on a past)
         self.prefix, self.metrics, self.speculation, self.take = prefix, metrics, speculation, take
         self.slots: list[Row | None] = [None] * slots
+        self.draft = draft  # speculation's draft model, when it drafts with one (draft.py)
 
     @property
     def rows(self) -> list[Row]:
@@ -87,31 +90,49 @@ class Batch:
 
     def _decodes(self, rows: list[Row]) -> list[SlotPlan]:
         """Decode rows; those whose drafts are worth their cost (speculative.choose) as verify rows."""
-        drafts = {row.slot: self._drafts(row) for row in rows}
-        hopeful = [row for row in rows if drafts[row.slot]]
-        expected = [(row.speculation.expected_tokens(len(drafts[row.slot])), 1 + len(drafts[row.slot]))
-                    for row in hopeful if row.speculation is not None]
-        chosen = {hopeful[i].slot for i in choose(expected, len(rows) - len(hopeful))}
+        drafts = self._proposals(rows)
         plans = []
         for row in rows:
-            if row.speculation is not None and drafts[row.slot] and row.slot not in chosen:
-                row.speculation.skipped()
-            made = drafts[row.slot] if row.slot in chosen else ()
+            made = drafts.get(row.slot, ())
             plans.append(SlotPlan(row.slot, row.request.id, "verify" if made else "decode", (row.last, *made),
                                   1 + len(made), made))
         return plans
 
-    def _drafts(self, row: Row) -> tuple[int, ...]:
+    def _proposals(self, rows: list[Row]) -> dict[int, tuple[int, ...]]:
+        """The drafts of the rows chosen to speculate. Lookup's drafts are free, so they are found first and
+        weighed as found; a draft model's cost k of its steps, so its rows are chosen first, on k."""
+        wants = {row.slot: k for row in rows if (k := self._k(row)) > 0}
+        hopeful = [row for row in rows if row.slot in wants]
+        tokens = {row.slot: [*row.state.prompt, *row.state.generated] for row in hopeful}
+        s = self.speculation
+        if self.draft is None:
+            found = {slot: propose(tokens[slot], wants[slot], s.prompt_lookup_min, s.prompt_lookup_max)
+                     for slot in wants}
+            hopeful = [row for row in hopeful if found[row.slot]]
+            wants = {slot: len(made) for slot, made in found.items() if made}
+        candidates = [(row.speculation.expected_tokens(wants[row.slot]), wants[row.slot])
+                      for row in hopeful if row.speculation is not None]
+        picked = choose(candidates, len(rows) - len(hopeful), self.draft.pass_cost if self.draft else 0.0)
+        chosen = {hopeful[i].slot for i in picked}
+        for row in hopeful:
+            if row.slot not in chosen and row.speculation is not None:
+                row.speculation.skipped()
+        if self.draft is None:
+            return {slot: found[slot] for slot in chosen}
+        made = self.draft.propose({slot: (tokens[slot], wants[slot]) for slot in chosen})
+        return {slot: drafts for slot, drafts in made.items() if drafts}
+
+    def _k(self, row: Row) -> int:
+        """How many drafts the row may take now: its speculation's k, within max_tokens and both contexts (the bonus
+        token is the one more)."""
         spec, state = row.speculation, row.state
         if spec is None:
-            return ()
-        # the bonus token is the one more: drafts never reach past max_tokens or the slot's context
-        k = min(spec.k, state.params.max_tokens - len(state.generated) - 1,
-                self.context - int(self.engine.lengths[row.slot]) - 1)
-        if k < 1:
-            return ()
-        s = self.speculation
-        return propose([*state.prompt, *state.generated], k, s.prompt_lookup_min, s.prompt_lookup_max)
+            return 0
+        held = int(self.engine.lengths[row.slot])
+        k = min(spec.k, state.params.max_tokens - len(state.generated) - 1, self.context - held - 1)
+        if self.draft is not None:
+            k = min(k, self.draft.room(len(state.prompt) + len(state.generated)))
+        return max(k, 0)
 
     def _chunk(self, row: Row, room: int) -> SlotPlan:
         prompt, each = row.request.prompt, row.request.params.prompt_logprobs
@@ -193,6 +214,8 @@ class Batch:
             self.end(row, Event(finish=ended))
         elif drafts:
             self.engine.truncate(row.slot, held + accepted)
+            if self.draft is not None:
+                self.draft.keep(row.slot, held + accepted)
 
     def _count(self, row: Row, drafted: int, accepted: int) -> None:
         assert row.speculation is not None
@@ -234,6 +257,8 @@ class Batch:
         row.request.emit(event)
         self.slots[row.slot] = None
         self.engine.release(row.slot)
+        if self.draft is not None:
+            self.draft.release(row.slot)
 
     def fail(self, reason: str) -> None:
         for row in self.rows:

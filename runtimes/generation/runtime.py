@@ -8,10 +8,12 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from runtimes.bundle import BundleError, EngineConfig
+from runtimes.bundle import BundleError, BundleMetadata, EngineConfig
+from runtimes.bundle.metadata import DRAFT_DIR
 from runtimes.engines import decoder_for
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.generation.chat_template import ChatTemplate, ChatTemplateError
+from runtimes.generation.draft import DraftModel, open_draft
 from runtimes.generation.guided import Grammars
 from runtimes.generation.harmony import Harmony, detect_harmony, vocabulary_folder
 from runtimes.generation.reasoning import detect_reasoning, opened_by
@@ -36,9 +38,12 @@ class GenerationRuntime:
     harmony: Harmony | None = None  # gpt-oss: prompts and replies in harmony's format
 
     @classmethod
-    def load(cls, model_dir: Path, config: EngineConfig, settings: Settings, metrics: Metrics) -> GenerationRuntime:
-        """settings: threads, max_queue, and the optional max_batch (slots), prefill_chunk, prefix_cache_mb."""
+    def load(cls, model_dir: Path, config: EngineConfig, settings: Settings, metrics: Metrics,
+             metadata: BundleMetadata | None = None) -> GenerationRuntime:
+        """settings: threads, max_queue, speculation, and the optional max_batch (slots), prefill_chunk,
+        prefix_cache_mb; metadata: whether the bundle carries a draft model."""
         engine = decoder_for(model_dir, config, settings.threads, settings.max_batch)
+        method, draft = _speculation(model_dir, engine, settings, metadata)
         try:
             tokenizer = Tokenizer.from_file(str(model_dir / config.tokenizer_file))
         except Exception as exc:  # tokenizers raises a bare Exception on bad files
@@ -53,16 +58,15 @@ class GenerationRuntime:
             except ChatTemplateError as exc:
                 raise BundleError(str(exc)) from exc
         eos = options.eos_token_ids
-        # A grown-cache graph (TensorRT's) is built for whole prompts on an empty cache: no chunks, no reuse; a
-        # budget of two contexts always holds a whole prompt beside the decode rows.
+        # A grown-cache graph (TensorRT's) is built for whole prompts on an empty cache: no chunks, no reuse, no
+        # speculation; a budget of two contexts always holds a whole prompt beside the decode rows.
         chunk = settings.prefill_chunk if engine.in_place else 2 * engine.context
         scheduler = Scheduler(engine, eos, engine.slots, settings.max_queue, metrics, context=engine.context,
                               vocab=options.vocab_size, prefill_chunk=chunk, chunked=engine.in_place,
                               prefix_cache_bytes=settings.prefix_cache_mb << 20 if engine.in_place else 0,
-                              # TensorRT's profiles (grown-cache graph) take no multi-token step over a past
-                              speculation=Speculation(settings.speculative if engine.in_place else "off",
-                                                      settings.num_speculative_tokens, settings.prompt_lookup_min,
-                                                      settings.prompt_lookup_max))
+                              speculation=Speculation(method, settings.num_speculative_tokens,
+                                                      settings.prompt_lookup_min, settings.prompt_lookup_max),
+                              draft=draft)
         parser = settings.tool_call_parser
         found = detect_format(template.source) if template and parser == "auto" else None
         tools = TOOL_FORMATS.get(found or parser)
@@ -107,3 +111,18 @@ class GenerationRuntime:
             opened = opened_by(text[same:])
         # The template writes the BOS itself, so the tokenizer must not add another.
         return self.encode(text, special=False), opened
+
+
+def _speculation(model_dir: Path, engine: DecoderEngine, settings: Settings,
+                 metadata: BundleMetadata | None) -> tuple[str, DraftModel | None]:
+    """The speculation method the server runs, and its draft model when it drafts with one."""
+    carried = metadata is not None and metadata.draft is not None
+    method = settings.speculative if settings.speculative != "auto" else "draft" if carried else "off"
+    if method == "draft" and not carried:
+        raise BundleError("MBUILD_SPECULATIVE=draft, but this bundle carries no draft model; build it with "
+                          "`mbuild package TARGET --draft DRAFT`, or set MBUILD_SPECULATIVE=ngram or off")
+    if not engine.in_place:  # TensorRT's profiles (grown-cache graph) take no multi-token step over a past
+        return "off", None
+    if method != "draft":
+        return method, None
+    return method, open_draft(model_dir / DRAFT_DIR, engine, settings.threads)

@@ -19,6 +19,7 @@ import numpy as np
 
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.generation.batch import Batch
+from runtimes.generation.draft import DraftModel
 from runtimes.generation.plan import StepPlan
 from runtimes.generation.prefix_cache import PrefixCache
 from runtimes.generation.requests import Event, Request
@@ -42,15 +43,19 @@ class Inadmissible(ValueError):
 class Scheduler:
     def __init__(self, engine: DecoderEngine, eos_ids: tuple[int, ...], max_batch: int, max_queue: int,
                  metrics: Metrics, context: int, vocab: int, prefill_chunk: int = PREFILL_CHUNK,
-                 prefix_cache_bytes: int = 0, speculation: Speculation | None = None, chunked: bool = True) -> None:
+                 prefix_cache_bytes: int = 0, speculation: Speculation | None = None, chunked: bool = True,
+                 draft: DraftModel | None = None) -> None:
         self.engine = engine
         self.max_batch, self.max_queue, self.context, self.vocab = max_batch, max_queue, context, vocab
         self.prefix = PrefixCache(prefix_cache_bytes)
         self.metrics = metrics
         self.waiting: collections.deque[Request] = collections.deque()
         self._ready = threading.Condition()
-        self.batch = Batch(engine, eos_ids, max_batch, context, prefill_chunk, self.prefix, metrics,
-                           speculation or Speculation(), self.take_next, chunked)
+        speculation = speculation or Speculation()
+        if (speculation.method == "draft") != (draft is not None):
+            raise ValueError(f"speculation {speculation.method!r} with{'out' if draft is None else ''} a draft model")
+        self.batch = Batch(engine, eos_ids, max_batch, context, prefill_chunk, self.prefix, metrics, speculation,
+                           self.take_next, chunked, draft)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="generation", daemon=True)
         metrics.describe("batch_size", "Sequences per engine step", BATCH_BUCKETS)

@@ -1,4 +1,5 @@
-"""Speculative decoding's proposals and the decision to make them: n-gram lookup in a sequence's own tokens.
+"""Speculative decoding's proposals and the decision to make them: n-gram lookup in a sequence's own tokens (here),
+or a draft model's greedy tokens (draft.py).
 
 Prompt lookup (vLLM's `ngram` method, llama.cpp's `--spec-type ngram-*`): the longest suffix of the sequence,
 prompt_lookup_max tokens down to prompt_lookup_min, that occurred before, and the tokens that followed its latest
@@ -10,9 +11,10 @@ distribution is unchanged, and with a seed, so is every token, since each emitte
 
 Whether a row speculates is a cost decision (`choose`): a verify row of k drafts is expected to give
 E = (1 - a^(k+1)) / (1 - a) tokens at the row's measured per-draft acceptance a, and may cost one more run (engine
-step.py: a verify row runs alone on ONNX Runtime's CPU attention). A row speculates when the step's expected tokens
-per unit of cost rise. k follows acceptance: one more after a fully accepted row, one fewer after a rejected first
-draft, between 1 and num_speculative_tokens.
+step.py: a verify row runs alone on ONNX Runtime's CPU attention); a draft model's k drafts cost k of its steps
+(shared by every row it drafts for), each priced at load against a target step. A row speculates when the step's
+expected tokens per unit of cost rise. k follows acceptance: one more after a fully accepted row, one fewer after a
+rejected first draft, between 1 and num_speculative_tokens.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ RECOVERY = 0.02  # per step a row does not speculate, its acceptance drifts back
 
 @dataclass(frozen=True)
 class Speculation:
-    """The server's speculative decoding (vLLM's names): method "ngram" or "off"."""
+    """The server's speculative decoding (vLLM's names): method "ngram", "draft" (the bundle's draft model) or
+    "off"."""
 
     method: str = "off"
     num_speculative_tokens: int = 4
@@ -83,20 +86,21 @@ def run_cost(rows: int, width: int) -> float:
     return 1 + rows * width / PASS_TOKENS
 
 
-def choose(candidates: Sequence[tuple[float, int]], plain: int) -> set[int]:
-    """Which candidates (expected tokens, verify run width) speculate beside `plain` rows that cannot: greedily, by
-    expected tokens, each while the step's expected tokens per unit of cost rise. The rest decode in one run."""
+def choose(candidates: Sequence[tuple[float, int]], plain: int, draft_pass: float = 0.0) -> set[int]:
+    """Which candidates (expected tokens, drafts k) speculate beside `plain` rows that cannot: greedily, by expected
+    tokens, each while the step's expected tokens per unit of cost rise. The rest decode in one run. draft_pass: a
+    draft step's cost in target passes (0 for n-gram lookup); the chosen rows share max(k) draft steps."""
     decoding = plain + len(candidates)  # every row starts as a plain decode row
 
-    def cost(rows: int, verify: float) -> float:
-        return (run_cost(rows, 1) if rows else 0.0) + verify
+    def cost(rows: int, verify: float, steps: int) -> float:
+        return (run_cost(rows, 1) if rows else 0.0) + verify + draft_pass * steps
 
-    tokens, verify, chosen = float(decoding), 0.0, set()
+    tokens, verify, steps, chosen = float(decoding), 0.0, 0, set()
     for index in sorted(range(len(candidates)), key=lambda i: -candidates[i][0]):
-        expected, width = candidates[index]
-        more, more_verify = tokens - 1 + expected, verify + run_cost(1, width)
-        if more / cost(decoding - 1, more_verify) <= tokens / cost(decoding, verify):
+        expected, k = candidates[index]
+        more, more_verify, more_steps = tokens - 1 + expected, verify + run_cost(1, 1 + k), max(steps, k)
+        if more / cost(decoding - 1, more_verify, more_steps) <= tokens / cost(decoding, verify, steps):
             break
         chosen.add(index)
-        tokens, verify, decoding = more, more_verify, decoding - 1
+        tokens, verify, steps, decoding = more, more_verify, more_steps, decoding - 1
     return chosen

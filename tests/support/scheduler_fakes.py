@@ -7,7 +7,7 @@ one); the scheduler is real. The real engine's packing of works into runs is tes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,7 +44,7 @@ class FakeEngine:
     def lengths(self) -> np.ndarray:
         return np.array([len(s) for s in self.slots], np.int64)
 
-    def step(self, works: list[Work]) -> list[np.ndarray | Exception]:
+    def step(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
         self.steps += 1
         out: list[np.ndarray | Exception] = []
         for work in works:

@@ -1,9 +1,12 @@
-"""Speculative decoding (n-gram prompt lookup) through the real scheduler's plans, over the fake engine.
+"""Speculative decoding (n-gram prompt lookup, and a draft model) through the real scheduler's plans, over the fake
+engine.
 
 The fake's next token is a rule of the sequence, so the test controls agreement: `cycle` makes each token a
 function of the one before it (lookup's drafts are always right once the cycle has come round), `noisy` breaks
-that at positions of its choosing (drafts there are wrong). Greedy and seeded output must equal speculation off,
-token for token; unseeded sampling must keep its distribution (a chi-square test on a small vocabulary).
+that at positions of its choosing (drafts there are wrong). A draft model is another fake engine, whose rule agrees
+with the target's as far as the test chooses (a `cycle` draft for a `noisy` target is wrong where the noise is).
+Greedy and seeded output must equal speculation off, token for token; unseeded sampling must keep its distribution
+(a chi-square test on a small vocabulary).
 """
 
 from __future__ import annotations
@@ -11,20 +14,22 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from runtimes.engines.step import Work
+from runtimes.generation.draft import DraftModel
 from runtimes.generation.requests import Request
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import Scheduler
 from runtimes.generation.speculative import RowSpeculation, Speculation, choose, propose
-from tests.support.scheduler_fakes import VOCAB, FakeEngine, events, expected, make, request, tokens_and_finish
+from tests.support.scheduler_fakes import VOCAB, FakeEngine, by_sum, events, expected, make, request, tokens_and_finish
 
 NGRAM = Speculation("ngram", num_speculative_tokens=4, prompt_lookup_min=1, prompt_lookup_max=3)
+DRAFT = Speculation("draft", num_speculative_tokens=4)
 
 
 def cycle(held: list[int]) -> int:
@@ -41,7 +46,7 @@ class Spread(FakeEngine):
 
     PROBS = np.array([0.6, 0.3, 0.1])
 
-    def step(self, works: list[Work]) -> list[np.ndarray | Exception]:
+    def step(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
         out = super().step(works)
         for work, logits in zip(works, out, strict=True):
             assert isinstance(logits, np.ndarray)
@@ -58,10 +63,15 @@ class Spread(FakeEngine):
         return [first, (first + 1) % 11, (first + 2) % 11]
 
 
+def drafting(rule: Callable[[list[int]], int], pass_cost: float = 0.1) -> DraftModel:
+    return DraftModel(FakeEngine(rule=rule), 256, pass_cost)
+
+
 async def serve(engine: FakeEngine, prompts: list[list[int]], speculation: Speculation, max_batch: int,
-                prefix: bool = False, **params: object) -> tuple[list[tuple[list[int], str | None]], Scheduler]:
+                prefix: bool = False, draft: DraftModel | None = None,
+                **params: object) -> tuple[list[tuple[list[int], str | None]], Scheduler]:
     scheduler = make(engine, max_batch=max_batch, context=256, speculation=speculation,
-                     prefix_cache_bytes=(1 << 20) if prefix else 0)
+                     prefix_cache_bytes=(1 << 20) if prefix else 0, draft=draft)
     loop = asyncio.get_running_loop()
     requests = [Request(p, SamplingParams(max_tokens=40, **params), loop, asyncio.Queue())  # type: ignore[arg-type]
                 for p in prompts]
@@ -79,14 +89,18 @@ PROMPTS = [[1, 4, 2], [5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 9], [7
 
 @pytest.mark.parametrize("max_batch", [1, 2, 4])
 @pytest.mark.parametrize("every", [0, 3])
+@pytest.mark.parametrize("method", ["ngram", "draft"])
 def test_greedy_output_is_the_same_with_speculation_on_across_batch_sizes_and_prefix_hits(
-        max_batch: int, every: int) -> None:
+        max_batch: int, every: int, method: str) -> None:
     rule = cycle if not every else noisy(every)
 
     async def go() -> None:
         prompts = [*PROMPTS, [*PROMPTS[1][:17], 3]]  # shares 16 tokens (one block) with the second: a prefix hit
         off, _ = await serve(FakeEngine(rule=rule), prompts, Speculation(), max_batch, prefix=True, temperature=0.0)
-        on, scheduler = await serve(FakeEngine(rule=rule), prompts, NGRAM, max_batch, prefix=True, temperature=0.0)
+        # the draft model knows the cycle but not the noise: its drafts are wrong where the target's rule shifts
+        draft = drafting(cycle) if method == "draft" else None
+        on, scheduler = await serve(FakeEngine(rule=rule), prompts, DRAFT if draft else NGRAM, max_batch,
+                                    prefix=True, draft=draft, temperature=0.0)
         assert on == off
         assert off == [(expected(p, 40, rule), "length") for p in prompts]
         assert "mbuild_prefix_cache_hits_total 1" in scheduler.metrics.render()
@@ -109,26 +123,53 @@ def _counts(text: str) -> tuple[float, float]:
     return values["vllm:spec_decode_num_draft_tokens_total"], accepted
 
 
-def test_seeded_sampling_gives_the_same_tokens_with_speculation_on() -> None:
+def test_a_draft_that_agrees_everywhere_is_accepted_everywhere_and_one_that_fails_changes_nothing() -> None:
+    """by_sum reads the whole sequence: the draft's drafts are all right only if its cache holds exactly the
+    sequence after every rollback. A draft engine that fails drafts nothing for that step; the output stands."""
+    async def go() -> None:
+        prompts = PROMPTS
+        off, _ = await serve(FakeEngine(), prompts, Speculation(), 1, temperature=0.0)
+        draft = drafting(by_sum)
+        on, scheduler = await serve(FakeEngine(), prompts, DRAFT, 1, draft=draft, temperature=0.0)
+        assert on == off
+        drafted, accepted = _counts(scheduler.metrics.render())
+        assert drafted > 0 and accepted == drafted
+        assert not draft.engine.lengths.any()  # every ended sequence's draft cache is free
+        failing = drafting(by_sum)
+        assert isinstance(failing.engine, FakeEngine)
+        failing.engine.fail_decode_at = 3
+        on, scheduler = await serve(FakeEngine(), prompts, DRAFT, 1, draft=failing, temperature=0.0)
+        assert on == off
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_seeded_sampling_gives_the_same_tokens_with_speculation_on(method: str) -> None:
     """Each emitted token costs one draw of the sequence's generator either way (speculative.py)."""
     async def go() -> None:
         prompts = [[1, 4, 2, 7, 0, 1, 4, 2]] * 3
         off, _ = await serve(Spread(), prompts, Speculation(), 1, temperature=0.8, seed=11)
-        on, scheduler = await serve(Spread(), prompts, NGRAM, 1, temperature=0.8, seed=11)
+        draft = drafting(cycle) if method == "draft" else None
+        on, scheduler = await serve(Spread(), prompts, DRAFT if draft else NGRAM, 1, draft=draft, temperature=0.8,
+                                    seed=11)
         assert on == off
         drafted, accepted = _counts(scheduler.metrics.render())
         assert 0 < accepted < drafted
     asyncio.run(go())
 
 
-def test_unseeded_sampling_keeps_its_distribution_with_speculation_on() -> None:
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_unseeded_sampling_keeps_its_distribution_with_speculation_on(method: str) -> None:
     """The joint distribution of three sampled tokens after a prompt lookup can draft for: chi-square against the
-    exact one, with speculation on (and its drafts seen to be both accepted and refused)."""
+    exact one, with speculation on (and its drafts seen to be both accepted and refused). The draft model drafts
+    the likeliest token (the cycle's)."""
     prompt = [1, 4, 2, 7, 0, 1, 4, 2]  # the cycle from 2 runs 7, 0, 1, 4, 2: lookup drafts what followed
     runs = 3000
 
     async def go() -> tuple[Counter[tuple[int, ...]], float, float]:
-        scheduler = make(Spread(), max_batch=1, context=64, max_queue=runs, speculation=NGRAM)
+        draft = DraftModel(FakeEngine(slots=1, rule=cycle), 64, 0.1) if method == "draft" else None
+        scheduler = make(Spread(), max_batch=1, context=64, max_queue=runs, speculation=DRAFT if draft else NGRAM,
+                         draft=draft)
         loop = asyncio.get_running_loop()
         requests = [Request(prompt, SamplingParams(max_tokens=3, temperature=1.0), loop, asyncio.Queue())
                     for _ in range(runs)]
@@ -173,10 +214,12 @@ def test_k_follows_acceptance_and_speculation_backs_off_when_the_batch_is_full()
     assert spec.k == 4
     spec.record(4, 0, ceiling=4)
     assert spec.k == 3 and 0 < spec.acceptance < 1
-    sure = (RowSpeculation(k=4, acceptance=0.9).expected_tokens(4), 5)
+    sure = (RowSpeculation(k=4, acceptance=0.9).expected_tokens(4), 4)
     assert choose([sure], 0) == {0}  # one stream: a verify row replaces the decode row's run
     assert choose([sure] * 16, 0) == set()  # sixteen: each verify row would cost a run of its own
-    assert choose([(RowSpeculation(k=4, acceptance=0.05).expected_tokens(4), 5)], 0) == set()
+    assert choose([sure], 0, draft_pass=0.05) == {0}  # a draft model a twentieth of the target's step: worth it
+    assert choose([sure], 0, draft_pass=1.0) == set()  # four draft steps as dear as the target's: never
+    assert choose([(RowSpeculation(k=4, acceptance=0.05).expected_tokens(4), 4)], 0) == set()
 
 
 def test_a_full_batch_plans_no_verify_rows_and_a_lone_stream_does() -> None:
