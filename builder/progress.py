@@ -31,19 +31,26 @@ class Reporter:
                 with self.console.status(f"[bold]{name}[/]: {doing}", spinner="dots"):
                     yield
         except BaseException:
-            self.timings[name] = time.perf_counter() - start
+            took = self._took(name, start)
             if not self.quiet:
-                self.console.print(f"[red]✗[/] {name:<9} failed after {self.timings[name]:.1f}s")
+                self.console.print(f"[red]✗[/] {name:<9} failed after {took:.1f}s")
             raise
-        self.timings[name] = time.perf_counter() - start
+        took = self._took(name, start)
         if not self.quiet:
-            self.console.print(f"[green]✓[/] {name:<9} {doing} ({self.timings[name]:.1f}s)")
+            self.console.print(f"[green]✓[/] {name:<9} {doing} ({took:.1f}s)")
+
+    def _took(self, name: str, start: float) -> float:
+        """A stage's time; the summary's adds up a stage run more than once (a draft model's export after the
+        target's, a build retried at another precision)."""
+        took = time.perf_counter() - start
+        self.timings[name] = self.timings.get(name, 0.0) + took
+        return took
 
     def note(self, text: str) -> None:
         if not self.quiet:
             self.console.print(f"  {text}")
 
     def skipped(self, name: str, why: str) -> None:
-        self.timings[name] = 0.0
+        self.timings.setdefault(name, 0.0)
         if not self.quiet:
             self.console.print(f"[yellow]-[/] {name:<9} {why}")

@@ -26,11 +26,15 @@ DOCKERIGNORE = "*\n!site\n!app\n!model\n!mbuild.lock\n!bom.json\n!Dockerfile\n"
 def bundle_metadata(plan: BuildPlan) -> BundleMetadata:
     """metadata.json beside the engine: what /v1/metadata reports and what the container checks at start."""
     return BundleMetadata(
-        model=ModelInfo(repo=plan.model.repo, revision=plan.model.revision, sha=plan.model.sha,
-                        alias=plan.model.alias),
+        model=_info(plan.model),
         profile=ProfileInfo(id=plan.profile.id, name=plan.profile.name, engine=plan.profile.engine,
                             precision=plan.profile.precision, mode=plan.profile.mode),
-        image=plan.tag, plan_digest=plan.digest(), versions=dict(plan.tools), requires=plan.requires())
+        image=plan.tag, plan_digest=plan.digest(), versions=dict(plan.tools), requires=plan.requires(),
+        draft=_info(plan.draft.model) if plan.draft else None)
+
+
+def _info(ref: ModelRef) -> ModelInfo:
+    return ModelInfo(repo=ref.repo, revision=ref.revision, sha=ref.sha, alias=ref.alias)
 
 
 def bill_of_materials(plan: BuildPlan, site: Path) -> dict[str, Any]:
@@ -42,6 +46,7 @@ def bill_of_materials(plan: BuildPlan, site: Path) -> dict[str, Any]:
         "python_packages": installed_packages(site),
         "engine": {"name": plan.profile.engine, "profile": plan.profile.name, "precision": plan.profile.precision},
         "model": {"repo": plan.model.repo, "sha": plan.model.sha},
+        **({"draft_model": {"repo": plan.draft.model.repo, "sha": plan.draft.model.sha}} if plan.draft else {}),
         "build_tools": dict(plan.tools),
     }
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from builder.build import context as context_stage
 from builder.build import host_fit, reuse
 from builder.build.build_dir import claim as build_dir_claim
+from builder.build.draft import build_draft
 from builder.build.lock import write_lock
 from builder.build.plan_package import PackageOptions, plan_package
 from builder.engine import cache as engine_cache
@@ -80,6 +81,8 @@ def _build(opts: PackageOptions, plan: BuildPlan, build_dir: Path, reporter: Rep
         except OSError as exc:  # the build stands without the cache; only the next one is slower
             reporter.note(f"engine not cached: {exc}; point MBUILD_ENGINE_CACHE at a writable folder to reuse it")
     reporter.note(report.summary)
+    if plan.draft is not None and opts.draft:
+        build_draft(plan, opts.draft, opts.is_offline, work, engine_dir, reporter)
     with reporter.stage("context", "Dockerfile, runtime, packages"):
         write_lock(build_dir, plan, snapshot)
         context_stage.assemble(build_dir, plan, report)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.build.draft import plan_draft
 from builder.model.catalog import ModelFacts
 from builder.model.facts import model_facts
 from builder.model.hubcache import offline_requested
@@ -39,6 +40,7 @@ class PackageOptions:
     image_format: Format = "oci"
     push: str | None = None
     plan_only: bool = False
+    draft: str | None = None  # a speculative-decoding draft model built beside the target (builder/build/draft.py)
     force: bool = False  # build into a non-empty folder mbuild did not make (never deleting its files)
     failed_precisions: frozenset[str] = frozenset()  # failed the gate on this model: choose another
 
@@ -91,10 +93,17 @@ def plan_package(opts: PackageOptions, reporter: Reporter, *, for_plan_only: boo
     chosen = [require_selection(f.selection, f.target, ref.repo, asked) for f in found_all]
     engines = tuple(EngineTarget(f.target.gpu.model, f.target.gpu.compute_capability, c.profile)
                     for f, c in zip(found_all, chosen, strict=True) if f.target.gpu is not None)
+    draft = None
+    if opts.draft:
+        with reporter.stage("resolve", f"draft model {parse_model_ref(opts.draft).display()}"):
+            draft = plan_draft(opts.draft, chosen[0].profile, opts.is_offline, for_plan_only=for_plan_only)
     plan = make_plan(ref, facts, found.target, chosen[0].profile, chosen[0].need, found.selection.why,
-                     image_name=opts.name, version=opts.version, base_image=opts.base_image, engines=engines)
+                     image_name=opts.name, version=opts.version, base_image=opts.base_image, engines=engines,
+                     draft=draft)
     pinned = f"@ {ref.sha[:12]}" if ref.sha else f"@ {ref.revision} (unpinned)"
-    reporter.note(f"model {ref.repo} {pinned} ({facts.task}); profile {chosen[0].profile.name}; image {plan.tag}")
+    drafting = f"; draft {draft.model.repo}" if draft else ""
+    reporter.note(f"model {ref.repo} {pinned} ({facts.task}){drafting}; profile {chosen[0].profile.name}; "
+                  f"image {plan.tag}")
     return plan
 
 

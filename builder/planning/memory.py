@@ -55,6 +55,15 @@ class MemoryNeed:
     def as_dict(self) -> dict[str, float]:
         return {k: round(v, 2) for k, v in self.__dict__.items()}
 
+    def with_draft(self, draft: MemoryNeed) -> MemoryNeed:
+        """This need with a draft model's served beside it (its weights and KV cache; the serving processes and
+        headroom once) and built after it (the larger build's RAM; both engines' disk)."""
+        held = draft.weights_gb + draft.kv_cache_gb
+        return MemoryNeed(self.weights_gb + draft.weights_gb, self.kv_cache_gb + draft.kv_cache_gb,
+                          self.overhead_gb, self.per_device_gb + held, self.start_gb + held,
+                          max(self.build_gb, draft.build_gb), self.build_disk_gb + draft.build_disk_gb,
+                          self.decode_read_gb, self.kv_window_gb + draft.kv_window_gb)
+
 
 def kv_bytes_per_value(profile: Profile) -> float:
     if profile.device == "cpu":

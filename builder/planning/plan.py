@@ -32,6 +32,15 @@ class EngineTarget:
     profile: Profile
 
 
+@dataclass(frozen=True)
+class DraftPlan:
+    """A speculative-decoding draft model built beside the target (builder/build/draft.py), with its own need."""
+
+    model: ModelRef
+    facts: ModelFacts
+    need: MemoryNeed
+
+
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMAGE_NAME = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 DEPLOY_LABEL = "dev.mbuild.deploy"  # the image's copy of deploy_summary()
@@ -53,6 +62,7 @@ class BuildPlan:
     templates: str
     tools: tuple[tuple[str, str], ...]
     engines: tuple[EngineTarget, ...] = ()  # GPU builds: one per target GPU model; empty on CPUs
+    draft: DraftPlan | None = None  # need is then the target's with the draft's (MemoryNeed.with_draft)
 
     @property
     def task(self) -> Task:
@@ -62,10 +72,11 @@ class BuildPlan:
         """Everything that decides the build's output; the digest is taken over this.
 
         The target is not here: it only chose the profile, and the profile (which names its
-        hardware) is. Two hosts that pick the same profile make the same build."""
+        hardware) is. Two hosts that pick the same profile make the same build. A draft model is, when there is
+        one (and only then, so a plan without one keeps its digest)."""
         return {
-            "model": {"repo": self.model.repo, "revision": self.model.revision if self.model.sha is None else None,
-                      "sha": self.model.sha, "files": list(self.model.files)},
+            "model": _model_inputs(self.model),
+            **({"draft": _model_inputs(self.draft.model)} if self.draft else {}),
             "task": self.task,
             "profile": {"id": self.profile.id, "name": self.profile.name},
             "engines": [{"compute_capability": e.compute_capability, "profile": e.profile.id} for e in self.engines],
@@ -119,6 +130,8 @@ class BuildPlan:
             **inputs,
             "model": {**inputs["model"], "revision": self.model.revision, "alias": self.model.alias,
                       "resolved": self.model.sha is not None, "note": self.model.note},
+            **({"draft": {**inputs["draft"], "facts": self.draft.facts.model_dump(mode="json"),
+                          "memory": self.draft.need.as_dict()}} if self.draft else {}),
             "facts": self.facts.model_dump(mode="json"),
             "target": self.target.as_dict(),
             "profile": {"id": self.profile.id, "name": self.profile.name, "why": list(self.why),
@@ -126,6 +139,11 @@ class BuildPlan:
             "memory": self.need.as_dict(),
             "requires": self.requires().to_dict(),
         }
+
+
+def _model_inputs(ref: ModelRef) -> dict[str, Any]:
+    return {"repo": ref.repo, "revision": ref.revision if ref.sha is None else None, "sha": ref.sha,
+            "files": list(ref.files)}
 
 
 def default_image_name(ref: ModelRef) -> str:
@@ -150,9 +168,11 @@ def check_version(version: str) -> str:
 
 def make_plan(ref: ModelRef, facts: ModelFacts, target: Target, profile: Profile, need: MemoryNeed,
               why: tuple[str, ...], *, image_name: str | None, version: str | None,
-              base_image: str | None, engines: tuple[EngineTarget, ...] = ()) -> BuildPlan:
+              base_image: str | None, engines: tuple[EngineTarget, ...] = (),
+              draft: DraftPlan | None = None) -> BuildPlan:
     return BuildPlan(
-        model=ref, facts=facts, target=target, profile=profile, need=need, why=why,
+        model=ref, facts=facts, target=target, profile=profile, need=need.with_draft(draft.need) if draft else need,
+        why=why,
         image_name=check_image_name(image_name) if image_name else default_image_name(ref),
         explicit_version=check_version(version) if version is not None else None,
         base_image=base_image or profile.base_image,
@@ -162,4 +182,5 @@ def make_plan(ref: ModelRef, facts: ModelFacts, target: Target, profile: Profile
         templates=tree_digest(resource_dir("templates"), exclude=("__pycache__", "helm")),
         tools=tuple(sorted(tool_versions().items())),
         engines=engines,
+        draft=draft,
     )

@@ -28,7 +28,7 @@ from runtimes.generation.plan import SlotPlan, StepPlan
 from runtimes.generation.prefix_cache import PrefixCache
 from runtimes.generation.requests import Event, FinishReason, Request, Row
 from runtimes.generation.sampling import SamplerState, next_token
-from runtimes.generation.speculative import RowSpeculation, Speculation, choose, propose
+from runtimes.generation.speculative import RowSpeculation, Speculation, best_k, choose, propose
 from runtimes.metrics import Metrics
 
 log = logging.getLogger("mbuild.runtime")
@@ -110,6 +110,9 @@ class Batch:
                      for slot in wants}
             hopeful = [row for row in hopeful if found[row.slot]]
             wants = {slot: len(made) for slot, made in found.items() if made}
+        else:
+            wants = {row.slot: best_k(row.speculation, wants[row.slot], self.draft.pass_cost)
+                     for row in hopeful if row.speculation is not None}
         candidates = [(row.speculation.expected_tokens(wants[row.slot]), wants[row.slot])
                       for row in hopeful if row.speculation is not None]
         picked = choose(candidates, len(rows) - len(hopeful), self.draft.pass_cost if self.draft else 0.0)

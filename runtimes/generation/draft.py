@@ -97,6 +97,11 @@ def step_seconds(engine: StepEngine, slot: int = 0) -> float:
     return statistics.median(times)
 
 
+def draft_cost(draft: StepEngine, target: StepEngine) -> float:
+    """A draft step's time as a fraction of a target step's, measured here (threads, cache and core decide it)."""
+    return step_seconds(draft) / step_seconds(target)
+
+
 def open_draft(folder: Path, target: DecoderEngine, threads: int) -> DraftModel:
     """The draft engine in `folder` beside the target: the same vocabulary and slots, priced against it."""
     config = load_engine_config(folder)
@@ -109,6 +114,6 @@ def open_draft(folder: Path, target: DecoderEngine, threads: int) -> DraftModel:
         raise BundleError(f"the draft model in {folder} is not an in-place ONNX Runtime engine; rebuild it")
     engine.warm_up()
     target.warm_up()
-    cost = step_seconds(engine) / step_seconds(target)
+    cost = draft_cost(engine, target)
     log.info("draft model: a step costs %.2f of the target's", cost)
     return DraftModel(engine, engine.context, cost)

@@ -86,6 +86,12 @@ def run_cost(rows: int, width: int) -> float:
     return 1 + rows * width / PASS_TOKENS
 
 
+def best_k(spec: RowSpeculation, most: int, draft_pass: float) -> int:
+    """The drafts (1..most) a draft model should make for a row: the most expected tokens per unit of cost, alone
+    (each draft costs a draft step, so at middling acceptance fewer are cheaper per token)."""
+    return max(range(1, most + 1), key=lambda k: spec.expected_tokens(k) / (run_cost(1, 1 + k) + draft_pass * k))
+
+
 def choose(candidates: Sequence[tuple[float, int]], plain: int, draft_pass: float = 0.0) -> set[int]:
     """Which candidates (expected tokens, drafts k) speculate beside `plain` rows that cannot: greedily, by expected
     tokens, each while the step's expected tokens per unit of cost rise. The rest decode in one run. draft_pass: a

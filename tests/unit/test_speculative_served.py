@@ -29,22 +29,26 @@ def _answers(client: Any, prompts: list[str], n: int) -> tuple[list[list[str]], 
     return tokens, data.get("timings", {})
 
 
-@pytest.mark.parametrize("batch", [1, 3])
-def test_greedy_answers_are_the_same_with_speculation_on(tiny_llm_build: Path, batch: int) -> None:
-    model = tiny_llm_build / "model"
-    with serving(model, served_name="tiny", max_batch=batch) as off_client:
+def same_greedy_answers(model: Path, batch: int, **on: Any) -> tuple[int, int]:
+    """Every prompt alone, then all with n=2, then the first again (a prefix-cache hit), served with speculation
+    off and with `on`'s settings: the answers must be the same; returns (drafted, accepted) with it on."""
+    with serving(model, served_name="tiny", max_batch=batch, speculative="off") as off_client:
         off = [_answers(off_client, [p], 1)[0] for p in PROMPTS] + [_answers(off_client, PROMPTS, 2)[0]]
-    with serving(model, served_name="tiny", max_batch=batch, speculative="ngram") as client:
-        on, timings = [], []
+    with serving(model, served_name="tiny", max_batch=batch, **on) as client:
+        answers, timings = [], []
         for prompts, n in [([p], 1) for p in PROMPTS] + [(PROMPTS, 2)]:
             tokens, counts = _answers(client, prompts, n)
-            on.append(tokens)
+            answers.append(tokens)
             timings.append(counts)
         again, counts = _answers(client, [PROMPTS[0]], 1)  # its prompt's blocks come from the prefix cache
         metrics = client.get("/v1/metrics").text
-    assert on == off and again == off[0]
+    assert answers == off and again == off[0]
     assert "mbuild_prefix_cache_hits_total 0" not in metrics
-    drafted = sum(t["draft_n"] for t in [*timings, counts])
-    accepted = sum(t["draft_n_accepted"] for t in [*timings, counts])
+    return sum(t["draft_n"] for t in [*timings, counts]), sum(t["draft_n_accepted"] for t in [*timings, counts])
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_greedy_answers_are_the_same_with_speculation_on(tiny_llm_build: Path, batch: int) -> None:
+    drafted, accepted = same_greedy_answers(tiny_llm_build / "model", batch, speculative="ngram")
     print(f"batch {batch}: {accepted} of {drafted} drafts accepted")
     assert 0 < accepted < drafted

@@ -1,0 +1,93 @@
+"""A draft model, end to end: `mbuild package TARGET --draft DRAFT` builds both engines through the real pipeline
+(export, int8, each gated), the bundle names the draft, and the server drafts with it by default.
+
+The target is the tiny Llama trained on a short text (tests/support/tiny_models.py); the draft is the same shape
+with the same tokenizer, trained less from another seed, so it agrees with the target often but not always. With
+the draft on, every greedy answer must equal speculation off token for token, alone and several at once, with a
+prefix-cache hit; its drafts must have been both accepted and refused. A draft that does not speak the target's
+tokens, or is no language model, is refused with a clear error before anything is built for it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builder.build.pipeline import package
+from builder.build.plan_package import PackageOptions
+from builder.errors import InputError
+from builder.progress import Reporter
+from runtimes.bundle import BundleError, load_engine_config, load_metadata
+from runtimes.bundle.metadata import DRAFT_DIR, METADATA_FILE
+from runtimes.generation import draft as draft_module
+from runtimes.generation.runtime import GenerationRuntime
+from runtimes.metrics import Metrics
+from runtimes.settings import Settings
+from tests.support.tiny_models import make_tiny_llama
+from tests.unit.test_speculative_served import same_greedy_answers
+
+
+@pytest.fixture(scope="module")
+def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-draft"), train_steps=40, seed=1)
+
+
+@pytest.fixture(scope="module")
+def drafted_build(tiny_llama: Path, tiny_draft: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("drafted-build")
+    package(PackageOptions(model=str(tiny_llama), output=out, backend="none", draft=str(tiny_draft)),
+            Reporter(quiet=True))
+    return out
+
+
+def test_the_bundle_carries_the_gated_draft_and_the_plan_its_memory(drafted_build: Path, tiny_draft: Path) -> None:
+    model = drafted_build / "model"
+    metadata = json.loads((model / METADATA_FILE).read_text())
+    assert metadata["draft"]["repo"] == f"local/{tiny_draft.name}"
+    report = json.loads((model / DRAFT_DIR / "report.json").read_text())
+    assert report["passed"] is True
+    assert json.loads((model / DRAFT_DIR / "engine.json").read_text())["precision"] == "int8"
+    plan = json.loads((drafted_build / "plan.json").read_text())
+    alone = plan["draft"]["memory"]
+    assert alone["kv_cache_gb"] > 0 and plan["memory"]["kv_cache_gb"] > alone["kv_cache_gb"]
+    assert plan["draft"]["repo"] == metadata["draft"]["repo"]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_greedy_answers_are_the_same_with_the_draft_on(drafted_build: Path, batch: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # At this size a step is ONNX Runtime's call overhead (~65 us measured for either model), so the draft costs
+    # what the target does and the server rightly never uses it; priced as a draft a tenth of its target's cost,
+    # which is what this test needs to run drafts through the real graphs.
+    monkeypatch.setattr(draft_module, "draft_cost", lambda draft, target: 0.1)
+    drafted, accepted = same_greedy_answers(drafted_build / "model", batch)  # auto: the bundle's draft
+    print(f"batch {batch}: {accepted} of {drafted} draft-model drafts accepted")
+    assert 0 < accepted < drafted
+
+
+def test_a_server_told_to_draft_without_a_draft_model_fails_with_what_to_do(tiny_llm_build: Path) -> None:
+    model = tiny_llm_build / "model"
+    with pytest.raises(BundleError, match=r"carries no draft model.*--draft"):
+        GenerationRuntime.load(model, load_engine_config(model), Settings(model_dir=model, speculative="draft"),
+                               Metrics(), load_metadata(model))
+
+
+def test_a_draft_with_another_tokenizer_or_task_is_refused(tiny_llama: Path, tiny_draft: Path,
+                                                           tiny_encoder: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other-tokens"
+    shutil.copytree(tiny_draft, other)
+    tokenizer = json.loads((other / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    first, second = sorted(vocab, key=vocab.get)[100:102]
+    vocab[first], vocab[second] = vocab[second], vocab[first]  # two tokens' ids swapped: same size, other ids
+    (other / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(InputError, match="tokenizer is not the target's") as refused:
+        package(PackageOptions(model=str(tiny_llama), output=tmp_path / "a", backend="none", draft=str(other)),
+                Reporter(quiet=True))
+    assert refused.value.exit_code == 2 and not (tmp_path / "a" / "model" / DRAFT_DIR / "model.onnx").exists()
+    with pytest.raises(InputError, match="a draft model is a language model"):
+        package(PackageOptions(model=str(tiny_llama), output=tmp_path / "b", backend="none",
+                               draft=str(tiny_encoder)), Reporter(quiet=True))
