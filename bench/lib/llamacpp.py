@@ -207,3 +207,10 @@ def ngram_flags(drafts: int, lookup: int) -> list[str]:
     earlier occurrence of the sequence's last `lookup` tokens (common/ngram-map.cpp), in every slot of a batch."""
     return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(lookup),
             "--spec-ngram-simple-size-m", str(drafts)]
+
+
+def draft_flags(draft: Path, drafts: int) -> list[str]:
+    """llama-server's draft-model speculation (draft-simple): `draft` (a GGUF) proposes up to `drafts` tokens a
+    step, on one thread; a p-min of 0 drafts whatever the draft's confidence (mbuild has no such floor)."""
+    return ["--spec-type", "draft-simple", "-md", str(draft), "--spec-draft-n-max", str(drafts),
+            "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-td", "1", "-tbd", "1"]

@@ -44,17 +44,19 @@ BUILD_RECORD = "bench-build.json"  # beside a bundle: its build's wall time and 
 
 
 def build_mbuild(model: str | Path, out: Path, env: dict[str, str] | None = None,
-                 precision: str | None = "fp32") -> Path:
+                 precision: str | None = "fp32", draft: Path | None = None) -> Path:
     """mbuild's own pipeline on CPU (the gate included), stopping at the build context; precision None: the
-    profile mbuild picks by default, what a user gets. A build left by other mbuild sources is redone. The build
-    runs under the memory sampler; its summary (wall time, peak RSS, the stage at the peak) is kept in
-    out/BUILD_RECORD, a failed one's too."""
+    profile mbuild picks by default, what a user gets; draft: `--draft` that model. A build left by other mbuild
+    sources is redone. The build runs under the memory sampler; its summary (wall time, peak RSS, the stage at the
+    peak) is kept in out/BUILD_RECORD, a failed one's too."""
     stamp = out / "bench-source.txt"
     if out.is_dir() and not (stamp.is_file() and stamp.read_text() == source_hash()):
         shutil.rmtree(out)
     if not (out / "model" / "engine.json").is_file():
         chosen = ["--precision", precision] if precision else []
-        command = [*MBUILD, "package", str(model), "--backend", "none", "--gpu", "cpu", *chosen, "--output", str(out)]
+        drafting = ["--draft", str(draft)] if draft else []
+        command = [*MBUILD, "package", str(model), "--backend", "none", "--gpu", "cpu", *chosen, *drafting,
+                   "--output", str(out)]
         run = run_sampled(command, {**os.environ, **(env or {})})
         out.mkdir(parents=True, exist_ok=True)
         (out / BUILD_RECORD).write_text(json.dumps(run.summary(), indent=2) + "\n")
@@ -98,10 +100,15 @@ def minilm_home(work: Path) -> dict[str, str]:
     return env
 
 
-def try_build(model: Path, work: Path, precision: str, env: dict[str, str] | None = None) -> Path | str:
+def _named(model: Path, precision: str, draft: Path | None) -> str:
+    return f"mbuild-{model.name}-{precision}" + (f"+draft-{draft.name}" if draft else "")
+
+
+def try_build(model: Path, work: Path, precision: str, env: dict[str, str] | None = None,
+              draft: Path | None = None) -> Path | str:
     """The bundle folder, or why it did not build (a failed build is remembered for this source version)."""
-    out = work / f"mbuild-{model.name}-{precision}-{source_hash()}"
-    for stale in work.glob(f"mbuild-{model.name}-{precision}-*"):
+    out = work / f"{_named(model, precision, draft)}-{source_hash()}"
+    for stale in work.glob(f"{_named(model, precision, draft)}-*"):
         if stale != out:
             shutil.rmtree(stale)
     failed = out / "build-failed.txt"
@@ -110,7 +117,7 @@ def try_build(model: Path, work: Path, precision: str, env: dict[str, str] | Non
     if out.is_dir() and not (out / "report.json").is_file():  # an interrupted build: start again
         shutil.rmtree(out)
     try:
-        return build_mbuild(model, out, env, precision=precision).parent
+        return build_mbuild(model, out, env, precision=precision, draft=draft).parent
     except subprocess.CalledProcessError as error:
         lines = [line for line in (error.stderr or b"").decode(errors="replace").splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("error")]
@@ -120,12 +127,12 @@ def try_build(model: Path, work: Path, precision: str, env: dict[str, str] | Non
         return reason
 
 
-def build_or_engine(model: Path, work: Path, precision: str,
-                    env: dict[str, str] | None = None) -> tuple[Path | str, str | None]:
+def build_or_engine(model: Path, work: Path, precision: str, env: dict[str, str] | None = None,
+                    draft: Path | None = None) -> tuple[Path | str, str | None]:
     """The bundle, or why it did not build; when only its gate failed, the engine it built (served with
     --allow-failed-gate) and the gate's summary."""
-    build = try_build(model, work, precision, env)
-    engine = work / f"mbuild-{model.name}-{precision}-{source_hash()}"
+    build = try_build(model, work, precision, env, draft)
+    engine = work / f"{_named(model, precision, draft)}-{source_hash()}"
     gate = engine / "report.json"
     if isinstance(build, str) and gate.is_file() and (engine / "model" / "engine.json").is_file():
         return engine, str(json.loads(gate.read_text())["summary"])

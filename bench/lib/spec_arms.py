@@ -1,5 +1,6 @@
-"""The speculative decoding benchmark's four servers and their runs: mbuild without and with n-gram speculation,
-llama.cpp's llama-server without and with its own, all up on one pinned core, measured one at a time with their
+"""The speculative decoding benchmark's four servers and their runs: mbuild without and with speculation (n-gram
+lookup, or its bundle's draft model), llama.cpp's llama-server without and with its own (the same method; its
+`-md` draft model a GGUF of the same checkpoint), all up on one pinned core, measured one at a time with their
 cases interleaved, and the checks on the way (each server's greedy output against the analytic continuation;
 mbuild's Prometheus draft counters against the per-response timings).
 
@@ -27,8 +28,6 @@ from bench.lib.llm_peer_checks import Texts
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
 from bench.lib.spec_prompts import DRAFTS, LOOKUP_MAX, LOOKUP_MIN, NEW_TOKENS, Kind, prompts
 
-MBUILD_ARMS = ("mbuild off", "mbuild ngram")
-LLAMA_ARMS = ("llama.cpp off", "llama.cpp ngram")
 COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
             "vllm:spec_decode_num_accepted_tokens_total")
 Prompt = tuple[list[int], list[int]]  # (prompt ids, expected continuation)
@@ -40,6 +39,7 @@ class Plan:
     """What a run measures: prompt kinds, concurrencies, requests at c=1 (one after another), rounds."""
 
     kinds: tuple[Kind, ...]
+    method: str = "ngram"  # or "draft": what the speculating arms do
     concurrency: tuple[int, ...] = (1, 4, 16)
     sequential: int = 4
     repeats: int = 3
@@ -48,9 +48,13 @@ class Plan:
     def count(self, concurrency: int) -> int:
         return self.sequential if concurrency == 1 else concurrency
 
+    def arms(self, server: str) -> tuple[str, str]:
+        return f"{server} off", f"{server} {self.method}"
+
 
 def mbuild_env(method: str) -> dict[str, str]:
-    """mbuild's server settings for an arm: one thread, speculation `method` (off or ngram), the lookup's sizes."""
+    """mbuild's server settings for an arm: one thread, speculation `method` (off, ngram or draft), the drafts' most
+    and the lookup's sizes."""
     return {"MBUILD_THREADS": "1", "MBUILD_SPECULATIVE": method, "MBUILD_NUM_SPECULATIVE_TOKENS": str(DRAFTS),
             "MBUILD_PROMPT_LOOKUP_MIN": str(LOOKUP_MIN), "MBUILD_PROMPT_LOOKUP_MAX": str(LOOKUP_MAX)}
 
@@ -116,33 +120,52 @@ def counters(base: str) -> dict[str, float]:
     return found
 
 
-def _servers(stack: ExitStack, build: Path | str, gguf: Path | None, context: int,
-             ungated: bool) -> tuple[dict[str, str], dict[str, str]]:
+@dataclass(frozen=True)
+class Peers:
+    """What the arms serve: mbuild's bundle (or why it did not build), llama.cpp's GGUF and, for draft arms, its
+    draft model's GGUF."""
+
+    build: Path | str
+    gguf: Path | None
+    context: int
+    ungated: bool
+    draft_gguf: Path | None = None
+
+
+def _llama_flags(plan: Plan, peers: Peers) -> list[str]:
+    if plan.method == "ngram":
+        return llamacpp.ngram_flags(DRAFTS, LOOKUP_MIN)
+    assert peers.draft_gguf is not None
+    return llamacpp.draft_flags(peers.draft_gguf, DRAFTS)
+
+
+def _servers(stack: ExitStack, plan: Plan, peers: Peers) -> tuple[dict[str, str], dict[str, str]]:
     """The arms' completion URLs and base URLs, their servers started on the servers' core."""
     core = {min(split_cores()[1])}
     bases = {}
+    build, gguf, context, ungated = peers.build, peers.gguf, peers.context, peers.ungated
     if isinstance(build, Path):
-        for arm in MBUILD_ARMS:
+        for arm in plan.arms("mbuild"):
             port = free_port()
             command = mbuild_serve(build, port) + (["--allow-failed-gate"] if ungated else [])
             stack.enter_context(server(command, "/v1/health/ready", port, mbuild_env(arm.split()[1]), cpus=core))
             bases[arm] = f"http://{HOST}:{port}"
     if gguf is not None:
-        for arm in LLAMA_ARMS:
+        for arm in plan.arms("llama.cpp"):
             port = free_port()
-            flags = llamacpp.ngram_flags(DRAFTS, LOOKUP_MIN) if arm.endswith("ngram") else []
+            flags = _llama_flags(plan, peers) if arm.endswith(plan.method) else []
             stack.enter_context(server([*llamacpp.serve(gguf, port, context), *flags], "/health", port, cpus=core))
             bases[arm] = f"http://{HOST}:{port}"
     return {arm: f"{base}/v1/completions" for arm, base in bases.items()}, bases
 
 
-def measure(plan: Plan, build: Path | str, gguf: Path | None, context: int, ungated: bool, texts: Texts,
-            order: np.ndarray, results: dict[str, Any], seed: int = 0) -> None:
+def measure(plan: Plan, peers: Peers, texts: Texts, order: np.ndarray, results: dict[str, Any],
+            seed: int = 0) -> None:
     """Up every arm that built (mbuild's two from one build, llama.cpp's two from one GGUF); warm each with a wave at
     the top concurrency, check each follows the analytic continuation on every kind, then the interleaved rounds."""
     check = seed + CHECK_SEED
     with ExitStack() as stack:
-        urls, bases = _servers(stack, build, gguf, context, ungated)
+        urls, bases = _servers(stack, plan, peers)
         served = served_name(int(bases["mbuild off"].rsplit(":", 1)[1])) if "mbuild off" in bases else ""
         stack.enter_context(pinned(split_cores()[0]))
         for arm, url in urls.items():
@@ -154,13 +177,14 @@ def measure(plan: Plan, build: Path | str, gguf: Path | None, context: int, unga
             warmed = run_case(url, iter([warm]), top, [], plan.run_seconds)
             print(f"  warm-up {arm} c={top}: {warmed:.1f} tokens/s; follows the analytic continuation: "
                   + ", ".join(f"{k} {n}/{NEW_TOKENS}" for k, n in results["follows"][arm].items()), flush=True)
-        before = counters(bases["mbuild ngram"]) if "mbuild ngram" in bases else {}
+        speculating = plan.arms("mbuild")[1]
+        before = counters(bases[speculating]) if speculating in bases else {}
         runs: dict[str, list[dict[str, float]]] = {}
         interleave(cases(plan, urls, served, order, runs, seed), plan.repeats)
         results["runs"].update(runs)
         if before:
-            after = counters(bases["mbuild ngram"])
-            mine = [r for name, rounds in runs.items() if " mbuild ngram " in name for r in rounds]
+            after = counters(bases[speculating])
+            mine = [r for name, rounds in runs.items() if f" {speculating} " in name for r in rounds]
             results["metrics"] = {
                 "counters": {name: after[name] - before[name] for name in COUNTERS},
                 "timings": {"draft_n": sum(r["draft_n"] for r in mine),

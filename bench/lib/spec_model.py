@@ -10,6 +10,11 @@ one leads by ~sqrt(hidden) standard deviations (27 at hidden 640, 11 at 128) and
 f(t) whatever came before. Attention and the MLP still run at full cost, so a decode step costs what a real model of
 the shape costs.
 
+A draft model for it (make_agreeing_llama with `error`): the same construction, usually smaller, whose successor
+function is f except on a random share `error` of the text cycle's tokens, where it skips one (f(f(t))): a draft
+after such a token is wrong, so a draft's acceptance is about 1 - error. Its successor is saved beside it
+(`successor_path`) for the replay.
+
 f is one long cycle through the tokens that stream text on their own (bench.lib.llm_peer_checks.Texts.silent's
 complement, ~31,700 of the Llama SPM vocabulary's 32,000) and another through the rest (special tokens, byte pieces),
 which no prompt reaches: a server asked for ignore_eos bans EOS (llama.cpp does), and one holds back byte pieces
@@ -40,6 +45,10 @@ def order_path(folder: Path) -> Path:
     return folder.with_name(f"{folder.name}-cycle.npy")
 
 
+def successor_path(folder: Path) -> Path:
+    return folder.with_name(f"{folder.name}-successor.npy")
+
+
 def cycles(vocab: int, silent: set[int], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(successor, order): f as an array (successor[t] = f(t)), one cycle through the tokens not in `silent` in a
     random order (returned as `order`), another through `silent`."""
@@ -50,6 +59,15 @@ def cycles(vocab: int, silent: set[int], seed: int = 0) -> tuple[np.ndarray, np.
     for ring in (order, rest):
         successor[ring] = np.roll(ring, -1)
     return successor, order
+
+
+def with_errors(successor: np.ndarray, order: np.ndarray, error: float, seed: int) -> np.ndarray:
+    """A draft's successor function: f, except that after a random share `error` of the text cycle's tokens it
+    skips one (f(f(t))), so a draft there is wrong."""
+    drafted = successor.copy()
+    wrong = order[np.random.default_rng(seed).random(order.size) < error]
+    drafted[wrong] = successor[successor[wrong]]
+    return drafted
 
 
 def agreeing_weights(config: LlamaConfig, successor: np.ndarray, seed: int) -> dict[str, torch.Tensor]:
@@ -71,9 +89,11 @@ def agreeing_weights(config: LlamaConfig, successor: np.ndarray, seed: int) -> d
     return tensors
 
 
-def make_agreeing_llama(folder: Path, shape: dict[str, Any], gguf_vocab: Path, seed: int = 0) -> Path:
+def make_agreeing_llama(folder: Path, shape: dict[str, Any], gguf_vocab: Path, seed: int = 0,
+                        error: float = 0.0) -> Path:
     """The model of `shape` (an untied Llama shape) with the Llama SPM tokenizer, bf16 safetensors in `folder`, its
-    cycle's order in order_path(folder); made once (config.json, written last, marks a finished folder)."""
+    cycle's order in order_path(folder), its successor function in successor_path(folder); made once (config.json,
+    written last, marks a finished folder). error > 0: a draft for seed's model, wrong after that share of tokens."""
     if (folder / "config.json").is_file() and order_path(folder).is_file():
         return folder
     if shape.get("tie_word_embeddings", True):
@@ -82,17 +102,24 @@ def make_agreeing_llama(folder: Path, shape: dict[str, Any], gguf_vocab: Path, s
     save_spm_tokenizer(folder, gguf_vocab)
     silent = {int(token) for token in Texts(folder).silent(limit=VOCAB)}
     successor, order = cycles(VOCAB, silent, seed)
+    if error:
+        successor = with_errors(successor, order, error, seed + 1)
     config = LlamaConfig(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, architectures=["LlamaForCausalLM"],
                          dtype="bfloat16", **shape)
     save_file(agreeing_weights(config, successor, seed), folder / "model.safetensors", metadata={"format": "pt"})
     GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
     np.save(order_path(folder), order)
+    np.save(successor_path(folder), successor)
     config.save_pretrained(folder)
     return folder
 
 
 def load_order(folder: Path) -> np.ndarray:
     return np.asarray(np.load(order_path(folder)), np.int64)
+
+
+def load_successor(folder: Path) -> np.ndarray:
+    return np.asarray(np.load(successor_path(folder)), np.int64)
 
 
 def margin(folder: Path, samples: int = 512, seed: int = 1) -> dict[str, float]:

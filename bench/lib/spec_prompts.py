@@ -14,6 +14,7 @@ tokens would see, against which both servers' measured acceptance reads.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ CHAIN = 60  # chain tokens in a prompt, before the repeated t0
 PROMPT_TOKENS = CHAIN + 2  # BOS, the chain, t0 again (open: BOS and CHAIN + 1 tokens)
 NEW_TOKENS = 64
 DRAFTS, LOOKUP_MIN, LOOKUP_MAX = 4, 2, 4  # both servers' settings: drafts a verify row, n-gram sizes looked up
+Proposer = Callable[[list[int], int], tuple[int, ...]]  # (the sequence, k) -> up to k drafts
 FAR = 200  # replacement and open-prompt tokens lie at least this far along the cycle from the chain
 
 
@@ -82,10 +84,25 @@ def prompts(kind: Kind, order: np.ndarray, count: int, seed: int) -> list[tuple[
 def lookup(ids: list[int], expected: list[int], drafts: int = DRAFTS) -> dict[str, int]:
     """Replay greedy decoding of `expected` after `ids` with prompt lookup drafting up to `drafts` tokens a step (fewer
     where fewer remain, as both servers cap a draft by the tokens left): verify steps, drafted and accepted tokens."""
+    return replay(ids, expected, lambda sequence, k: propose(sequence, k, LOOKUP_MIN, LOOKUP_MAX), drafts)
+
+
+def chained(successor: np.ndarray) -> Proposer:
+    """A draft model's proposals, replayed: its successor function chained from the sequence's last token."""
+    def proposer(sequence: list[int], k: int) -> tuple[int, ...]:
+        made = [sequence[-1]]
+        for _ in range(k):
+            made.append(int(successor[made[-1]]))
+        return tuple(made[1:])
+    return proposer
+
+
+def replay(ids: list[int], expected: list[int], proposer: Proposer, drafts: int = DRAFTS) -> dict[str, int]:
+    """Greedy decoding of `expected` after `ids`, `proposer` drafting up to `drafts` tokens a step."""
     sequence, made = list(ids), 0
     steps = drafted = accepted = 0
     while made < len(expected):
-        proposal = propose(sequence, min(drafts, len(expected) - made - 1), LOOKUP_MIN, LOOKUP_MAX)
+        proposal = proposer(sequence, min(drafts, len(expected) - made - 1))
         right = next((i for i, token in enumerate(proposal) if token != expected[made + i]), len(proposal))
         if proposal:
             steps, drafted, accepted = steps + 1, drafted + len(proposal), accepted + right

@@ -1,6 +1,7 @@
-"""The speculative decoding benchmark's report: docs/benchmarks/speculative.{json,md,png} from
-bench/scenarios/speculative.py's runs. Every speedup is a ratio of medians of total output tokens/s in the same run,
-shown beside the acceptance (accepted / drafted tokens, summed over the rounds) the speculating arm reported."""
+"""The speculative decoding benchmark's report: docs/benchmarks/speculative.{json,md,png} (n-gram lookup) or
+speculative_draft.{json,md,png} (a draft model) from bench/scenarios/speculative.py's runs. Every speedup is a ratio
+of medians of total output tokens/s in the same run, shown beside the acceptance (accepted / drafted tokens, summed
+over the rounds) the speculating arm reported."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from bench.lib.spec_arms import Plan
 from bench.lib.spec_prompts import DRAFTS, LOOKUP_MAX, LOOKUP_MIN, NEW_TOKENS, PROMPT_TOKENS
 
 METRICS = ("total_tok_s", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms")
-# done-when: at c=1 where mbuild's acceptance >= ACCEPTED, mbuild ngram / off and / llama.cpp ngram at least these;
-# at the top concurrency, mbuild ngram / off at least TOP_FLOOR on every kind
+# done-when: at c=1 where mbuild's acceptance >= ACCEPTED, mbuild on / off and / llama.cpp on at least these (on: the
+# method measured, n-gram or a draft model); at the top concurrency, mbuild on / off at least TOP_FLOOR on every kind
 ACCEPTED, C1_SPEEDUP, C1_PEER, TOP_FLOOR = 0.7, 1.8, 1.2, 0.95
 
 
@@ -39,18 +40,18 @@ def _ratio(results: dict[str, Any], ours: str, theirs: str) -> float | None:
 
 
 def speedups(results: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
-    """One row per (kind, c): each server's ngram / off and its acceptance, and mbuild ngram / llama.cpp ngram."""
+    """One row per (kind, c): each server's on / off and its acceptance, and mbuild on / llama.cpp on."""
     rows = []
     for kind in plan.kinds:
         for c in plan.concurrency:
             row: dict[str, Any] = {"kind": kind.key, "concurrency": c}
             for server in ("mbuild", "llama.cpp"):
-                on = f"{kind.key} {server} ngram c={c}"
+                on = f"{kind.key} {server} {plan.method} c={c}"
                 acceptance, per_token = _acceptance(results, on)
                 row[server] = {"speedup": _ratio(results, on, f"{kind.key} {server} off c={c}"),
                                "acceptance": acceptance, "drafted_per_token": per_token}
-            row["mbuild_over_llama"] = _ratio(results, f"{kind.key} mbuild ngram c={c}",
-                                              f"{kind.key} llama.cpp ngram c={c}")
+            row["mbuild_over_llama"] = _ratio(results, f"{kind.key} mbuild {plan.method} c={c}",
+                                              f"{kind.key} llama.cpp {plan.method} c={c}")
             row["mbuild_over_llama_off"] = _ratio(results, f"{kind.key} mbuild off c={c}",
                                                   f"{kind.key} llama.cpp off c={c}")
             rows.append(row)
@@ -61,9 +62,9 @@ def _x(value: float | None, digits: int = 2, unit: str = "x") -> str:
     return "-" if value is None else f"{value:.{digits}f}{unit}"
 
 
-def summary_table(rows: list[dict[str, Any]], lookup: dict[str, float | None]) -> list[str]:
-    lines = ["| prompt | c | replayed acceptance | mbuild acceptance | mbuild ngram / off | llama.cpp acceptance | "
-             "llama.cpp ngram / off | mbuild ngram / llama.cpp ngram | mbuild off / llama.cpp off |",
+def summary_table(rows: list[dict[str, Any]], lookup: dict[str, float | None], on: str) -> list[str]:
+    lines = [f"| prompt | c | replayed acceptance | mbuild acceptance | mbuild {on} / off | llama.cpp acceptance | "
+             f"llama.cpp {on} / off | mbuild {on} / llama.cpp {on} | mbuild off / llama.cpp off |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         mine, theirs = row["mbuild"], row["llama.cpp"]
@@ -78,7 +79,7 @@ def kind_table(results: dict[str, Any], plan: Plan, key: str, data: dict[str, An
     lines = ["| c | server | total tokens/s | TPOT p50 ms | TPOT p99 ms | TTFT p50 ms | acceptance | drafted a token |",
              "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for c in plan.concurrency:
-        for arm in ("mbuild off", "mbuild ngram", "llama.cpp off", "llama.cpp ngram"):
+        for arm in (*plan.arms("mbuild"), *plan.arms("llama.cpp")):
             name = f"{key} {arm} c={c}"
             series = _series(results, name)
             if series is None:
@@ -106,12 +107,13 @@ def targets(rows: list[dict[str, Any]], plan: Plan) -> tuple[dict[str, Any], lis
     def verdict(value: float | None, floor: float) -> str:
         return "not measured" if value is None else f"{value:.2f}x ({'met' if value >= floor else '**missed**'})"
 
-    lines = [f"- c=1 where mbuild's acceptance is at least {ACCEPTED}: mbuild ngram / mbuild off >= {C1_SPEEDUP}x and "
-             f"mbuild ngram / llama.cpp ngram >= {C1_PEER}x."]
+    on = plan.method
+    lines = [f"- c=1 where mbuild's acceptance is at least {ACCEPTED}: mbuild {on} / mbuild off >= {C1_SPEEDUP}x and "
+             f"mbuild {on} / llama.cpp {on} >= {C1_PEER}x."]
     lines += [f"  - {r['kind']} (acceptance {r['acceptance']:.2f}): {verdict(r['speedup'], C1_SPEEDUP)} against off; "
-              f"{verdict(r['over_llama'], C1_PEER)} against llama.cpp ngram" for r in found["c1"]] or [
+              f"{verdict(r['over_llama'], C1_PEER)} against llama.cpp {on}" for r in found["c1"]] or [
         f"  - no prompt kind reached acceptance {ACCEPTED} at c=1: not judged"]
-    lines.append(f"- c={top}: speculation costs at most {1 - TOP_FLOOR:.0%} (mbuild ngram / off >= {TOP_FLOOR}x) on "
+    lines.append(f"- c={top}: speculation costs at most {1 - TOP_FLOOR:.0%} (mbuild {on} / off >= {TOP_FLOOR}x) on "
                  "every prompt kind: " + "; ".join(f"{r['kind']} {verdict(r['speedup'], TOP_FLOOR)}"
                                                  for r in found["top"]) + ".")
     return found, [*lines, ""]
@@ -146,21 +148,25 @@ NOTES = [
     "in the same run; TPOT = (latency - TTFT) / (tokens - 1); acceptance = accepted / drafted tokens as each "
     "response's `timings` reports them (llama.cpp's fields, which mbuild also sends), summed over the rounds; "
     "\"drafted a token\" = draft tokens verified per output token, which shows how often a server speculated at all.",
-    "- \"replayed acceptance\" is what prompt lookup drafting 4 tokens at every step would see on the expected "
-    "continuation (mbuild's own propose(), greedy acceptance): the prompts' ceiling. mbuild drafts fewer as a "
-    "row's acceptance falls and speculates only when its cost model says a verify row pays, so it may draft less, "
-    "and at higher concurrency mostly not at all; llama.cpp drafts whenever lookup finds a match.",
+    "- \"replayed acceptance\" is what drafting 4 tokens at every step would see on the expected continuation "
+    "(n-gram: mbuild's own propose(); a draft model: its known successor function), greedy acceptance: the ceiling. "
+    "mbuild drafts fewer as a row's acceptance falls and speculates only when its cost model says a verify row "
+    "pays, so it may draft less, and at higher concurrency mostly not at all; llama.cpp drafts whenever lookup "
+    "finds a match or its draft model runs.",
     "- Prompts are token ids (`prompt: [ids]`), fresh ones each round and the same for every arm within a round, "
     "so no prefix is ever cached on either server; llama.cpp's requests also carry `cache_prompt: false`.",
 ]
 
 
-def report(results: dict[str, Any], plan: Plan, quick: bool, intro: str,
-           command: str) -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
+TITLES = {"ngram": "n-gram prompt lookup", "draft": "a draft model"}
+
+
+def report(results: dict[str, Any], plan: Plan, quick: bool, intro: str, command: str,
+           page: str = "speculative") -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
     client, servers = sorted(split_cores()[0]), [min(split_cores()[1])]
     rows = speedups(results, plan)
     found, target_lines = targets(rows, plan)
-    data: dict[str, Any] = {"scenario": "speculative decoding by n-gram prompt lookup, against llama.cpp",
+    data: dict[str, Any] = {"scenario": f"speculative decoding by {TITLES[plan.method]}, against llama.cpp",
                             "machine": machine(), "repeats": plan.repeats, "quick": quick, "command": command,
                             "cores": {"client": client, "servers": servers}, "prompt_tokens": PROMPT_TOKENS,
                             "new_tokens": NEW_TOKENS, "drafts": DRAFTS, "lookup": [LOOKUP_MIN, LOOKUP_MAX],
@@ -171,20 +177,21 @@ def report(results: dict[str, Any], plan: Plan, quick: bool, intro: str,
     sections = []
     for kind in plan.kinds:
         replayed = results["lookup"].get(kind.key)
-        sections += [f"### {kind.title}", "", f"Replayed acceptance (4 drafts every step): {_x(replayed, unit='')}.",
+        sections += [f"### {kind.title}", "",
+                     f"Replayed acceptance ({DRAFTS} drafts every step): {_x(replayed, unit='')}.",
                      "", *kind_table(results, plan, kind.key, data)]
     m = data["machine"]
     markdown = "\n".join([
-        "# Speculative decoding by n-gram prompt lookup: mbuild against llama.cpp's llama-server"
+        f"# Speculative decoding by {TITLES[plan.method]}: mbuild against llama.cpp's llama-server"
         + (" (quick smoke run)" if quick else ""), "", intro.strip(), "",
         f"Machine: {m['cores']} cores ({m['cpu']}), Python {m['python']}, {m['date']}; every server on core {servers} "
         f"with one thread, the client on core {client}; llama.cpp from llama-cpp-python {VERSION}'s vendored tree; "
         f"{plan.repeats} round(s); {plan.sequential} request(s) one after another at c=1; context "
         f"{results['context']} tokens a sequence on both servers; {results['build']}.", "",
         *_checks(results), "## Targets", "", *target_lines, "## Speedups beside acceptance", "",
-        *summary_table(rows, results["lookup"]), "![Speedup against acceptance](speculative.png)", "",
+        *summary_table(rows, results["lookup"], plan.method), f"![Speedup against acceptance]({page}.png)", "",
         "## Each prompt kind", "", *sections, *NOTES, "",
-        f"Reproduce: `{command}` (writes docs/benchmarks/speculative.json, .md and .png; `--quick` runs a tiny model "
+        f"Reproduce: `{command}` (writes docs/benchmarks/{page}.json, .md and .png; `--quick` runs a tiny model "
         "of the same construction into a scratch folder instead).", ""])
     return data, markdown, rows
 

@@ -1,4 +1,6 @@
-"""Speculative decoding by n-gram prompt lookup, mbuild against llama.cpp's, on a model whose agreement is known.
+"""Speculative decoding by n-gram prompt lookup or a draft model, mbuild against llama.cpp's, on a known model.
+
+The method: n-gram prompt lookup, or a draft model with `--draft-error E` (below).
 
 Model: a ~100M Llama (llm_peer's shape: hidden 640, 12 layers, 10 query and 5 KV heads, MLP 1728, untied LM head)
 on the Llama SPM vocabulary (32000 tokens), bf16 safetensors, built analytically (bench/lib/spec_model.py): random
@@ -19,6 +21,12 @@ Arms, one build or GGUF each, all four servers up on one pinned core, measured o
              mbuild's, on q8_0 (its convert_hf_to_gguf.py --outtype bf16, then llama-quantize), without and with
              `--spec-type ngram-simple --spec-ngram-simple-size-n 2 --spec-ngram-simple-size-m 4` (prompt lookup of
              the last 2 tokens, 4 drafts; mbuild tries 4 down to 2, the same match on these prompts)
+With --draft-error E the speculating arms draft with a model instead, on open prompts (where lookup has nothing):
+the draft is the same construction at LLAMA_TINY's shape (hidden 128, 2 layers), wrong after a share E of tokens
+(bench/lib/spec_model.py), so its acceptance is about 1 - E. mbuild builds it with `mbuild package TARGET --draft
+DRAFT` and serves with MBUILD_SPECULATIVE=draft (off: =off, the same build); llama.cpp serves its q8_0 GGUF beside
+the target's with `--spec-type draft-simple -md DRAFT --spec-draft-n-max 4 --spec-draft-n-min 0
+--spec-draft-p-min 0 -td 1 -tbd 1`. Written to docs/benchmarks/speculative_draft.*.
 """
 
 from __future__ import annotations
@@ -34,9 +42,9 @@ from bench.lib.harness import OUT, work_folder, write
 from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY
 from bench.lib.llm_peer_checks import Texts
 from bench.lib.mbuild import build_or_engine, context_of, plan
-from bench.lib.spec_arms import Plan, measure
-from bench.lib.spec_model import SCALE, greedy_follows, load_order, make_agreeing_llama, margin
-from bench.lib.spec_prompts import Kind, kinds, lookup, prompts
+from bench.lib.spec_arms import Peers, Plan, measure
+from bench.lib.spec_model import SCALE, greedy_follows, load_order, load_successor, make_agreeing_llama, margin
+from bench.lib.spec_prompts import Kind, chained, kinds, lookup, prompts, replay
 from bench.lib.spec_report import plot, report
 
 EDITS = (2, 3, 5, 10)  # edit prompts: every J-th chain token replaced
@@ -44,10 +52,12 @@ GGUF = "q8_0"  # llama.cpp's type beside mbuild's int8, made from the bf16 GGUF 
 REPLAYS = 16  # prompts a kind's replayed acceptance averages over
 
 
-def _replayed(chosen: tuple[Kind, ...], order: np.ndarray) -> dict[str, float | None]:
+def _replayed(chosen: tuple[Kind, ...], order: np.ndarray, draft: Path | None) -> dict[str, float | None]:
     found: dict[str, float | None] = {}
     for kind in chosen:
-        counts = [lookup(ids, expected) for ids, expected in prompts(kind, order, REPLAYS, 7)]
+        pairs = prompts(kind, order, REPLAYS, 7)
+        counts = ([replay(ids, expected, chained(load_successor(draft))) for ids, expected in pairs] if draft
+                  else [lookup(ids, expected) for ids, expected in pairs])
         drafted = sum(c["drafted"] for c in counts)
         found[kind.key] = sum(c["accepted"] for c in counts) / drafted if drafted else None
     return found
@@ -73,16 +83,21 @@ def parse_options(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench speculative")
     parser.add_argument("--edits", default=",".join(map(str, EDITS)),
                         help="edit prompts' spacings J, every J-th chain token replaced (default: %(default)s)")
-    edits = tuple(int(j) for j in parser.parse_args(argv).edits.split(",") if j)
+    parser.add_argument("--draft-error", type=float, default=None,
+                        help="measure a draft model instead of n-gram lookup, wrong after this share of tokens")
+    options = parser.parse_args(argv)
+    edits = tuple(int(j) for j in options.edits.split(",") if j)
     if any(j < 2 for j in edits):
         parser.error("--edits: every spacing must be at least 2")
-    return {"edits": edits}
+    if options.draft_error is not None and not 0 <= options.draft_error < 1:
+        parser.error("--draft-error: a share, at least 0 and below 1")
+    return {"edits": edits, "draft_error": options.draft_error}
 
 
 def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None,
-         edits: tuple[int, ...] = EDITS) -> Path:
-    """`python -m bench speculative [--edits 2,3,5,10]`. Quick: a tiny model of the same construction (hidden 128,
-    2 layers), one round, llama.cpp's arms left out where it is not built."""
+         edits: tuple[int, ...] = EDITS, draft_error: float | None = None) -> Path:
+    """`python -m bench speculative [--edits 2,3,5,10] [--draft-error E]`. Quick: a tiny model of the same
+    construction (hidden 128, 2 layers), one round, llama.cpp's arms left out where it is not built."""
     work = work or work_folder("speculative", quick)
     work.mkdir(parents=True, exist_ok=True)
     key, shape = ("tiny", LLAMA_TINY) if quick else ("100m", LLAMA_100M)
@@ -92,25 +107,35 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     peer = llamacpp.peer(quick)
     model = make_agreeing_llama(work / f"llama-{key}-agreeing", shape, llamacpp.SPM_VOCAB)
     order = load_order(model)
-    chosen = kinds(edits)
-    run_plan = Plan(chosen, sequential=2 if quick else 4, repeats=1 if quick else repeats)
+    draft = None if draft_error is None else make_agreeing_llama(
+        work / f"llama-draft-e{round(draft_error * 100)}", LLAMA_TINY, llamacpp.SPM_VOCAB, error=draft_error)
+    chosen = kinds(edits) if draft is None else (Kind("open", lookup_hits=False),)
+    run_plan = Plan(chosen, "ngram" if draft is None else "draft", sequential=2 if quick else 4,
+                    repeats=1 if quick else repeats)
     ids, expected = prompts(chosen[0], order, 1, 0)[0]
-    results: dict[str, Any] = {"runs": {}, "follows": {}, "lookup": _replayed(chosen, order), "model": {
+    results: dict[str, Any] = {"runs": {}, "follows": {}, "lookup": _replayed(chosen, order, draft), "model": {
         "shape": shape, "scale": SCALE, "margin": margin(model),
         "transformers_follows": greedy_follows(model, ids, expected)}}
     print(f"  model: {results['model']['margin']}; transformers follows f for "
           f"{results['model']['transformers_follows']}/{len(expected)} tokens", flush=True)
     precision = _default_precision(model)
-    build, gate = build_or_engine(model, work, precision)
+    build, gate = build_or_engine(model, work, precision, draft=draft)
     gguf = llamacpp.ggufs(llamacpp.spm_ready(model), work / "gguf", (GGUF,), "bf16")[GGUF] if peer else None
+    draft_gguf = (llamacpp.ggufs(llamacpp.spm_ready(draft), work / "gguf-draft", (GGUF,), "bf16")[GGUF]
+                  if peer and draft else None)
     results["context"] = context_of({precision: build}, model)
     results["build"] = _build_note(precision, build, gate, gguf)
-    measure(run_plan, build, gguf, results["context"], gate is not None, Texts(model), order, results)
+    if draft is not None:
+        results["draft"] = {"error": draft_error, "shape": LLAMA_TINY}
+    measure(run_plan, Peers(build, gguf, results["context"], gate is not None, draft_gguf), Texts(model), order,
+            results)
     command = f"python -m bench speculative {'--quick' if quick else f'--repeats {repeats}'}" + (
-        "" if edits == EDITS else f" --edits {','.join(map(str, edits))}")
-    data, markdown, rows = report(results, run_plan, quick, __doc__ or "", command)
-    path = write("speculative", data, markdown, out)
-    plot(rows, out / "speculative.png")
+        "" if edits == EDITS or draft else f" --edits {','.join(map(str, edits))}") + (
+        f" --draft-error {draft_error}" if draft else "")
+    page = "speculative" if draft is None else "speculative_draft"
+    data, markdown, rows = report(results, run_plan, quick, __doc__ or "", command, page)
+    path = write(page, data, markdown, out)
+    plot(rows, out / f"{page}.png")
     print(markdown)
     for row in rows:
         if row["concurrency"] == 1:

@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from bench.lib.spec_model import agreeing_weights, cycles
-from bench.lib.spec_prompts import NEW_TOKENS, PROMPT_TOKENS, kinds, lookup, prompts
+from bench.lib.spec_model import agreeing_weights, cycles, with_errors
+from bench.lib.spec_prompts import NEW_TOKENS, PROMPT_TOKENS, Kind, chained, kinds, lookup, prompts, replay
 
 
 def test_f_is_a_permutation_with_one_cycle_through_the_text_tokens() -> None:
@@ -51,3 +51,14 @@ def test_each_prompt_kind_gives_the_lookup_acceptance_it_is_built_for(key: str, 
                             for i in range(NEW_TOKENS)]
         counts = lookup(ids, expected)
         assert (counts["accepted"] / counts["drafted"] if counts["drafted"] else None) == acceptance
+
+
+@pytest.mark.parametrize("error", [0.1, 0.25])
+def test_a_draft_wrong_after_a_share_of_tokens_is_accepted_about_the_rest(error: float) -> None:
+    successor, order = cycles(32000, {0, 1, 2})
+    drafted = with_errors(successor, order, error, 5)
+    assert abs(float(np.mean(drafted[order] != successor[order])) - error) < 0.01
+    counts = [replay(ids, expected, chained(drafted)) for ids, expected in prompts(Kind("open"), order, 64, 3)]
+    accepted, made = sum(c["accepted"] for c in counts), sum(c["drafted"] for c in counts)
+    # a draft row is taken up to its first wrong draft: accepted / drafted runs below 1 - error, as a server's does
+    assert 0.5 * (1 - error) < accepted / made < 1 - error + 0.02
