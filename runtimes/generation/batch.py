@@ -103,11 +103,10 @@ class Batch:
         weighed as found; a draft model's cost k of its steps, so its rows are chosen first, on k."""
         wants = {row.slot: k for row in rows if (k := self._k(row)) > 0}
         hopeful = [row for row in rows if row.slot in wants]
-        tokens = {row.slot: [*row.state.prompt, *row.state.generated] for row in hopeful}
         s = self.speculation
         if self.draft is None:
-            found = {slot: propose(tokens[slot], wants[slot], s.prompt_lookup_min, s.prompt_lookup_max)
-                     for slot in wants}
+            found = {row.slot: propose(row.tokens, wants[row.slot], s.prompt_lookup_min, s.prompt_lookup_max)
+                     for row in hopeful}
             hopeful = [row for row in hopeful if found[row.slot]]
             wants = {slot: len(made) for slot, made in found.items() if made}
         else:
@@ -122,7 +121,7 @@ class Batch:
                 row.speculation.skipped()
         if self.draft is None:
             return {slot: found[slot] for slot in chosen}
-        made = self.draft.propose({slot: (tokens[slot], wants[slot]) for slot in chosen})
+        made = self.draft.propose({row.slot: (row.tokens, wants[row.slot]) for row in hopeful if row.slot in chosen})
         return {slot: drafts for slot, drafts in made.items() if drafts}
 
     def _k(self, row: Row) -> int:

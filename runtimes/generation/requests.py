@@ -70,3 +70,8 @@ class Row:
     filled: int = 0  # prompt tokens in the slot's cache
     last_time: float = field(default_factory=time.perf_counter)
     prompt_logprobs: list[TokenLogprob | None] = field(default_factory=lambda: [None])  # the first has none
+
+    @property
+    def tokens(self) -> list[int]:
+        """The sequence so far: its prompt and what it has generated."""
+        return [*self.state.prompt, *self.state.generated]
