@@ -83,9 +83,11 @@ def agreeing_weights(config: LlamaConfig, successor: np.ndarray, seed: int) -> d
             tensors[name] = torch.zeros(shape, dtype=torch.bfloat16)
         else:
             tensors[name] = torch.normal(0.0, SIGMA, tuple(shape), generator=generator).to(torch.bfloat16)
-    inverse = np.argsort(successor)  # inverse[f(t)] = t
-    embed = tensors["model.embed_tokens.weight"]
-    tensors["lm_head.weight"] = (embed[torch.from_numpy(inverse)].float() * SCALE).to(torch.bfloat16)
+    # Row u is the sum of e_t over the tokens t that u follows: e_t alone where f is a permutation (the target), two
+    # embeddings where a draft's f sends two tokens to u (with_errors), whose logits each still lead by ~|e_t|^2.
+    embed = tensors["model.embed_tokens.weight"].float()
+    head = torch.zeros_like(embed).index_add_(0, torch.from_numpy(successor), embed)
+    tensors["lm_head.weight"] = (head * SCALE).to(torch.bfloat16)
     return tensors
 
 

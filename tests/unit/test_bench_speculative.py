@@ -26,18 +26,25 @@ def test_f_is_a_permutation_with_one_cycle_through_the_text_tokens() -> None:
     assert len(seen) == order.size  # one cycle, not several
 
 
-def test_a_model_of_the_construction_decodes_f_greedily() -> None:
+@pytest.mark.parametrize("error", [0.0, 0.3])
+def test_a_model_of_the_construction_decodes_f_greedily(error: float) -> None:
+    """The target's f, and a draft's (f with errors, no longer a permutation)."""
     vocab = 512
     config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
                          max_position_embeddings=256)
     successor, order = cycles(vocab, {0, 1, 2})
+    successor = with_errors(successor, order, error, 1) if error else successor
     model = LlamaForCausalLM(config).eval()
     model.load_state_dict({k: v.float() for k, v in agreeing_weights(config, successor, 0).items()})
     start = [int(t) for t in order[:5]]
+    chain = start[-1:]
+    for _ in range(24):
+        chain.append(int(successor[chain[-1]]))
     with torch.no_grad():
         out = model.generate(torch.tensor([start]), max_new_tokens=24, do_sample=False, pad_token_id=0)
-    assert out[0, 5:].tolist() == [int(t) for t in order[5:29]]
+    assert out[0, 5:].tolist() == chain[1:]
+    assert error == 0 or chain[1:] != [int(t) for t in order[5:29]]  # the draft's errors are on this path
 
 
 @pytest.mark.parametrize(("key", "acceptance"), [("repeat", 47 / 48), ("edit2", None), ("edit3", 0.0),
