@@ -10,7 +10,7 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,18 @@ class Timing:
         return (self.latency - self.ttft) / max(self.tokens - 1, 1)
 
 
+async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """A stream's lines as SSE ends them (LF, CRLF): httpx's aiter_lines also ends one at U+0085, U+2028 and U+2029,
+    which a server may send raw inside a JSON string (llama.cpp does), cutting an event in two."""
+    held = ""
+    async for text in response.aiter_text():
+        *lines, held = (held + text).split("\n")
+        for line in lines:
+            yield line.removesuffix("\r")
+    if held:
+        yield held.removesuffix("\r")
+
+
 def sse_data(line: str) -> dict[str, Any] | None:
     if not line.startswith("data: ") or line == "data: [DONE]":
         return None
@@ -56,7 +68,7 @@ async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, Any
     async with client.stream("POST", url, json=payload) as response:
         if response.status_code != 200:
             raise RuntimeError(f"{url}: HTTP {response.status_code} {(await response.aread())[:200]!r}")
-        async for line in response.aiter_lines():
+        async for line in sse_lines(response):
             data = sse_data(line)
             if data is None:
                 continue

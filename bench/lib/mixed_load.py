@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from bench.lib.llm_client import sse_data
+from bench.lib.llm_client import sse_data, sse_lines
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ async def _times(client: httpx.AsyncClient, url: str, payload: dict[str, Any], f
     async with client.stream("POST", url, json=payload) as response:
         if response.status_code != 200:
             raise RuntimeError(f"{url}: HTTP {response.status_code} {(await response.aread())[:200]!r}")
-        async for line in response.aiter_lines():
+        async for line in sse_lines(response):
             data = sse_data(line)
             if data is None:
                 continue

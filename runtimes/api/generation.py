@@ -155,8 +155,14 @@ def admit_run(body: _Sampling, runtime: GenerationRuntime, prompts: list[list[in
     return Run(runtime, jobs, sum(len(p) for p in prompts))
 
 
-def _sse(data: dict[str, Any] | str) -> bytes:
-    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n".encode()
+# JSON leaves these raw, but Python's str.splitlines (httpx's aiter_lines, so many SSE clients) and some JavaScript
+# parsers end a line at them: a token that decodes to one would cut an event in two. Escaped, any client reads it.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def sse_event(data: dict[str, Any] | str) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False).translate(_LINE_BREAKS)
+    return f"data: {text}\n\n".encode()
 
 
 def _stream(run: Run, chunk: Any, include_usage: bool, timeout: float) -> StreamingResponse:
@@ -164,17 +170,17 @@ def _stream(run: Run, chunk: Any, include_usage: bool, timeout: float) -> Stream
         try:
             async with asyncio.timeout(timeout):  # a stream's whole life, queue wait included
                 for head in chunk.first():
-                    yield _sse(head)
+                    yield sse_event(head)
                 async for index, delta in run.deltas():
                     for piece in chunk.pieces(index, delta):
-                        yield _sse(piece)
+                        yield sse_event(piece)
             if include_usage:
-                yield _sse({**chunk.usage(_usage(run.prompt_tokens, sum(run.tokens))), **run.timings()})
-            yield _sse("[DONE]")
+                yield sse_event({**chunk.usage(_usage(run.prompt_tokens, sum(run.tokens))), **run.timings()})
+            yield sse_event("[DONE]")
         except GenerationFailed as exc:  # the engine failed this stream: say so in the stream, then end it
-            yield _sse(generation_failed(exc).body())
+            yield sse_event(generation_failed(exc).body())
         except TimeoutError:
-            yield _sse(stream_deadline_exceeded(timeout).body())
+            yield sse_event(stream_deadline_exceeded(timeout).body())
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
