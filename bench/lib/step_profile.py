@@ -31,10 +31,13 @@ def _kernel_ms(events: list[dict[str, Any]], start: float, steps: int) -> dict[s
     return {op: us / steps / 1000 for op, us in sorted(spent.items(), key=lambda item: -item[1])}
 
 
-def step_profile(model_dir: Path, batch: int, context: int = 64, steps: int = 8) -> dict[str, Any]:
+def step_profile(model_dir: Path, batch: int, context: int = 64, steps: int = 8, width: int = 1) -> dict[str, Any]:
     """ms per decode step of `batch` rows each holding `context` tokens (random ids, prefilled one row at a time),
     whole (ONNX Runtime's model_run) and by op type, over `steps` steps after two warm ones. The session is the
-    runtime's own (runtimes/engines/sessions.py), with the profiler switched on."""
+    runtime's own (runtimes/engines/sessions.py), with the profiler switched on. width > 1: each step appends that
+    many tokens to one row (a speculative verify row; the engine runs a wider row alone) and takes them back."""
+    if width > 1 and batch != 1:
+        raise ValueError("a step wider than one token runs one row")
     config = load_engine_config(model_dir)
     real = ort.SessionOptions
     with tempfile.TemporaryDirectory() as folder:
@@ -48,11 +51,13 @@ def step_profile(model_dir: Path, batch: int, context: int = 64, steps: int = 8)
         prompts = np.random.default_rng(0).integers(3, config.decoder.vocab_size, (batch, context))
         for row in range(batch):
             engine.run(row, prompts[row:row + 1])
-        tokens = np.full((batch, 1), 5, np.int64)
+        tokens = np.full((batch, width), 5, np.int64)
         for _ in range(2 + steps):
             engine.run(0, tokens)
+            if width > 1:
+                engine.truncate(0, context)
         events = json.loads(Path(engine.session.end_profiling()).read_text())
     runs = [event for event in events if event.get("cat") == "Session" and event["name"] == "model_run"][-steps:]
     step_ms = sum(run["dur"] for run in runs) / steps / 1000
-    return {"batch": batch, "context": context, "steps": steps, "step_ms": step_ms,
+    return {"batch": batch, "width": width, "context": context, "steps": steps, "step_ms": step_ms,
             "ops_ms": _kernel_ms(events, runs[0]["ts"], steps)}
