@@ -26,3 +26,11 @@ def target_options(func: F) -> F:
     ]):
         func = option(func)
     return func
+
+
+def draft_option(func: F) -> F:
+    """--draft MODEL (package and plan)."""
+    return click.option(
+        "--draft", metavar="MODEL", help="A smaller model with the target's tokenizer, built beside it as the "
+        "speculative-decoding draft (same profile, gated like the target, its memory in the plan); the server "
+        "drafts with it unless MBUILD_SPECULATIVE says otherwise.")(func)

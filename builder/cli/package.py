@@ -11,7 +11,7 @@ from rich.table import Table
 from builder.build.pipeline import PackageResult
 from builder.build.pipeline import package as run_package
 from builder.build.plan_package import PackageOptions
-from builder.cli.options import target_options
+from builder.cli.options import draft_option, target_options
 from builder.image import CHOICES
 from builder.image.oci import LAYOUT_DIR
 from builder.progress import Reporter
@@ -73,9 +73,7 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
               help="Image builder; 'none' stops at the build context.")
 @click.option("--format", "image_format", type=click.Choice(["oci", "docker"]), default="oci", show_default=True,
               help="Manifest format the oci backend writes (docker = v2s2, whose HEALTHCHECK podman honours).")
-@click.option("--draft", metavar="MODEL", help="A smaller model with the target's tokenizer, built beside it as "
-              "the speculative-decoding draft (same profile, gated like the target, its memory in the plan); "
-              "the server drafts with it unless MBUILD_SPECULATIVE says otherwise.")
+@draft_option
 @click.option("--push", "push_to", metavar="REGISTRY/REPO[:TAG]", help="Push the image there after building.")
 @click.option("--plan-only", is_flag=True, help="Write the build context's Dockerfile, image spec, plan and TensorRT "
               "settings; download, export and build nothing.")

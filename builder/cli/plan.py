@@ -7,7 +7,7 @@ import json
 import click
 
 from builder.build.plan_package import PackageOptions, plan_package
-from builder.cli.options import target_options
+from builder.cli.options import draft_option, target_options
 from builder.model.catalog import ModelFacts
 from builder.model.shape import billions
 from builder.planning.memory import kv_bytes_per_token, kv_bytes_per_value, served_context
@@ -45,6 +45,12 @@ def memory_lines(plan: BuildPlan) -> list[str]:
             lines.append(f"  {facts.sliding_layers} of {facts.layers} layers attend to {facts.sliding_window} "
                          "tokens, but the runtime caches the whole context for every layer; caching the window "
                          f"would take {need.kv_window_gb:.2f} GB (not done yet)")
+    if plan.draft is not None:
+        alone = plan.draft.need
+        lines.append(f"with the draft model: its weights {alone.weights_gb:.2f} + its KV cache {alone.kv_cache_gb:.2f} "
+                     f"({kv_bytes_per_token(plan.draft.facts, profile):.0f} B a token x "
+                     f"{served_context(plan.draft.facts, profile)} tokens x {profile.limits.max_batch} sequences), "
+                     "in the sums above")
     lines.append(f"download {facts.download_gb:.2f} GB (the checkpoint); build {need.build_gb:.1f} GB of RAM and "
                  f"{need.build_disk_gb:.1f} GB of disk")
     return lines
@@ -61,6 +67,8 @@ def render_plan(plan: BuildPlan) -> str:
         f"  model      {model.repo} @ {pinned}",
         f"  task       {facts.task}, {facts.describe_params()} ({facts.source})",
         *([f"  family     {_shape(facts)}"] if facts.family else []),
+        *([f"  draft      {plan.draft.model.repo} @ {plan.draft.model.sha or plan.draft.model.revision}: "
+           f"{_shape(plan.draft.facts)}"] if plan.draft else []),
         f"  target     {plan.target.describe()} [{plan.target.source}]",
         f"  profile    {plan.profile.name} ({plan.profile.id})",
         *[f"             - {line}" for line in plan.why],
@@ -82,12 +90,13 @@ def render_plan(plan: BuildPlan) -> str:
 @click.option("--name", help="Image repository name (default: mbuild/<model>).")
 @click.option("--version", "version", help="Image version (default: sha-<plan digest>).")
 @click.option("--base-image", help="Base image (default: the profile's).")
+@draft_option
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan(model: str, gpu: str | None, profile: str | None, precision: str | None, mode: str | None, offline: bool,
-         name: str | None, version: str | None, base_image: str | None, as_json: bool) -> None:
+         name: str | None, version: str | None, base_image: str | None, draft: str | None, as_json: bool) -> None:
     """Print the build plan for MODEL without building anything."""
     opts = PackageOptions(model=model, gpu=gpu, offline=offline, profile=profile, precision=precision, mode=mode,
-                          name=name, version=version, base_image=base_image)
+                          name=name, version=version, base_image=base_image, draft=draft)
     result = plan_package(opts, Reporter(quiet=True), for_plan_only=True)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, sort_keys=True))

@@ -15,9 +15,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from builder.build.pipeline import package
 from builder.build.plan_package import PackageOptions
+from builder.cli import cli
 from builder.errors import InputError
 from builder.progress import Reporter
 from runtimes.bundle import BundleError, load_engine_config, load_metadata
@@ -91,3 +93,21 @@ def test_a_draft_with_another_tokenizer_or_task_is_refused(tiny_llama: Path, tin
     with pytest.raises(InputError, match="a draft model is a language model"):
         package(PackageOptions(model=str(tiny_llama), output=tmp_path / "b", backend="none",
                                draft=str(tiny_encoder)), Reporter(quiet=True))
+
+
+def test_the_plan_names_the_draft_and_holds_its_memory(tiny_llama: Path, tiny_draft: Path) -> None:
+    def plan(*more: str) -> str:
+        result = CliRunner().invoke(cli, ["plan", str(tiny_llama), "--gpu", "cpu", *more])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    alone, both = json.loads(plan("--json")), json.loads(plan("--json", "--draft", str(tiny_draft)))
+    draft, before = both["draft"]["memory"], alone["memory"]
+    held = draft["weights_gb"] + draft["kv_cache_gb"]  # served beside the target; headroom and processes once
+    added = {"weights_gb": draft["weights_gb"], "kv_cache_gb": draft["kv_cache_gb"], "per_device_gb": held,
+             "start_gb": held}
+    for key, more in added.items():
+        assert both["memory"][key] == pytest.approx(before[key] + more, abs=0.011)  # each rounded to 0.01
+    assert both["digest"] != alone["digest"] and "draft" not in alone
+    text = plan("--draft", str(tiny_draft))
+    assert f"draft      local/{tiny_draft.name}" in text and "with the draft model: its weights" in text
