@@ -5,7 +5,9 @@ prefill ends. A new prompt reuses the longest block-aligned prefix that some ent
 one token to prefill (its logits start the sequence). Lookups go through a chain hash per block (a block's
 key is the hash of the previous key and its tokens), and a hit is confirmed on the tokens themselves, so a
 hash collision can cost a miss, never a wrong cache. Memory is bounded in bytes; least recently used
-entries go first.
+entries go first. With a `journal`, the blocks an entry adds to the index and those an eviction takes out are
+recorded as ("stored", their tokens, their keys, the key before them) and ("removed", (), keys, None): what a
+Dynamo worker publishes as KV events (runtimes/dynamo/engine.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ class Entry:
     nbytes: int
 
 
+Journaled = tuple[str, tuple[int, ...], tuple[int, ...], int | None]  # kind, tokens, block keys, parent key
+
+
 def block_keys(tokens: list[int] | tuple[int, ...], limit: int) -> list[int]:
     """keys[j] identifies tokens[:(j + 1) * BLOCK], for every whole block within the first `limit` tokens."""
     keys, key = [], 0
@@ -53,6 +58,7 @@ class PrefixCache:
         self.index: dict[int, int] = {}  # block key -> the key of an entry holding that prefix
         self.bytes = 0
         self.queried = self.reused = 0  # prompt tokens looked up, and of them restored (the hit rate's terms)
+        self.journal: collections.deque[Journaled] | None = None  # KV events, for whoever publishes them
 
     def lookup(self, prompt: list[int]) -> tuple[Entry | None, int]:
         """The entry and the number of leading prompt tokens it can supply (0: a miss)."""
@@ -103,12 +109,18 @@ class PrefixCache:
         entry = Entry(tuple(prompt[:length]), cache.read(row, length), nbytes)
         self.entries[keys[-1]] = entry
         self.bytes += nbytes
+        first = next((j for j, key in enumerate(keys) if key not in self.index), len(keys))
+        if self.journal is not None and first < len(keys):
+            self.journal.append(("stored", tuple(prompt[first * BLOCK:length]), tuple(keys[first:]),
+                                 keys[first - 1] if first else None))
         for key in keys:
             self.index[key] = keys[-1]
 
     def _evict(self) -> None:
         key, entry = self.entries.popitem(last=False)
         self.bytes -= entry.nbytes
-        for block in block_keys(entry.tokens, len(entry.tokens)):
-            if self.index.get(block) == key:
-                del self.index[block]
+        gone = [block for block in block_keys(entry.tokens, len(entry.tokens)) if self.index.get(block) == key]
+        for block in gone:
+            del self.index[block]
+        if self.journal is not None and gone:
+            self.journal.append(("removed", (), tuple(gone), None))
