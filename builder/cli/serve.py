@@ -12,8 +12,9 @@ import click
 from builder.engine.report import REPORT_FILE, read_report
 from builder.errors import InputError, PortBusy, ValidationFailed
 from builder.resources import runtimes_dir
+from builder.serving.replicas import ROUTERS, Replicas, serve_replicas
 from builder.settings import child_env
-from runtimes.bundle import ENGINE_FILE, BundleError, load_engine_config
+from runtimes.bundle import ENGINE_FILE, BundleError, load_engine_config, load_metadata
 from runtimes.settings import PORT
 
 
@@ -47,12 +48,31 @@ def _check_port(host: str, port: int) -> None:
                            hint="choose another --port, or stop what listens there") from exc
 
 
+def _replicated(model_dir: Path, replicas: int, router: str, host: str, port: int, env: dict[str, str]) -> int:
+    config = load_engine_config(model_dir)
+    if config.task != "text-generation":
+        raise InputError(f"--replicas serves language models through Dynamo; {model_dir} holds a {config.task} "
+                         "model", hint="serve it without --replicas, or run more containers behind a Service")
+    metadata = load_metadata(model_dir)
+    name = env.get("MBUILD_SERVED_MODEL_NAME") or (metadata.model.repo if metadata else "model")
+    os.environ.update(env)  # the children's: the runtime's path and settings
+    plan = Replicas(model_dir.resolve(), name, replicas, router, host, port)
+    return serve_replicas(plan, lambda line: click.echo(line, err=True))
+
+
 @click.command()
 @click.argument("build_dir", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=PORT, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--allow-failed-gate", is_flag=True, help="Serve an engine that failed its numerical gate.")
-def serve(build_dir: Path, host: str, port: int, allow_failed_gate: bool) -> None:
+@click.option("--replicas", type=click.IntRange(1, 64), default=None,
+              help="Serve this many copies behind NVIDIA Dynamo's frontend and router, one endpoint, the host's "
+                   "cores split between them (a language model; needs the dynamo extra).")
+@click.option("--router", type=click.Choice(ROUTERS), default=None,
+              help="With --replicas: kv sends a request to the copy whose cache holds most of its prompt "
+                   "(default); round-robin takes turns.")
+def serve(build_dir: Path, host: str, port: int, allow_failed_gate: bool, replicas: int | None,
+          router: str | None) -> None:
     """Serve BUILD_DIR's model with the same runtime the image runs."""
     model_dir = build_dir / "model"
     if not (model_dir / ENGINE_FILE).is_file():
@@ -68,6 +88,8 @@ def serve(build_dir: Path, host: str, port: int, allow_failed_gate: bool) -> Non
         click.secho(warning, fg="yellow", err=True)
     env = child_env(MBUILD_MODEL_DIR=str(model_dir.resolve()))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runtimes_dir().parent), env.get("PYTHONPATH")]))
+    if replicas is not None or router is not None:
+        sys.exit(_replicated(model_dir, replicas or 1, router or "kv", host, port, env))
     click.echo(f"serving {build_dir} on http://{host}:{port} (Ctrl+C stops)", err=True)
     # exec, not a child process: signals (Ctrl+C, SIGTERM from a supervisor) reach the server itself.
     os.execve(sys.executable, [sys.executable, "-m", "runtimes", "--host", host, "--port", str(port)], env)

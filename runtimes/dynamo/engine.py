@@ -14,10 +14,13 @@ import logging
 import tempfile
 import threading
 from collections.abc import AsyncGenerator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from dynamo._core import Context
 from dynamo.common.backend import EngineConfig, LLMEngine, LlmRegistration, WorkerConfig
+from dynamo.common.backend.engine import GenerateChunk, GenerateRequest
 from dynamo.common.backend.publisher import ComponentSnapshot, KvEventSource, PushSource
 from dynamo.llm.exceptions import InvalidArgument, Unknown
 
@@ -80,16 +83,16 @@ class MbuildEngine(LLMEngine):
             total_kv_blocks=engine.slots * engine.context // BLOCK, max_num_seqs=engine.slots,
             max_num_batched_tokens=runtime.scheduler.batch.budget))
 
-    async def generate(self, request: dict[str, Any], context: Any) -> AsyncGenerator[dict[str, Any], None]:
+    async def generate(self, request: GenerateRequest, context: Context) -> AsyncGenerator[GenerateChunk, None]:
         runtime = self.runtime
         assert runtime is not None, "generate before start"
         log.debug("request: %s", {k: v for k, v in request.items() if k != "token_ids"})
         prompt = [int(t) for t in request.get("token_ids") or []]
         try:
-            params = sampling_params(request, runtime.context, len(prompt))
+            params = sampling_params(dict(request), runtime.context, len(prompt))
             spec = guide_of(request.get("sampling_options") or {})
             if spec is not None:
-                params.grammar = await asyncio.to_thread(runtime.grammars.compile, spec)
+                params = replace(params, grammar=await asyncio.to_thread(runtime.grammars.compile, spec))
             job = Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue())
             runtime.scheduler.submit([job])
         except (Refused, GuideError, Inadmissible) as exc:  # the request's own: a 400 with the reason
@@ -105,7 +108,7 @@ class MbuildEngine(LLMEngine):
                 if event.finish == "error":
                     raise (InvalidArgument if event.refused else Unknown)(event.error or "generation failed")
                 made += event.token is not None
-                yield chunk(event, len(prompt), made, self._decode)
+                yield cast(GenerateChunk, chunk(event, len(prompt), made, self._decode))
                 if event.finish is not None:
                     return
         finally:

@@ -1,0 +1,132 @@
+"""`mbuild serve BUILD --replicas N`: N copies of a build's runtime behind NVIDIA Dynamo's frontend and router, on
+this host, as one OpenAI endpoint.
+
+The frontend (`python -m dynamo.frontend`) tokenizes, routes (`--router kv`: to the replica whose prefix cache holds
+the longest part of the prompt, by the KV events each publishes; `round-robin`) and detokenizes; each replica is
+`python -m runtimes.dynamo` (runtimes/dynamo/engine.py), pinned to its own share of this process's cores. Discovery
+is a folder made for the run (Dynamo's file backend), requests go over TCP and events over ZMQ: no etcd, no NATS.
+One process group: when any of them ends, or on Ctrl+C or SIGTERM, all are stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from builder.errors import InputError, MbuildError
+
+ROUTERS = ("kv", "round-robin")
+READY_SECONDS = 300  # a replica loads and warms its engine before the frontend lists the model
+STOP_SECONDS = 10
+
+
+def core_shares(cores: Sequence[int], replicas: int) -> list[list[int]]:
+    """Each replica's cores: the host's split evenly, in order; replicas beyond the cores share them round."""
+    ordered = sorted(cores)
+    if replicas <= len(ordered):
+        size = len(ordered) // replicas
+        return [ordered[i * size:(i + 1) * size] for i in range(replicas)]
+    return [[ordered[i % len(ordered)]] for i in range(replicas)]
+
+
+@dataclass(frozen=True)
+class Replicas:
+    model_dir: Path
+    served_name: str
+    replicas: int
+    router: str
+    host: str
+    port: int
+
+    def commands(self, discovery: Path) -> list[tuple[list[str], dict[str, str], list[int] | None]]:
+        """(argv, environment, cores) of the frontend, then of each replica."""
+        base = {**os.environ, "DYN_FILE_KV": str(discovery), "PYTHONUNBUFFERED": "1"}
+        planes = ["--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq"]
+        front = [sys.executable, "-m", "dynamo.frontend", "--http-host", self.host, "--http-port", str(self.port),
+                 "--router-mode", self.router, *planes]
+        found: list[tuple[list[str], dict[str, str], list[int] | None]] = [(front, base, None)]
+        for share in core_shares(sorted(os.sched_getaffinity(0)), self.replicas):
+            env = {**base, "MBUILD_MODEL_DIR": str(self.model_dir), "MBUILD_SERVED_MODEL_NAME": self.served_name,
+                   "MBUILD_THREADS": str(len(share))}
+            found.append(([sys.executable, "-m", "runtimes.dynamo", *planes], env, share))
+        return found
+
+
+def _start(argv: list[str], env: dict[str, str], cores: list[int] | None) -> subprocess.Popen[bytes]:
+    def pin() -> None:
+        if cores:
+            os.sched_setaffinity(0, cores)
+    return subprocess.Popen(argv, env=env, preexec_fn=pin)
+
+
+def _ready(url: str, name: str, children: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + READY_SECONDS
+    while time.monotonic() < deadline:
+        ended = [child for child in children if child.poll() is not None]
+        if ended:
+            raise MbuildError(f"a serving process ended while starting (exit {ended[0].returncode}): "
+                              f"{ended[0].args!r}", hint="its log is above")
+        try:
+            listed = httpx.get(f"{url}/v1/models", timeout=2).json().get("data", [])
+            if any(model.get("id") == name for model in listed):
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise MbuildError(f"the model did not come up behind Dynamo's frontend within {READY_SECONDS} s")
+
+
+def _stop(children: list[subprocess.Popen[bytes]]) -> None:
+    for child in reversed(children):
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_SECONDS
+    for child in children:
+        try:
+            child.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
+def serve_replicas(plan: Replicas, announce: Callable[[str], None] = print) -> int:
+    """Run until a process ends or a signal comes; the exit status to leave with."""
+    try:
+        import dynamo.frontend  # noqa: F401 - present, or say how to get it
+    except ImportError as exc:
+        raise InputError("--replicas serves through NVIDIA Dynamo, which is not installed here",
+                         hint='pip install "mbuild[dynamo]" and then pip install --no-deps ai-dynamo==1.6.1 '
+                              "(docs/deploy.md says why --no-deps)") from exc
+    discovery = Path(tempfile.mkdtemp(prefix="mbuild-dynamo-"))
+    children: list[subprocess.Popen[bytes]] = []
+    stopping = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for argv, env, cores in plan.commands(discovery):
+            children.append(_start(argv, env, cores))
+        url = f"http://{plan.host}:{plan.port}"
+        _ready(url, plan.served_name, children)
+        announce(f"serving {plan.served_name} on {url}: {plan.replicas} replica(s) behind Dynamo's {plan.router} "
+                 "router (Ctrl+C stops them all)")
+        while not stopping and all(child.poll() is None for child in children):
+            time.sleep(0.2)
+        ended = next((child for child in children if child.poll() is not None), None)
+        return 0 if stopping or ended is None else (ended.returncode or 1)
+    finally:
+        _stop(children)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        shutil.rmtree(discovery, ignore_errors=True)
