@@ -44,7 +44,9 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 "${PIP[@]}" --upgrade pip
 "${PIP[@]}" "$TORCH_SPEC"
-"${PIP[@]}" -e ".[export,dev]"
+"${PIP[@]}" -e ".[export,dev,dynamo]"
+# Dynamo's frontend and backend SDK; --no-deps past its placeholder dependency (pyproject.toml's dynamo extra)
+"${PIP[@]}" --no-deps "ai-dynamo==1.6.1"
 # TensorRT's type stubs, so mypy checks the TensorRT module against the real API; --no-deps because the
 # stubs' own dependency is NVIDIA's runtime library, which only installs where a GPU and its index are.
 "${PIP[@]}" --no-deps "tensorrt-stubs==10.13.0.35.1"

@@ -22,17 +22,19 @@ def mbuild(*args: str, env: dict[str, str] | None = None, timeout: float = 900) 
 
 
 @contextmanager
-def served(build_dir: Path, env: dict[str, str] | None = None, ca: Path | None = None) -> Iterator[str]:
-    """`mbuild serve BUILD_DIR` on a free loopback port; yields the base URL once ready (https, trusting ca)."""
+def served(build_dir: Path, env: dict[str, str] | None = None, ca: Path | None = None, args: tuple[str, ...] = (),
+           ready: str = "/v1/health/ready") -> Iterator[str]:
+    """`mbuild serve BUILD_DIR [args]` on a free loopback port; yields the base URL once `ready` answers 200
+    (https, trusting ca)."""
     port = free_port()
     log = build_dir / f"serve-{port}.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([*MBUILD, "serve", str(build_dir), "--port", str(port)], stdout=out,
+        proc = subprocess.Popen([*MBUILD, "serve", str(build_dir), "--port", str(port), *args], stdout=out,
                                 stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True)
     url = f"{'https' if ca else 'http'}://127.0.0.1:{port}"
     verify = ssl.create_default_context(cafile=str(ca)) if ca else True
     try:
-        wait_for_status(f"{url}/v1/health/ready", 200, timeout=120, verify=verify)
+        wait_for_status(f"{url}{ready}", 200, timeout=120, verify=verify)
         yield url
     except TimeoutError as exc:
         raise AssertionError(f"{exc}\n--- server log ---\n{log.read_text()[-3000:]}") from exc

@@ -1,0 +1,95 @@
+"""`mbuild serve BUILD --replicas 2 --router kv`: the tiny Llama's build as two Dynamo workers behind Dynamo's real
+frontend and KV router (real processes, file discovery, TCP and ZMQ), driven with the openai SDK: chat, completions,
+streaming, a stream dropped mid-way, a json_schema answer, a refused field; and a repeated long prompt routed to the
+worker whose prefix cache holds it, as the router's own metrics count it."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from tests.support.procs import served
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("dynamo.frontend", reason="the dynamo extra is not installed (tests/run.sh installs it)")
+NAME = "tiny"
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                           "count": {"type": "integer", "minimum": 0, "maximum": 9}},
+          "required": ["name", "count"], "additionalProperties": False}
+
+
+@pytest.fixture(scope="module")
+def frontend(tiny_llm_build: Path) -> Iterator[str]:
+    with served(tiny_llm_build, {"MBUILD_SERVED_MODEL_NAME": NAME}, args=("--replicas", "2", "--router", "kv"),
+                ready="/v1/models") as url:
+        deadline = time.monotonic() + 180
+        while not any(m["id"] == NAME for m in httpx.get(f"{url}/v1/models").json()["data"]):
+            assert time.monotonic() < deadline, "the workers never registered the model"
+            time.sleep(0.5)
+        yield url
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+
+
+def test_chat_completions_and_streams_through_the_frontend(frontend: str) -> None:
+    api = client(frontend)
+    chat = api.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Hello"}], max_tokens=8,
+                                       temperature=0)
+    assert chat.choices[0].message.content and chat.usage is not None and chat.usage.completion_tokens == 8
+    done = api.completions.create(model=NAME, prompt="The quick brown fox", max_tokens=6, temperature=0)
+    assert done.choices[0].text and done.choices[0].finish_reason == "length"
+    pieces = [c.choices[0].delta.content or "" for c in api.chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "Hello"}], max_tokens=8, temperature=0, stream=True)
+        if c.choices]
+    assert "".join(pieces) == chat.choices[0].message.content  # streamed or whole, the same greedy answer
+    logprobs = api.completions.create(model=NAME, prompt="The quick brown fox", max_tokens=3, temperature=0,
+                                      logprobs=2).choices[0].logprobs
+    assert logprobs is not None and logprobs.token_logprobs and all(v <= 0 for v in logprobs.token_logprobs)
+
+
+def test_a_dropped_stream_leaves_the_service_serving(frontend: str) -> None:
+    api = client(frontend)
+    stream = api.completions.create(model=NAME, prompt="The quick brown fox", max_tokens=900, temperature=0,
+                                    stream=True, extra_body={"ignore_eos": True})
+    next(iter(stream))
+    stream.close()
+    again = api.completions.create(model=NAME, prompt="Hello", max_tokens=4, temperature=0)
+    assert again.choices[0].text
+
+
+def test_a_json_schema_answer_and_a_refused_field(frontend: str) -> None:
+    api = client(frontend)
+    answer = api.chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "Give a name and a count."}], max_tokens=60,
+        temperature=0, response_format={"type": "json_schema", "json_schema": {"name": "thing", "schema": SCHEMA}})
+    jsonschema.validate(json.loads(answer.choices[0].message.content or ""), SCHEMA)
+    with pytest.raises(openai.BadRequestError, match="min_p"):
+        api.completions.create(model=NAME, prompt="Hello", max_tokens=4, extra_body={"min_p": 0.5})
+
+
+def _selected_cached(url: str) -> float:
+    text = httpx.get(f"{url}/metrics").text
+    return sum(float(v) for v in re.findall(r"^dynamo_component_router_kv_selected_cached_prefix_tokens_total\{.*\} "
+                                            r"(\S+)$", text, re.M))
+
+
+def test_a_repeated_prefix_goes_to_the_worker_that_holds_it(frontend: str) -> None:
+    api = client(frontend)
+    document = "Containers package software with everything it needs. " * 12
+    before = _selected_cached(frontend)
+    for question in ("What is it?", "Say it again.", "Once more."):
+        api.chat.completions.create(model=NAME, messages=[{"role": "system", "content": document},
+                                                          {"role": "user", "content": question}],
+                                    max_tokens=4, temperature=0)
+        time.sleep(0.3)  # the worker publishes its stored blocks every 50 ms
+    assert _selected_cached(frontend) - before >= 2 * 64  # the later turns were sent where the document was cached

@@ -1,0 +1,97 @@
+"""A Dynamo worker's request mapping (runtimes/dynamo/requests.py), without Dynamo: every field honoured or refused
+by name, hostile values bounded; and the prefix cache's journal, which the worker publishes as KV events."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+import pytest
+
+from runtimes.dynamo.requests import Refused, chunk, guide_of, sampling_params
+from runtimes.generation.logprobs import TokenLogprob
+from runtimes.generation.prefix_cache import BLOCK, PrefixCache
+from runtimes.generation.requests import Event
+
+
+def test_the_fields_a_client_sends_reach_the_scheduler() -> None:
+    params = sampling_params({"sampling_options": {"temperature": 0.7, "top_p": 0.9, "top_k": 5, "seed": 3,
+                                                   "presence_penalty": 0.5, "n": 1, "min_p": None},
+                              "stop_conditions": {"max_tokens": 12, "min_tokens": 2, "ignore_eos": True,
+                                                  "stop_token_ids_hidden": [7], "stop_token_ids": [9], "stop": ["x"]},
+                              "output_options": {"logprobs": 3, "skip_special_tokens": False}}, context=64, prompt=10)
+    assert (params.temperature, params.top_p, params.top_k, params.seed) == (0.7, 0.9, 5, 3)
+    assert params.presence_penalty == 0.5
+    assert (params.max_tokens, params.min_tokens, params.ignore_eos, params.stop_token_ids) == (12, 2, True, {7, 9})
+    assert params.logprobs == 3 and params.skip_special_tokens is False and params.stop == ()  # Dynamo matches "x"
+    assert sampling_params({}, context=64, prompt=10).max_tokens == 54  # the room left, as the HTTP API's default
+
+
+@pytest.mark.parametrize(("request_", "named"), [
+    ({"sampling_options": {"n": 2}}, "sampling_options.n"),
+    ({"sampling_options": {"min_p": 0.1}}, "sampling_options.min_p"),
+    ({"sampling_options": {"mirostat": 1}}, "sampling_options.mirostat"),
+    ({"sampling_options": {"temperature": float("nan")}}, "sampling_options.temperature"),
+    ({"sampling_options": {"temperature": True}}, "sampling_options.temperature"),
+    ({"sampling_options": {"seed": -1}}, "sampling_options.seed"),
+    ({"stop_conditions": {"max_tokens": 60}}, "stop_conditions.max_tokens"),
+    ({"stop_conditions": {"stop_token_ids": list(range(5000))}}, "stop_token_ids"),
+    ({"stop_conditions": {"stop_token_ids_visible": [3]}}, "stop_conditions.stop_token_ids_visible"),
+    ({"output_options": {"logprobs": 100}}, "output_options.logprobs"),
+    ({"output_options": {"prompt_logprobs": 1}}, "output_options.prompt_logprobs"),
+    ({"sampling_options": "hot"}, "sampling_options must be an object"),
+    ({"sampling_options": {"guided_decoding": {"json": {}, "regex": "a"}}}, "guided_decoding"),
+])
+def test_what_mbuild_cannot_honour_is_refused_by_name(request_: dict[str, Any], named: str) -> None:
+    with pytest.raises(Refused, match=named.replace(".", r"\.")):
+        sampling_params(request_, context=64, prompt=10)
+        guide_of(request_.get("sampling_options") or {})
+
+
+def test_a_prompt_that_fills_the_context_is_refused() -> None:
+    with pytest.raises(Refused, match="fill the context"):
+        sampling_params({}, context=16, prompt=16)
+
+
+def test_guided_decoding_becomes_the_http_apis_constraint() -> None:
+    spec = guide_of({"guided_decoding": {"json": {"type": "object"}, "whitespace_pattern": None}})
+    assert spec is not None and (spec.kind, spec.value) == ("json_schema", {"type": "object"})
+    assert guide_of({"guided_decoding": {"choice": ["a", "b"]}}).kind == "choice"  # type: ignore[union-attr]
+    assert guide_of({}) is None
+
+
+def test_events_become_chunks_with_logprobs_ranked_and_usage_last() -> None:
+    logprob = TokenLogprob(5, -0.1, ((6, -2.0), (5, -0.1)))
+    first = chunk(Event(token=5, logprob=logprob), prompt=3, made=1, decode=lambda t: f"<{t}>")
+    assert first["token_ids"] == [5] and first["log_probs"] == [-0.1]
+    assert [(e["rank"], e["token_id"], e["token"]) for e in first["top_logprobs"][0]] == [(0, 5, "<5>"), (1, 6, "<6>")]
+    last = chunk(Event(finish="length"), prompt=3, made=4, decode=str)
+    assert last["finish_reason"] == "length" and last["completion_usage"] == {
+        "prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+
+
+class Slots:
+    bytes_per_token = 4
+
+    def read(self, row: int, count: int) -> list[np.ndarray]:
+        return [np.zeros(count)]
+
+    def write(self, row: int, blocks: list[np.ndarray], count: int) -> None:
+        pass
+
+
+def test_the_journal_records_new_blocks_with_their_parent_and_what_eviction_removes() -> None:
+    cache = PrefixCache(capacity_bytes=6 * BLOCK * Slots.bytes_per_token)  # room for two entries of three blocks
+    cache.journal = collections.deque()
+    shared = list(range(2 * BLOCK))
+    cache.store(Slots(), 0, [*shared, *range(100, 100 + BLOCK), 1])
+    cache.store(Slots(), 0, [*shared, *range(200, 200 + BLOCK), 1])  # shares two blocks: only its third is new
+    first, second = cache.journal.popleft(), cache.journal.popleft()
+    assert first[0] == "stored" and len(first[2]) == 3 and first[3] is None and len(first[1]) == 3 * BLOCK
+    assert second[0] == "stored" and len(second[2]) == 1 and second[3] == first[2][1]  # parent: the shared block
+    assert second[1] == tuple(range(200, 200 + BLOCK))
+    cache.store(Slots(), 0, [*range(300, 300 + 3 * BLOCK), 1])  # needs room: the oldest entry goes
+    removed = cache.journal.popleft()
+    assert removed == ("removed", (), (first[2][2],), None)  # only the block no other entry holds
+    assert cache.journal.popleft()[0] == "stored" and not cache.journal
