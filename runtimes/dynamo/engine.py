@@ -60,10 +60,13 @@ class MbuildEngine(LLMEngine):
         config = load_engine_config(settings.model_dir)
         metadata = load_metadata(settings.model_dir)
         name = settings.served_name or (metadata.model.repo if metadata else "model")
-        card = write_card(settings.model_dir, config, Path(tempfile.mkdtemp(prefix="mbuild-dynamo-card-")))
+        card = write_card(settings.model_dir, config, Path(tempfile.gettempdir()))
         engine = cls(settings, card, name)
         return engine, WorkerConfig(namespace=args.namespace, component=args.component, endpoint="generate",
                                     model_name=str(card), served_model_name=name,
+                                    # Dynamo renders chat from the card's template: without one, completions only
+                                    endpoint_types="chat,completions" if config.decoder.chat_template
+                                    else "completions",
                                     discovery_backend=args.discovery_backend, request_plane=args.request_plane,
                                     event_plane=args.event_plane)
 

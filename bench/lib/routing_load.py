@@ -1,0 +1,152 @@
+"""The routing benchmark's load: users chatting over their own long documents, turn after turn, on a fixed schedule;
+and a plain round-robin proxy (what a Kubernetes Service does) for the arm without Dynamo.
+
+A user's every turn is a completion whose prompt is their document (DOC_TOKENS words of the word-level vocabulary,
+one token each), the conversation so far, and a new question; its answer (ANSWER_TOKENS, greedy, exactly) joins the
+history. User u starts at u x START_GAP seconds and sends each next turn THINK seconds after its answer. With
+`shared=False` every turn is a fresh prompt of the same length instead: nothing to reuse, the control.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from bench.lib.llm_client import sse_data, sse_lines
+from bench.lib.llm_models import VOCAB
+
+DOC_TOKENS, QUESTION_TOKENS, ANSWER_TOKENS = 1024, 16, 32
+START_GAP, THINK = 0.5, 0.5
+
+
+@dataclass(frozen=True)
+class Workload:
+    users: int = 16
+    turns: int = 3
+    shared: bool = True  # False: every prompt fresh (no prefix to reuse)
+
+    @property
+    def key(self) -> str:
+        return "documents" if self.shared else "fresh"
+
+
+@dataclass
+class Turn:
+    user: int
+    turn: int
+    prompt_tokens: int
+    ttft: float
+    latency: float
+    tokens: int
+
+    @property
+    def tpot(self) -> float:
+        return (self.latency - self.ttft) / max(self.tokens - 1, 1)
+
+
+def _words(rng: np.random.Generator, count: int) -> str:
+    return " ".join(f"w{int(t)}" for t in rng.integers(3, VOCAB, size=count))
+
+
+async def _turn(client: httpx.AsyncClient, url: str, model: str, prompt: str) -> tuple[float, float, int, str]:
+    body = {"model": model, "prompt": prompt, "max_tokens": ANSWER_TOKENS, "min_tokens": ANSWER_TOKENS,
+            "ignore_eos": True, "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+    started, ttft, text, tokens = time.perf_counter(), 0.0, [], 0
+    async with client.stream("POST", url, json=body) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"{url}: HTTP {response.status_code} {(await response.aread())[:300]!r}")
+        async for line in sse_lines(response):
+            data = sse_data(line)
+            if data is None:
+                continue
+            piece = data["choices"][0].get("text") if data.get("choices") else ""
+            if piece:
+                ttft = ttft or time.perf_counter() - started
+                text.append(piece)
+            tokens = (data.get("usage") or {}).get("completion_tokens", tokens)
+    if tokens != ANSWER_TOKENS:
+        raise RuntimeError(f"{url}: {tokens} tokens streamed, expected {ANSWER_TOKENS}")
+    return ttft, time.perf_counter() - started, tokens, "".join(text)
+
+
+async def _user(client: httpx.AsyncClient, url: str, model: str, load: Workload, user: int, seed: int,
+                start: float, out: list[Turn]) -> None:
+    rng = np.random.default_rng(seed * 1000 + user)
+    document, history = _words(rng, DOC_TOKENS), ""
+    await asyncio.sleep(max(0.0, start + user * START_GAP - time.perf_counter()))
+    for turn in range(load.turns):
+        question = _words(rng, QUESTION_TOKENS)
+        if load.shared:
+            prompt = f"{document} {history} {question}".replace("  ", " ")
+        else:
+            prompt = _words(rng, DOC_TOKENS + turn * (QUESTION_TOKENS + ANSWER_TOKENS) + QUESTION_TOKENS)
+        ttft, latency, tokens, answer = await _turn(client, url, model, prompt)
+        out.append(Turn(user, turn, len(prompt.split()), ttft, latency, tokens))
+        history = f"{history} {question} {answer}"
+        await asyncio.sleep(THINK)
+
+
+def run(url: str, model: str, load: Workload, seed: int) -> tuple[list[Turn], float]:
+    """Every user's turns against `url` (a completions endpoint); the turns and the wall time."""
+    async def main() -> tuple[list[Turn], float]:
+        out: list[Turn] = []
+        async with httpx.AsyncClient(timeout=600) as client:
+            start = time.perf_counter()
+            await asyncio.gather(*(_user(client, url, model, load, u, seed, start, out) for u in range(load.users)))
+            return out, time.perf_counter() - start
+    return asyncio.run(main())
+
+
+@dataclass
+class _Proxy:
+    backends: list[str] = field(default_factory=lambda: os.environ["ROUTING_BACKENDS"].split(","))
+    turns: itertools.cycle[str] = field(init=False)
+    client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(timeout=600))
+
+    def __post_init__(self) -> None:
+        self.turns = itertools.cycle(self.backends)
+
+
+_PROXY = _Proxy() if "ROUTING_BACKENDS" in os.environ else None
+
+
+async def _forward(request: Request) -> Response:
+    """The next backend in turn, the body and the stream passed through untouched."""
+    assert _PROXY is not None
+    target = f"{next(_PROXY.turns)}{request.url.path}"
+    upstream = await _PROXY.client.send(_PROXY.client.build_request(
+        request.method, target, content=await request.body(), headers={"content-type": "application/json"}),
+        stream=True)
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for piece in upstream.aiter_raw():
+                yield piece
+        finally:
+            await upstream.aclose()
+    return StreamingResponse(body(), status_code=upstream.status_code,
+                             media_type=upstream.headers.get("content-type"))
+
+
+app = Starlette(routes=[Route("/{path:path}", _forward, methods=["GET", "POST"])])
+
+
+def summarize(turns: list[Turn], wall: float) -> dict[str, Any]:
+    ttfts = sorted(t.ttft * 1000 for t in turns)
+    later = sorted(t.ttft * 1000 for t in turns if t.turn > 0)
+    return {"requests": len(turns), "output_tok_s": sum(t.tokens for t in turns) / wall,
+            "ttft_p50_ms": float(np.percentile(ttfts, 50)), "ttft_p90_ms": float(np.percentile(ttfts, 90)),
+            "later_turns_ttft_p50_ms": float(np.percentile(later, 50)) if later else None,
+            "tpot_p50_ms": float(np.median([t.tpot * 1000 for t in turns])), "wall_s": wall}

@@ -1,0 +1,158 @@
+"""Routing across replicas: Dynamo's KV router against round-robin, on users chatting over their own documents.
+
+Model: the ~100M random Llama on its word-level tokenizer (bench/lib/llm_models.py; every "w<id>" one token), the
+default build (`mbuild package --gpu cpu`). Load (bench/lib/routing_load.py): 16 users, each with their own
+1024-token document, 3 turns each (document + history + a 16-token question, 32 greedy answer tokens), user u
+starting at 0.5 u s, 0.5 s between an answer and the next turn; and the control, the same schedule with every
+prompt fresh (nothing to reuse). Arms, each alone on the host, two replicas on one core each (the client shares
+the host's two cores with them: there is no third):
+  dynamo kv           `mbuild serve BUILD --replicas 2 --router kv`: Dynamo's frontend and KV router, the replicas'
+                      prefix caches published as KV events
+  dynamo round-robin  the same with `--router round-robin`
+  proxy round-robin   two `mbuild serve` (one core, MBUILD_THREADS=1 each) behind a plain round-robin proxy
+                      (bench/lib/routing_load.py's app), as a Kubernetes Service spreads requests
+  one replica         one `mbuild serve` on one core
+Every replica has mbuild's default prefix cache (1024 MB).
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.lib.harness import OUT, machine, work_folder, write
+from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY, make_llama_words
+from bench.lib.mbuild import MBUILD, build_mbuild, source_hash
+from bench.lib.routing_load import Workload, run, summarize
+from bench.lib.servers import HOST, free_port, served_name, server, uvicorn_app
+
+ARMS = ("dynamo kv", "dynamo round-robin", "proxy round-robin", "one replica")
+COUNTERS = {"hit": "mbuild_prefix_cache_hit_tokens_total", "query": "mbuild_prefix_cache_query_tokens_total",
+            "routed": "dynamo_component_router_kv_selected_cached_prefix_tokens_total"}
+
+
+def _counter(url: str, name: str) -> float:
+    text = httpx.get(url, timeout=10).text
+    return sum(float(v) for v in re.findall(rf"^{name}(?:{{.*}})? (\S+)$", text, re.M))
+
+
+def _up(stack: ExitStack, arm: str, build: Path) -> tuple[str, list[str]]:
+    """The arm's completions URL and the metrics URLs its hit rate is read from."""
+    port = free_port()
+    base = f"http://{HOST}:{port}"
+    if arm.startswith("dynamo"):
+        command = [*MBUILD, "serve", str(build), "--host", HOST, "--port", str(port), "--replicas", "2",
+                   "--router", arm.split()[1]]
+        stack.enter_context(server(command, "/v1/models", port))
+        while not httpx.get(f"{base}/v1/models", timeout=10).json()["data"]:
+            pass
+        return f"{base}/v1/completions", [f"{base}/metrics"] if arm.endswith("kv") else []
+    backends = []
+    for core in ([0, 1] if arm.startswith("proxy") else [1]):
+        own = free_port()
+        stack.enter_context(server([*MBUILD, "serve", str(build), "--host", HOST, "--port", str(own)],
+                                   "/v1/health/ready", own, {"MBUILD_THREADS": "1"}, cpus={core}))
+        backends.append(f"http://{HOST}:{own}")
+    if arm == "one replica":
+        return f"{backends[0]}/v1/completions", [f"{backends[0]}/v1/metrics"]
+    stack.enter_context(server(uvicorn_app("bench.lib.routing_load:app", port), "/v1/models", port,
+                               {"ROUTING_BACKENDS": ",".join(backends)}))
+    return f"{base}/v1/completions", [f"{b}/v1/metrics" for b in backends]
+
+
+def _hit_rate(arm: str, metrics: list[str], before: dict[str, float], prompt_tokens: int) -> float | None:
+    if not metrics:
+        return None
+    now = {key: sum(_counter(url, name) for url in metrics) for key, name in COUNTERS.items()}
+    if arm == "dynamo kv":
+        return (now["routed"] - before["routed"]) / prompt_tokens
+    return (now["hit"] - before["hit"]) / max(now["query"] - before["query"], 1)
+
+
+def measure(build: Path, loads: tuple[Workload, ...], repeats: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for arm in ARMS:
+        with ExitStack() as stack:
+            url, metrics = _up(stack, arm, build)
+            model = served_name(int(url.split(":")[2].split("/")[0]))
+            for load in loads:
+                for round_ in range(repeats):
+                    before = {key: sum(_counter(u, name) for u in metrics) for key, name in COUNTERS.items()}
+                    turns, wall = run(url, model, load, seed=round_)
+                    found = summarize(turns, wall)
+                    found["prefix_hit_rate"] = _hit_rate(arm, metrics, before, sum(t.prompt_tokens for t in turns))
+                    results.setdefault(f"{load.key} {arm}", []).append(found)
+                    print(f"  {load.key} {arm} round {round_ + 1}: TTFT p50 {found['ttft_p50_ms']:.0f} ms, p90 "
+                          f"{found['ttft_p90_ms']:.0f} ms, {found['output_tok_s']:.1f} tokens/s", flush=True)
+    return results
+
+
+def _median(rounds: list[dict[str, Any]], key: str) -> float | None:
+    values = sorted(r[key] for r in rounds if r.get(key) is not None)
+    return values[len(values) // 2] if values else None
+
+
+def report(results: dict[str, Any], loads: tuple[Workload, ...], repeats: int, command: str,
+           quick: bool) -> tuple[dict[str, Any], str]:
+    lines = ["| workload | arm | TTFT p50 ms | TTFT p90 ms | later turns' TTFT p50 ms | TPOT p50 ms | output tokens/s "
+             "| prefix hit rate |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    ratios: dict[str, Any] = {}
+    for load in loads:
+        for arm in ARMS:
+            rounds = results[f"{load.key} {arm}"]
+            cells = [_median(rounds, k) for k in ("ttft_p50_ms", "ttft_p90_ms", "later_turns_ttft_p50_ms",
+                                                   "tpot_p50_ms", "output_tok_s", "prefix_hit_rate")]
+            lines.append(f"| {load.key} | {arm} | " + " | ".join("-" if c is None else f"{c:.2f}" if i == 5
+                                                                  else f"{c:.0f}" if i < 4 else f"{c:.1f}"
+                                                                  for i, c in enumerate(cells)) + " |")
+        kv, rr = results[f"{load.key} dynamo kv"], results[f"{load.key} dynamo round-robin"]
+        proxy = results[f"{load.key} proxy round-robin"]
+        ratios[load.key] = {
+            "kv_over_rr_ttft_p90": _ratio(kv, rr, "ttft_p90_ms"), "kv_over_rr_tok_s": _ratio(kv, rr, "output_tok_s"),
+            "kv_over_proxy_ttft_p90": _ratio(kv, proxy, "ttft_p90_ms"),
+            "kv_over_proxy_tok_s": _ratio(kv, proxy, "output_tok_s")}
+    docs, fresh = ratios["documents"], ratios["fresh"]
+    targets = [f"- documents: KV router's TTFT p90 / Dynamo round-robin's {docs['kv_over_rr_ttft_p90']:.2f} (target "
+               f"<= 0.5), / the proxy's {docs['kv_over_proxy_ttft_p90']:.2f}; output tokens/s "
+               f"{docs['kv_over_rr_tok_s']:.2f}x round-robin's (target >= 1.2), {docs['kv_over_proxy_tok_s']:.2f}x "
+               "the proxy's.",
+               f"- fresh prompts: KV router's output tokens/s {fresh['kv_over_rr_tok_s']:.2f}x round-robin's "
+               f"(target >= 0.95), TTFT p90 ratio {fresh['kv_over_rr_ttft_p90']:.2f}."]
+    m = machine()
+    markdown = "\n".join(["# Routing across replicas: Dynamo's KV router against round-robin"
+                          + (" (quick smoke run)" if quick else ""), "", (__doc__ or "").strip(), "",
+                          f"Machine: {m['cores']} cores ({m['cpu']}), {m['date']}; {repeats} round(s) of each "
+                          "workload per arm, medians shown.", "", "## Targets", "", *targets, "", "## Results", "",
+                          *lines, "", "Prefix hit rate: the replicas' prefix-cache hit tokens over the prompt tokens "
+                          "they looked up; for the KV router, the cached prefix tokens it routed to over all prompt "
+                          "tokens (Dynamo's round-robin reports none).", "", f"Reproduce: `{command}`.", ""])
+    data = {"scenario": "routing", "machine": m, "command": command, "repeats": repeats, "quick": quick,
+            "results": results, "ratios": ratios}
+    return data, markdown
+
+
+def _ratio(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], key: str) -> float:
+    a, b = _median(ours, key), _median(theirs, key)
+    return a / b if a is not None and b else float("nan")
+
+
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
+    """`python -m bench routing`. Quick: the tiny Llama, 4 users of 2 turns, one round, into a scratch folder."""
+    work = work or work_folder("routing", quick)
+    work.mkdir(parents=True, exist_ok=True)
+    key, shape = ("tiny", LLAMA_TINY) if quick else ("100m", LLAMA_100M)
+    model = make_llama_words(work / f"llama-{key}-words", shape)
+    build = build_mbuild(model, work / f"mbuild-{model.name}-{source_hash()}", precision=None).parent
+    loads = tuple(Workload(users=4 if quick else 16, turns=2 if quick else 3, shared=s) for s in (True, False))
+    rounds = 1 if quick else repeats
+    print(f"routing: {model.name}, build {build}, {rounds} round(s)", flush=True)
+    results = measure(build, loads, rounds)
+    command = f"python -m bench routing {'--quick' if quick else f'--repeats {repeats}'}"
+    data, markdown = report(results, loads, rounds, command, quick)
+    path = write("routing", data, markdown, out)
+    print(markdown)
+    return path
