@@ -28,13 +28,13 @@ from bench.lib.llm_client import sse_data, sse_lines
 from bench.lib.llm_models import VOCAB
 
 DOC_TOKENS, QUESTION_TOKENS, ANSWER_TOKENS = 1024, 16, 32
-START_GAP, THINK = 0.5, 0.5
+START_GAP, THINK = 1.0, 1.0  # a user arrives every second; a second between an answer and the next turn
 
 
 @dataclass(frozen=True)
 class Workload:
     users: int = 16
-    turns: int = 3
+    turns: int = 6
     shared: bool = True  # False: every prompt fresh (no prefix to reuse)
 
     @property

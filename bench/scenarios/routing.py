@@ -2,8 +2,8 @@
 
 Model: the ~100M random Llama on its word-level tokenizer (bench/lib/llm_models.py; every "w<id>" one token), the
 default build (`mbuild package --gpu cpu`). Load (bench/lib/routing_load.py): 16 users, each with their own
-1024-token document, 3 turns each (document + history + a 16-token question, 32 greedy answer tokens), user u
-starting at 0.5 u s, 0.5 s between an answer and the next turn; and the control, the same schedule with every
+1024-token document, 6 turns each (document + history + a 16-token question, 32 greedy answer tokens), user u
+starting at u s, 1 s between an answer and the next turn; and the control, the same schedule with every
 prompt fresh (nothing to reuse). Arms, each alone on the host, two replicas on one core each (the client shares
 the host's two cores with them: there is no third):
   dynamo kv           `mbuild serve BUILD --replicas 2 --router kv`: Dynamo's frontend and KV router, the replicas'
@@ -18,6 +18,7 @@ Every replica has mbuild's default prefix cache (1024 MB).
 from __future__ import annotations
 
 import re
+import statistics
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,8 @@ def measure(build: Path, loads: tuple[Workload, ...], repeats: int) -> dict[str,
 
 
 def _median(rounds: list[dict[str, Any]], key: str) -> float | None:
-    values = sorted(r[key] for r in rounds if r.get(key) is not None)
-    return values[len(values) // 2] if values else None
+    values = [r[key] for r in rounds if r.get(key) is not None]
+    return statistics.median(values) if values else None
 
 
 def report(results: dict[str, Any], loads: tuple[Workload, ...], repeats: int, command: str,
@@ -147,7 +148,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     key, shape = ("tiny", LLAMA_TINY) if quick else ("100m", LLAMA_100M)
     model = make_llama_words(work / f"llama-{key}-words", shape)
     build = build_mbuild(model, work / f"mbuild-{model.name}-{source_hash()}", precision=None).parent
-    loads = tuple(Workload(users=4 if quick else 16, turns=2 if quick else 3, shared=s) for s in (True, False))
+    loads = tuple(Workload(users=4 if quick else 16, turns=2 if quick else 6, shared=s) for s in (True, False))
     rounds = 1 if quick else repeats
     print(f"routing: {model.name}, build {build}, {rounds} round(s)", flush=True)
     results = measure(build, loads, rounds)

@@ -4,11 +4,15 @@ by name, hostile values bounded; and the prefix cache's journal, which the worke
 from __future__ import annotations
 
 import collections
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from runtimes.bundle import load_engine_config
+from runtimes.dynamo.card import write_card
 from runtimes.dynamo.requests import Refused, chunk, guide_of, sampling_params
 from runtimes.generation.logprobs import TokenLogprob
 from runtimes.generation.prefix_cache import BLOCK, PrefixCache
@@ -95,3 +99,15 @@ def test_the_journal_records_new_blocks_with_their_parent_and_what_eviction_remo
     removed = cache.journal.popleft()
     assert removed == ("removed", (), (first[2][2],), None)  # only the block no other entry holds
     assert cache.journal.popleft()[0] == "stored" and not cache.journal
+
+
+def test_every_replica_registers_the_same_card(tiny_llm_build: Path, tmp_path: Path) -> None:
+    """Dynamo's frontend keeps the first card a model registers and rejects a worker whose card differs, path
+    included: replicas of one bundle must land on one folder, written once."""
+    model = tiny_llm_build / "model"
+    config = load_engine_config(model)
+    first, second = write_card(model, config, tmp_path), write_card(model, config, tmp_path)
+    assert first == second and sorted(p.name for p in tmp_path.iterdir()) == [first.name]
+    tokenizer = json.loads((first / "tokenizer_config.json").read_text())
+    assert tokenizer["chat_template"] == config.decoder.chat_template
+    assert json.loads((first / "config.json").read_text())["max_position_embeddings"] == config.max_seq_length
