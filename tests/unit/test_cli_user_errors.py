@@ -121,3 +121,19 @@ def test_the_summary_says_how_to_run_the_image_from_where_it_is(tmp_path: Path, 
     plan: BuildPlan = _Plan()  # type: ignore[assignment]  # the hint reads only the tag
     hint = _run_hint(PackageResult(plan, tmp_path, None, image, ""))
     assert says in hint and never not in hint
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--replicas", "2"], "--replicas serves language models"),  # an embedding model: Dynamo routes language models
+    (["--replicas", "0"], "0 is not in the range"),
+    (["--replicas", "2", "--router", "random"], "'random' is not one of"),
+])
+def test_serve_replicas_refuses_what_it_cannot_serve(tmp_path: Path, args: list[str], says: str) -> None:
+    result = run(["serve", str(_build_dir(tmp_path, True)), *args])
+    assert result.exit_code == 2 and says in result.output
+
+
+def test_a_draft_that_is_not_there_is_a_users_error(tmp_path: Path) -> None:
+    result = run([*PLAN, str(tmp_path / "out"), "--draft", str(tmp_path / "no-such-model")])
+    assert result.exit_code not in (0, INTERNAL_ERROR) and "no-such-model" in result.output
+    assert not (tmp_path / "out" / "model").exists()
