@@ -55,8 +55,7 @@ def _replicated(model_dir: Path, replicas: int, router: str, host: str, port: in
                          "model", hint="serve it without --replicas, or run more containers behind a Service")
     metadata = load_metadata(model_dir)
     name = env.get("MBUILD_SERVED_MODEL_NAME") or (metadata.model.repo if metadata else "model")
-    os.environ.update(env)  # the children's: the runtime's path and settings
-    plan = Replicas(model_dir.resolve(), name, replicas, router, host, port)
+    plan = Replicas(model_dir.resolve(), name, replicas, router, host, port, env)
     return serve_replicas(plan, lambda line: click.echo(line, err=True))
 
 

@@ -47,10 +47,11 @@ class Replicas:
     router: str
     host: str
     port: int
+    env: dict[str, str]  # the children's environment (builder/settings.child_env: the runtime's path and settings)
 
     def commands(self, discovery: Path) -> list[tuple[list[str], dict[str, str], list[int] | None]]:
         """(argv, environment, cores) of the frontend, then of each replica."""
-        base = {**os.environ, "DYN_FILE_KV": str(discovery), "PYTHONUNBUFFERED": "1"}
+        base = {**self.env, "DYN_FILE_KV": str(discovery), "PYTHONUNBUFFERED": "1"}
         planes = ["--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq"]
         front = [sys.executable, "-m", "dynamo.frontend", "--http-host", self.host, "--http-port", str(self.port),
                  "--router-mode", self.router, *planes]
