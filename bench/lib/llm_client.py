@@ -58,9 +58,18 @@ def sse_data(line: str) -> dict[str, Any] | None:
     return data
 
 
-async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, Any], count: Counter) -> Timing:
-    """Time one SSE completion; output tokens from the final usage chunk, else `count` of the streamed text.
-    Fails unless it streamed exactly payload["max_tokens"] tokens."""
+@dataclass
+class Streamed:
+    """One SSE completion as it came: time to its first text, its whole time, its text, its last usage and timings."""
+
+    ttft: float
+    latency: float
+    text: str
+    usage: dict[str, Any]
+    timings: dict[str, Any]
+
+
+async def streamed(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> Streamed:
     started = time.perf_counter()
     ttft, text = 0.0, []
     usage: dict[str, Any] = {}
@@ -78,8 +87,16 @@ async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, Any
                 text.append(piece)
             usage = data.get("usage") or usage
             timings = data.get("timings") or timings
-    tokens = usage.get("completion_tokens") or count("".join(text))
-    timing = Timing(ttft, time.perf_counter() - started, tokens, usage.get("prompt_tokens", 0),
+    return Streamed(ttft, time.perf_counter() - started, "".join(text), usage, timings)
+
+
+async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, Any], count: Counter) -> Timing:
+    """Time one SSE completion; output tokens from the final usage chunk, else `count` of the streamed text.
+    Fails unless it streamed exactly payload["max_tokens"] tokens."""
+    got = await streamed(client, url, payload)
+    usage, timings, ttft = got.usage, got.timings, got.ttft
+    tokens = usage.get("completion_tokens") or count(got.text)
+    timing = Timing(ttft, got.latency, tokens, usage.get("prompt_tokens", 0),
                     int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0)))
     if timing.tokens != payload["max_tokens"] or not ttft:
         raise RuntimeError(f"{url}: {timing.tokens} tokens streamed, expected {payload['max_tokens']}")

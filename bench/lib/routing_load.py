@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from bench.lib.llm_client import sse_data, sse_lines
+from bench.lib.llm_client import streamed
 from bench.lib.llm_models import VOCAB
 
 DOC_TOKENS, QUESTION_TOKENS, ANSWER_TOKENS = 1024, 16, 32
@@ -63,22 +63,11 @@ def _words(rng: np.random.Generator, count: int) -> str:
 async def _turn(client: httpx.AsyncClient, url: str, model: str, prompt: str) -> tuple[float, float, int, str]:
     body = {"model": model, "prompt": prompt, "max_tokens": ANSWER_TOKENS, "min_tokens": ANSWER_TOKENS,
             "ignore_eos": True, "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
-    started, ttft, text, tokens = time.perf_counter(), 0.0, [], 0
-    async with client.stream("POST", url, json=body) as response:
-        if response.status_code != 200:
-            raise RuntimeError(f"{url}: HTTP {response.status_code} {(await response.aread())[:300]!r}")
-        async for line in sse_lines(response):
-            data = sse_data(line)
-            if data is None:
-                continue
-            piece = data["choices"][0].get("text") if data.get("choices") else ""
-            if piece:
-                ttft = ttft or time.perf_counter() - started
-                text.append(piece)
-            tokens = (data.get("usage") or {}).get("completion_tokens", tokens)
+    got = await streamed(client, url, body)
+    tokens = got.usage.get("completion_tokens", 0)
     if tokens != ANSWER_TOKENS:
         raise RuntimeError(f"{url}: {tokens} tokens streamed, expected {ANSWER_TOKENS}")
-    return ttft, time.perf_counter() - started, tokens, "".join(text)
+    return got.ttft, got.latency, tokens, got.text
 
 
 async def _user(client: httpx.AsyncClient, url: str, model: str, load: Workload, user: int, seed: int,
