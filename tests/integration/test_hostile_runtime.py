@@ -9,6 +9,7 @@ request lost. Run with `pytest -s` to see the report lines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import socket
@@ -182,7 +183,24 @@ def test_hostile_corpus(encoder: Server, llm: Server) -> None:
     print("".join(f"  FAIL {f}\n" for f in failures) + "".join(f"  LOST {lost}\n" for lost in innocents.lost))
     assert counts["cases"] >= 100 and innocents.done > 0
     assert counts["5xx"] == 0 and not innocents.lost and not failures
-    assert rss_after <= 1.10 * rss_before
+    # The first pass may raise the high-water mark (the allocators keep freed pages, the grammar cache keeps what it
+    # compiled), so it is held to a ceiling; a leak is growth on repetition, which the replay measures.
+    assert rss_after <= 1.25 * rss_before
+    replayed = _replay([name for name, _ in top], encoder, llm)
+    print(f"replaying the 5 that grew most 3 times: {rss_after / 1e6:.0f} -> {replayed / 1e6:.0f} MB")
+    assert replayed <= 1.03 * rss_after
+
+
+def _replay(names: list[str], encoder: Server, llm: Server) -> int:
+    """Sends the named cases three more times each; returns both servers' memory after."""
+    by_name = {c.name: (encoder, c) for c in ENCODER_CASES} | {c.name: (llm, c) for c in LLM_CASES}
+    for _ in range(3):
+        for name in names:
+            server, case = by_name[name]
+            with httpx.Client() as client, contextlib.suppress(httpx.HTTPError):  # a case may end its connection
+                send(client, server.url, case, served_model(client, server.url), timeout=CASE_TIMEOUT)
+    time.sleep(5)  # settle, as after the corpus
+    return server_rss(encoder.url) + server_rss(llm.url)
 
 
 def _normal_ok(url: str, normal: tuple[str, dict[str, Any]], client: httpx.Client | None = None) -> float:
