@@ -50,6 +50,7 @@ class PlanRecord:
     profile: PlannedProfile
     requires: Requirements
     format: int = PLAN_FORMAT
+    extras: tuple[str, ...] = ()  # optional parts of the image: "dynamo" runs as an NVIDIA Dynamo worker too
 
     @property
     def max_batch(self) -> int:

@@ -36,6 +36,24 @@ def tool_versions() -> dict[str, str]:
 GPU_PACKAGES = {"onnxruntime": "onnxruntime-gpu==1.31.1", "cuda-python": "cuda-python==12.9.0"}
 
 
+# Optional parts of the image (`mbuild package --with NAME`), pinned as pyproject's extra of the same name (a test
+# holds them equal): what pip resolves, then what it installs again without dependencies. dynamo: the image as an
+# NVIDIA Dynamo worker (`python3 -m runtimes.dynamo`) and Dynamo's frontend (`python3 -m dynamo.frontend`), about
+# 250 MB. ai-dynamo goes in without its dependencies: on Python 3.11-3.13 it requires aisimulate, whose PyPI release
+# is a placeholder that downloads from elsewhere, used only by Dynamo's planner; it is installed with the runtime
+# package it shares its `dynamo` folder with, so pip merges the two.
+EXTRAS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "dynamo": (("ai-dynamo-runtime==1.6.1", "msgspec>=0.19", "pyzmq>=26"),
+               ("ai-dynamo-runtime==1.6.1", "ai-dynamo==1.6.1")),
+}
+
+
+def extra_requirements(extras: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(resolved, installed without dependencies) requirement lines for the named extras."""
+    resolved = [line for name in extras for line in EXTRAS[name][0]]
+    return resolved, [line for name in extras for line in EXTRAS[name][1]]
+
+
 def runtime_requirements(device: str = "cpu") -> list[str]:
     """Pinned requirement lines for the image, e.g. 'onnxruntime==1.32.0'."""
     lines = []

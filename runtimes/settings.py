@@ -44,7 +44,8 @@ _INTEGERS = (  # field, variable, lowest, highest
     ("prefill_chunk", "MBUILD_PREFILL_CHUNK", 16, 1 << 20), ("prefix_cache_mb", "MBUILD_PREFIX_CACHE_MB", 0, 1 << 24),
     ("keepalive_seconds", "MBUILD_KEEPALIVE_SECONDS", 1, 3600),
     ("num_speculative_tokens", "MBUILD_NUM_SPECULATIVE_TOKENS", 1, 16),
-    ("prompt_lookup_min", "MBUILD_PROMPT_LOOKUP_MIN", 1, 32), ("prompt_lookup_max", "MBUILD_PROMPT_LOOKUP_MAX", 1, 32))
+    ("prompt_lookup_min", "MBUILD_PROMPT_LOOKUP_MIN", 1, 32), ("prompt_lookup_max", "MBUILD_PROMPT_LOOKUP_MAX", 1, 32),
+    ("dynamo_system_port", "DYN_SYSTEM_PORT", 1, 65535))
 _BOOLEANS = (
     ("protect_metrics", "MBUILD_PROTECT_METRICS"), ("access_log", "MBUILD_ACCESS_LOG"), ("tracing", "MBUILD_TRACING"),
     ("skip_hardware_check", "MBUILD_SKIP_HARDWARE_CHECK"), ("trt_build_at_start", "MBUILD_TRT_BUILD_AT_START"),
@@ -102,6 +103,9 @@ class Settings:
     num_speculative_tokens: int = 4  # the most drafts a verify row carries (vLLM's name); fewer as acceptance falls
     prompt_lookup_min: int = 2  # the shortest suffix n-gram lookup matches (vLLM's name)
     prompt_lookup_max: int = 4  # and the longest it tries first
+    # Dynamo's own variable: the port of a Dynamo worker's status server (/health, /live), which the image's
+    # HEALTHCHECK then asks instead of the HTTP server's, since a worker (`python3 -m runtimes.dynamo`) runs none.
+    dynamo_system_port: int | None = None
 
     @property
     def in_flight_seconds(self) -> float:

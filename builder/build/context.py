@@ -102,6 +102,7 @@ def assemble(build_dir: Path, plan: BuildPlan, report: GateReport) -> Path:
     shutil.copytree(runtimes_dir(), app, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     write_contract(build_dir / "model" / METADATA_FILE, bundle_metadata(plan))
     render(build_dir, plan, report)
-    site = install_site(list(plan.runtime_requirements), plan.profile.python_version, build_dir / "site")
+    site = install_site(list(plan.runtime_requirements), plan.profile.python_version, build_dir / "site",
+                        list(plan.runtime_no_deps))
     (build_dir / "bom.json").write_text(json.dumps(bill_of_materials(plan, site), indent=2) + "\n")
     return build_dir

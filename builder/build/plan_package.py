@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.build.draft import plan_draft
+from builder.errors import InputError
 from builder.model.catalog import ModelFacts
 from builder.model.facts import model_facts
 from builder.model.hubcache import offline_requested
@@ -41,6 +42,7 @@ class PackageOptions:
     push: str | None = None
     plan_only: bool = False
     draft: str | None = None  # a speculative-decoding draft model built beside the target (builder/build/draft.py)
+    extras: tuple[str, ...] = ()  # optional parts of the image (builder/versions.EXTRAS)
     force: bool = False  # build into a non-empty folder mbuild did not make (never deleting its files)
     failed_precisions: frozenset[str] = frozenset()  # failed the gate on this model: choose another
 
@@ -93,13 +95,16 @@ def plan_package(opts: PackageOptions, reporter: Reporter, *, for_plan_only: boo
     chosen = [require_selection(f.selection, f.target, ref.repo, asked) for f in found_all]
     engines = tuple(EngineTarget(f.target.gpu.model, f.target.gpu.compute_capability, c.profile)
                     for f, c in zip(found_all, chosen, strict=True) if f.target.gpu is not None)
+    if "dynamo" in opts.extras and facts.task != "text-generation":
+        raise InputError(f"--with dynamo serves language models; {ref.repo} is a {facts.task} model",
+                         hint="leave --with dynamo out for it")
     draft = None
     if opts.draft:
         with reporter.stage("resolve", f"draft model {parse_model_ref(opts.draft).display()}"):
             draft = plan_draft(opts.draft, chosen[0].profile, opts.is_offline, for_plan_only=for_plan_only)
     plan = make_plan(ref, facts, found.target, chosen[0].profile, chosen[0].need, found.selection.why,
                      image_name=opts.name, version=opts.version, base_image=opts.base_image, engines=engines,
-                     draft=draft)
+                     draft=draft, extras=opts.extras)
     pinned = f"@ {ref.sha[:12]}" if ref.sha else f"@ {ref.revision} (unpinned)"
     drafting = f"; draft {draft.model.repo}" if draft else ""
     reporter.note(f"model {ref.repo} {pinned} ({facts.task}){drafting}; profile {chosen[0].profile.name}; "

@@ -41,8 +41,9 @@ def _pip(args: list[str], python_version: str, what: str, hint: str) -> None:
         raise ToolMissing(f"pip could not {what} for Python {python_version}:\n{tail}", hint=hint)
 
 
-def _key(requirements: list[str], python_version: str) -> str:
-    return hashlib.sha256("\n".join([python_version, *platform_tags(), *requirements]).encode()).hexdigest()[:16]
+def _key(requirements: list[str], python_version: str, no_deps: list[str]) -> str:
+    lines = [python_version, *platform_tags(), *requirements, *(["--no-deps", *no_deps] if no_deps else [])]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def _copy_tree(src: Path, dest: Path) -> None:
@@ -55,9 +56,11 @@ def _copy_tree(src: Path, dest: Path) -> None:
         shutil.copytree(src, dest)
 
 
-def install_site(requirements: list[str], python_version: str, dest: Path) -> Path:
-    """Fill dest with the installed packages (cached per requirement set) and return it."""
-    key = _key(requirements, python_version)
+def install_site(requirements: list[str], python_version: str, dest: Path, no_deps: list[str] | None = None) -> Path:
+    """Fill dest with the installed packages (cached per requirement set) and return it. no_deps: lines installed
+    after the others, again and without their dependencies (builder/versions.EXTRAS says why)."""
+    no_deps = no_deps or []
+    key = _key(requirements, python_version, no_deps)
     wheels = mbuild_cache_dir() / "wheels" / key
     site = mbuild_cache_dir() / "site" / key
     hint = (f"check access to your package index (PIP_INDEX_URL, PIP_CERT), or put the wheels for "
@@ -67,12 +70,18 @@ def install_site(requirements: list[str], python_version: str, dest: Path) -> Pa
         wheels.mkdir(parents=True, exist_ok=True)
         _pip(["download", "--dest", str(wheels), *requirements], python_version, "download the runtime's wheels",
              hint)
+        if no_deps:
+            _pip(["download", "--no-deps", "--dest", str(wheels), *no_deps], python_version,
+                 "download the runtime's wheels", hint)
         (wheels / ".complete").write_text("\n".join(requirements) + "\n")
     if not (site / ".complete").is_file():
         staging = site.with_name(key + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         _pip(["install", "--target", str(staging), "--no-index", "--find-links", str(wheels), "--no-compile",
               *requirements], python_version, "install the runtime's packages", hint)
+        if no_deps:  # --upgrade: pip replaces the folders these share with what it installed above
+            _pip(["install", "--target", str(staging), "--no-index", "--find-links", str(wheels), "--no-compile",
+                  "--no-deps", "--upgrade", *no_deps], python_version, "install the runtime's packages", hint)
         shutil.rmtree(staging / "bin", ignore_errors=True)  # console scripts would point at this host's Python
         shutil.rmtree(site, ignore_errors=True)
         staging.rename(site)

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from builder.planning.precisions import PRECISIONS
+from builder.versions import EXTRAS
 
 F = Callable[..., Any]
 
@@ -34,3 +35,12 @@ def draft_option(func: F) -> F:
         "--draft", metavar="MODEL", help="A smaller model with the target's tokenizer, built beside it as the "
         "speculative-decoding draft (same profile, gated like the target, its memory in the plan); the server "
         "drafts with it unless MBUILD_SPECULATIVE says otherwise.")(func)
+
+
+def extras_option(func: F) -> F:
+    """--with NAME (package and plan), repeatable."""
+    return click.option(
+        "--with", "extras", multiple=True, type=click.Choice(sorted(EXTRAS)),
+        help="Put an optional part into the image: dynamo runs it as an NVIDIA Dynamo worker "
+        "(`python3 -m runtimes.dynamo`) and frontend, for `mbuild deploy --format dynamo` (about 250 MB; language "
+        "models).")(func)

@@ -11,7 +11,7 @@ from rich.table import Table
 from builder.build.pipeline import PackageResult
 from builder.build.pipeline import package as run_package
 from builder.build.plan_package import PackageOptions
-from builder.cli.options import draft_option, target_options
+from builder.cli.options import draft_option, extras_option, target_options
 from builder.image import CHOICES
 from builder.image.oci import LAYOUT_DIR
 from builder.progress import Reporter
@@ -74,13 +74,15 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
 @click.option("--format", "image_format", type=click.Choice(["oci", "docker"]), default="oci", show_default=True,
               help="Manifest format the oci backend writes (docker = v2s2, whose HEALTHCHECK podman honours).")
 @draft_option
+@extras_option
 @click.option("--push", "push_to", metavar="REGISTRY/REPO[:TAG]", help="Push the image there after building.")
 @click.option("--plan-only", is_flag=True, help="Write the build context's Dockerfile, image spec, plan and TensorRT "
               "settings; download, export and build nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output; print only the image tag.")
 def package(model: str, gpu: str | None, profile: str | None, precision: str | None, mode: str | None,
             offline: bool, output: Path | None, force: bool, name: str | None, version: str | None,
-            base_image: str | None, backend: str, image_format: str, draft: str | None, push_to: str | None,
+            base_image: str | None, backend: str, image_format: str, draft: str | None, extras: tuple[str, ...],
+            push_to: str | None,
             plan_only: bool, quiet: bool) -> None:
     """Package MODEL (alias, org/name[@rev], hf://org/name@rev or ./folder) into a serving image."""
     if quiet:
@@ -89,7 +91,8 @@ def package(model: str, gpu: str | None, profile: str | None, precision: str | N
     options = PackageOptions(model=model, gpu=gpu, output=output, name=name, version=version,
                              base_image=base_image, backend=backend, offline=offline, profile=profile,
                              precision=precision, mode=mode, image_format=image_format,  # type: ignore[arg-type]
-                             push=push_to, plan_only=plan_only, force=force, draft=draft)
+                             push=push_to, plan_only=plan_only, force=force, draft=draft,
+                             extras=tuple(dict.fromkeys(extras)))
     result = run_package(options, reporter)
     if quiet:
         click.echo(result.plan.tag if result.image else str(result.build_dir))

@@ -7,7 +7,7 @@ import json
 import click
 
 from builder.build.plan_package import PackageOptions, plan_package
-from builder.cli.options import draft_option, target_options
+from builder.cli.options import draft_option, extras_option, target_options
 from builder.model.catalog import ModelFacts
 from builder.model.shape import billions
 from builder.planning.memory import kv_bytes_per_token, kv_bytes_per_value, served_context
@@ -74,6 +74,8 @@ def render_plan(plan: BuildPlan) -> str:
         *[f"             - {line}" for line in plan.why],
         f"  base       {plan.base_image}",
         f"  runtime    {', '.join(plan.runtime_requirements)}",
+        *([f"  with       {', '.join(plan.extras)} (then without dependencies: {', '.join(plan.runtime_no_deps)})"]
+          if plan.extras else []),
         f"  tools      {', '.join(f'{k} {v}' for k, v in plan.tools)}",
         f"  memory     {memory[0]}",
         *[f"             {line}" for line in memory[1:]],
@@ -91,12 +93,15 @@ def render_plan(plan: BuildPlan) -> str:
 @click.option("--version", "version", help="Image version (default: sha-<plan digest>).")
 @click.option("--base-image", help="Base image (default: the profile's).")
 @draft_option
+@extras_option
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan(model: str, gpu: str | None, profile: str | None, precision: str | None, mode: str | None, offline: bool,
-         name: str | None, version: str | None, base_image: str | None, draft: str | None, as_json: bool) -> None:
+         name: str | None, version: str | None, base_image: str | None, draft: str | None, extras: tuple[str, ...],
+         as_json: bool) -> None:
     """Print the build plan for MODEL without building anything."""
     opts = PackageOptions(model=model, gpu=gpu, offline=offline, profile=profile, precision=precision, mode=mode,
-                          name=name, version=version, base_image=base_image, draft=draft)
+                          name=name, version=version, base_image=base_image, draft=draft,
+                          extras=tuple(dict.fromkeys(extras)))
     result = plan_package(opts, Reporter(quiet=True), for_plan_only=True)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, sort_keys=True))

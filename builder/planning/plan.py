@@ -18,7 +18,7 @@ from builder.planning.memory import MemoryNeed
 from builder.planning.profiles import Profile
 from builder.planning.target import Target
 from builder.resources import resource_dir, runtimes_dir
-from builder.versions import runtime_requirements, tool_versions
+from builder.versions import extra_requirements, runtime_requirements, tool_versions
 from runtimes.bundle.engine import Batching
 from runtimes.bundle.metadata import Requirements
 
@@ -63,6 +63,8 @@ class BuildPlan:
     tools: tuple[tuple[str, str], ...]
     engines: tuple[EngineTarget, ...] = ()  # GPU builds: one per target GPU model; empty on CPUs
     draft: DraftPlan | None = None  # need is then the target's with the draft's (MemoryNeed.with_draft)
+    extras: tuple[str, ...] = ()  # optional parts of the image (builder/versions.EXTRAS), e.g. ("dynamo",)
+    runtime_no_deps: tuple[str, ...] = ()  # the extras' lines pip installs again without dependencies
 
     @property
     def task(self) -> Task:
@@ -83,7 +85,10 @@ class BuildPlan:
             "image": {"name": self.image_name, "version": self.explicit_version},
             "base_image": self.base_image,
             "runtime": {"requirements": list(self.runtime_requirements), "code": self.runtime_code,
-                        "python": self.profile.python_version},
+                        "python": self.profile.python_version,
+                        # Only when there are some, so a plan without extras keeps its digest.
+                        **({"extras": list(self.extras), "no_deps": list(self.runtime_no_deps)}
+                           if self.extras else {})},
             "templates": self.templates,
             "tools": dict(self.tools),
         }
@@ -118,7 +123,7 @@ class BuildPlan:
         return PlanRecord(tag=self.tag, task=self.task, model=PlannedModel(self.model.repo),
                           profile=PlannedProfile(self.profile.id, self.profile.name,
                                                  PlannedContent(PlannedLimits(self.profile.limits.max_batch))),
-                          requires=self.requires())
+                          requires=self.requires(), extras=self.extras)
 
     def to_dict(self) -> dict[str, Any]:
         """plan.json (and `mbuild plan --json`)."""
@@ -138,6 +143,7 @@ class BuildPlan:
                         "content": self.profile.model_dump(mode="json")},
             "memory": self.need.as_dict(),
             "requires": self.requires().to_dict(),
+            **({"extras": list(self.extras)} if self.extras else {}),  # where the record has them
         }
 
 
@@ -169,18 +175,21 @@ def check_version(version: str) -> str:
 def make_plan(ref: ModelRef, facts: ModelFacts, target: Target, profile: Profile, need: MemoryNeed,
               why: tuple[str, ...], *, image_name: str | None, version: str | None,
               base_image: str | None, engines: tuple[EngineTarget, ...] = (),
-              draft: DraftPlan | None = None) -> BuildPlan:
+              draft: DraftPlan | None = None, extras: tuple[str, ...] = ()) -> BuildPlan:
+    resolved, no_deps = extra_requirements(extras)
     return BuildPlan(
         model=ref, facts=facts, target=target, profile=profile, need=need.with_draft(draft.need) if draft else need,
         why=why,
         image_name=check_image_name(image_name) if image_name else default_image_name(ref),
         explicit_version=check_version(version) if version is not None else None,
         base_image=base_image or profile.base_image,
-        runtime_requirements=tuple(runtime_requirements(profile.device)),
+        runtime_requirements=(*runtime_requirements(profile.device), *resolved),
         runtime_code=tree_digest(runtimes_dir()),
         # The image's templates only: the Helm chart's (templates/helm) go into no image.
         templates=tree_digest(resource_dir("templates"), exclude=("__pycache__", "helm")),
         tools=tuple(sorted(tool_versions().items())),
         engines=engines,
         draft=draft,
+        extras=extras,
+        runtime_no_deps=tuple(no_deps),
     )

@@ -26,7 +26,7 @@ from dynamo.llm.exceptions import InvalidArgument, Unknown
 
 from runtimes.bundle import load_engine_config, load_metadata
 from runtimes.dynamo.card import write_card
-from runtimes.dynamo.requests import Refused, chunk, guide_of, sampling_params
+from runtimes.dynamo.requests import Refused, chunk, guide_of, parsers, sampling_params
 from runtimes.generation.guided import GuideError
 from runtimes.generation.prefix_cache import BLOCK
 from runtimes.generation.requests import Event, Request
@@ -62,13 +62,15 @@ class MbuildEngine(LLMEngine):
         name = settings.served_name or (metadata.model.repo if metadata else "model")
         card = write_card(settings.model_dir, config, Path(tempfile.gettempdir()))
         engine = cls(settings, card, name)
+        tool_parser, reasoning_parser = parsers(config.decoder.chat_template, settings.tool_call_parser)
         return engine, WorkerConfig(namespace=args.namespace, component=args.component, endpoint="generate",
                                     model_name=str(card), served_model_name=name,
                                     # Dynamo renders chat from the card's template: without one, completions only
                                     endpoint_types="chat,completions" if config.decoder.chat_template
                                     else "completions",
                                     discovery_backend=args.discovery_backend, request_plane=args.request_plane,
-                                    event_plane=args.event_plane)
+                                    event_plane=args.event_plane, tool_call_parser=tool_parser,
+                                    reasoning_parser=reasoning_parser)
 
     async def start(self, worker_id: int) -> EngineConfig:
         del worker_id

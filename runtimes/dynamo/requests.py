@@ -14,9 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 from runtimes.generation.guided import GuideSpec
+from runtimes.generation.harmony import detect_harmony
 from runtimes.generation.logprobs import TokenLogprob
+from runtimes.generation.reasoning import detect_reasoning
 from runtimes.generation.requests import Event
 from runtimes.generation.sampling import MAX_STOP_TOKEN_IDS, SamplingParams
+from runtimes.generation.tools import chosen_format
 
 MAX_LOGPROBS = 20  # alternatives a token may ask for, as the HTTP API allows
 # What each group may carry, and what mbuild does with it; a key outside these is refused.
@@ -29,6 +32,21 @@ OUTPUTS = {"logprobs", "prompt_logprobs", "skip_special_tokens", "formatted_prom
 NEUTRAL: dict[str, Any] = {"n": 1, "best_of": 1, "min_p": 0.0, "use_beam_search": False, "length_penalty": 1.0,
                            "include_stop_str_in_output": False, "max_thinking_tokens": None,
                            "formatted_prompt": None, "prompt_logprobs": None}
+
+
+# mbuild's tool formats (runtimes/generation/tools.py) by Dynamo's parser names: the frontend parses tool calls and
+# reasoning out of the text it detokenizes. Dynamo 1.6.1 has no parser for granite's format.
+TOOL_PARSERS = {"llama3_json": "llama3_json", "hermes": "hermes", "mistral": "mistral", "phi4_mini": "phi4"}
+
+
+def parsers(template: str | None, tool_parser: str) -> tuple[str | None, str | None]:
+    """(tool-call parser, reasoning parser) for Dynamo's frontend, as mbuild's own server would read the replies of
+    a model with this chat template; tool_parser is MBUILD_TOOL_CALL_PARSER's value."""
+    if template and detect_harmony(template):
+        return "harmony", "gpt_oss"
+    tools = chosen_format(tool_parser, template)
+    return (TOOL_PARSERS.get(tools.name) if tools else None,
+            "basic" if template and detect_reasoning(template) else None)
 
 
 class Refused(ValueError):

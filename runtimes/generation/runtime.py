@@ -19,7 +19,7 @@ from runtimes.generation.harmony import Harmony, detect_harmony, vocabulary_fold
 from runtimes.generation.reasoning import detect_reasoning, opened_by
 from runtimes.generation.scheduler import Scheduler
 from runtimes.generation.speculative import Speculation
-from runtimes.generation.tools import TOOL_FORMATS, ToolFormat, detect_format
+from runtimes.generation.tools import ToolFormat, chosen_format
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 
@@ -67,9 +67,7 @@ class GenerationRuntime:
                               speculation=Speculation(method, settings.num_speculative_tokens,
                                                       settings.prompt_lookup_min, settings.prompt_lookup_max),
                               draft=draft)
-        parser = settings.tool_call_parser
-        found = detect_format(template.source) if template and parser == "auto" else None
-        tools = TOOL_FORMATS.get(found or parser)
+        tools = chosen_format(settings.tool_call_parser, template.source if template else None)
         harmony = None
         if template and detect_harmony(template.source):
             harmony = Harmony(vocabulary_folder(model_dir / config.tokenizer_file, settings.harmony_vocabulary))

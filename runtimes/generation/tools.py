@@ -135,6 +135,13 @@ TOOL_FORMATS = {
 }
 
 
+def chosen_format(parser: str, template: str | None) -> ToolFormat | None:
+    """The tool format a server uses: the one its chat template was written for when parser is "auto", else the
+    one named (MBUILD_TOOL_CALL_PARSER); None when there is neither."""
+    found = detect_format(template) if template and parser == "auto" else None
+    return TOOL_FORMATS.get(found or parser)
+
+
 def detect_format(template: str) -> ToolFormatName | None:
     """The tool-call format a chat template was written for, from the text it renders. Phi-4-mini's template
     writes the system turn's tools between <|tool|> and <|/tool|>; Granite 3.x's has <|start_of_role|> turns and

@@ -13,10 +13,11 @@ import pytest
 
 from runtimes.bundle import load_engine_config
 from runtimes.dynamo.card import write_card
-from runtimes.dynamo.requests import Refused, chunk, guide_of, sampling_params
+from runtimes.dynamo.requests import TOOL_PARSERS, Refused, chunk, guide_of, parsers, sampling_params
 from runtimes.generation.logprobs import TokenLogprob
 from runtimes.generation.prefix_cache import BLOCK, PrefixCache
 from runtimes.generation.requests import Event
+from tests.support.tiny_models import CHAT_TEMPLATE
 
 
 def test_the_fields_a_client_sends_reach_the_scheduler() -> None:
@@ -111,3 +112,23 @@ def test_every_replica_registers_the_same_card(tiny_llm_build: Path, tmp_path: P
     tokenizer = json.loads((first / "tokenizer_config.json").read_text())
     assert tokenizer["chat_template"] == config.decoder.chat_template
     assert json.loads((first / "config.json").read_text())["max_position_embeddings"] == config.max_seq_length
+
+
+@pytest.mark.parametrize(("template", "setting", "expected"), [
+    (CHAT_TEMPLATE, "auto", ("llama3_json", None)),
+    ("{{ '<tool_call>' }}{{ '<think>' }}{{ '</think>' }}", "auto", ("hermes", "basic")),
+    ("[TOOL_CALLS] {{ tools }}", "auto", ("mistral", None)),
+    ("{{ '<|start|>assistant<|channel|>final<|message|>' }}", "auto", ("harmony", "gpt_oss")),
+    (CHAT_TEMPLATE, "none", (None, None)),  # tool calls turned off: the frontend parses none either
+    ("{{ messages }}", "hermes", ("hermes", None)),  # named by MBUILD_TOOL_CALL_PARSER
+    ("{{ messages }}", "granite", (None, None)),  # a format Dynamo has no parser for
+])
+def test_the_frontend_parses_replies_as_mbuilds_server_would(template: str, setting: str,
+                                                             expected: tuple[str | None, str | None]) -> None:
+    assert parsers(template, setting) == expected
+
+
+def test_every_parser_name_is_one_dynamo_has() -> None:
+    core = pytest.importorskip("dynamo._core", reason="the dynamo extra is not installed (tests/run.sh installs it)")
+    assert set(TOOL_PARSERS.values()) | {"harmony"} <= set(core.get_tool_parser_names())
+    assert {"basic", "gpt_oss"} <= set(core.get_reasoning_parser_names())

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,26 @@ def test_the_users_example_plans_offline_from_the_catalog(tmp_path: Path) -> Non
     assert data["model"]["repo"] == "meta-llama/Llama-3.1-8B-Instruct" and data["model"]["resolved"] is False
     assert data["facts"]["params"] == pytest.approx(8.03, abs=0.005) and data["task"] == "text-generation"
     assert data["profile"]["name"].startswith("onnxruntime-cpu") or data["target"]["kind"] == "cuda"
+
+
+def test_with_dynamo_puts_dynamo_into_the_image_as_pyproject_pins_it(tmp_path: Path) -> None:
+    """The image's Dynamo is the one `pip install mbuild[dynamo]` gets here (one version in both places), ai-dynamo
+    installed again without its dependencies; the plan (and its digest) says so, and a plan without it is
+    unchanged by the option existing."""
+    data = json.loads(plan("llama-3.1-8b", "--with", "dynamo", "--json", cwd=tmp_path))
+    plain = json.loads(plan("llama-3.1-8b", "--json", cwd=tmp_path))
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dynamo"]
+    assert data["extras"] == ["dynamo"] and data["runtime"]["extras"] == ["dynamo"]
+    assert data["runtime"]["requirements"] == plain["runtime"]["requirements"] + extra
+    assert data["runtime"]["no_deps"] == [extra[0], extra[0].replace("-runtime", "")]
+    assert data["digest"] != plain["digest"] and "extras" not in plain and "extras" not in plain["runtime"]
+    assert "with       dynamo (then without dependencies: ai-dynamo-runtime==1.6.1, ai-dynamo==1.6.1)" in plan(
+        "llama-3.1-8b", "--with", "dynamo", cwd=tmp_path)
+
+
+def test_with_dynamo_is_refused_for_an_embedding_model(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "builder.cli", "plan", "all-minilm-l6-v2", "--with", "dynamo"],
+                            capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=tmp_path,
+                            check=False)
+    assert result.returncode == 2 and "--with dynamo serves language models" in result.stderr
+    assert "Traceback" not in result.stderr
