@@ -45,7 +45,7 @@ _INTEGERS = (  # field, variable, lowest, highest
     ("keepalive_seconds", "MBUILD_KEEPALIVE_SECONDS", 1, 3600),
     ("num_speculative_tokens", "MBUILD_NUM_SPECULATIVE_TOKENS", 1, 16),
     ("prompt_lookup_min", "MBUILD_PROMPT_LOOKUP_MIN", 1, 32), ("prompt_lookup_max", "MBUILD_PROMPT_LOOKUP_MAX", 1, 32),
-    ("dynamo_system_port", "DYN_SYSTEM_PORT", 1, 65535))
+    ("dynamo_system_port", "DYN_SYSTEM_PORT", 1, 32767))  # Dynamo 1.6.1 reads it as a signed 16-bit number
 _BOOLEANS = (
     ("protect_metrics", "MBUILD_PROTECT_METRICS"), ("access_log", "MBUILD_ACCESS_LOG"), ("tracing", "MBUILD_TRACING"),
     ("skip_hardware_check", "MBUILD_SKIP_HARDWARE_CHECK"), ("trt_build_at_start", "MBUILD_TRT_BUILD_AT_START"),

@@ -8,18 +8,23 @@ import click
 import yaml
 
 from builder.deploy import inputs
+from builder.deploy.dynamo import graph_deployment
 from builder.deploy.helm import write_chart
 from builder.deploy.k8s import manifests
 from builder.deploy.kserve import inference_service
 from builder.deploy.spec import load_spec
+from builder.serving.replicas import ROUTERS
 
 
 @click.command()
 @click.argument("source")
-@click.option("--format", "fmt", type=click.Choice(["k8s", "helm", "kserve"]), default="k8s", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(["k8s", "helm", "kserve", "dynamo"]), default="k8s",
+              show_default=True,
               help="k8s: Deployment, Service, PodDisruptionBudget, HorizontalPodAutoscaler, ServiceMonitor. "
                    "helm: a chart of those (and an optional Ingress and Secret) with values.yaml, in a folder. "
-                   "kserve: an InferenceService (RawDeployment, a custom predictor running the image).")
+                   "kserve: an InferenceService (RawDeployment, a custom predictor running the image). "
+                   "dynamo: a DynamoGraphDeployment for NVIDIA Dynamo's operator: its frontend and router before "
+                   "--replicas workers (an image packaged --with dynamo; language models).")
 @click.option("--image", help="The image as the cluster pulls it (default: the build's, by digest).")
 @click.option("--name", help="The objects' name (default: the image's name).")
 @click.option("--namespace", help="The namespace to write into the objects (default: none, kubectl's).")
@@ -29,10 +34,13 @@ from builder.deploy.spec import load_spec
 @click.option("--max-replicas", type=click.IntRange(1, 1000), default=4, show_default=True)
 @click.option("--api-key-secret", default=None,
               help="The Secret whose 'api-key' becomes MBUILD_API_KEY (default: NAME-api-key; optional).")
+@click.option("--router", type=click.Choice(ROUTERS), default="kv", show_default=True,
+              help="dynamo: how the frontend picks a worker (kv: the one whose cache holds most of the prompt).")
 @click.option("--output", "-o", type=click.Path(path_type=Path),
-              help="k8s, kserve: a file (default: standard output). helm: the chart's folder (default: ./NAME).")
+              help="k8s, kserve, dynamo: a file (default: standard output). helm: the chart's folder "
+                   "(default: ./NAME).")
 def deploy(source: str, fmt: str, image: str | None, name: str | None, namespace: str | None,
-           replicas: int | None, min_replicas: int, max_replicas: int, api_key_secret: str | None,
+           replicas: int | None, min_replicas: int, max_replicas: int, api_key_secret: str | None, router: str,
            output: Path | None) -> None:
     """Write Kubernetes manifests, a Helm chart or a KServe InferenceService for SOURCE: a build directory, a
     plan saved from `mbuild plan --json`, or an image mbuild built (REGISTRY/NAME[:TAG|@DIGEST], a docker or
@@ -52,7 +60,8 @@ def deploy(source: str, fmt: str, image: str | None, name: str | None, namespace
         click.echo(f"wrote a chart of {len(files)} files for {spec.image} to {folder}/\n"
                    f"  helm install {spec.name} {folder} --namespace NAMESPACE", err=True)
         return
-    objects = [inference_service(spec, *scale[1:])] if fmt == "kserve" else manifests(spec, *scale)
+    objects = [inference_service(spec, *scale[1:])] if fmt == "kserve" else \
+        [graph_deployment(spec, scale[0], router)] if fmt == "dynamo" else manifests(spec, *scale)
     text = yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False)
     if output is None:
         click.echo(text, nl=False)

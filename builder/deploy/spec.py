@@ -41,6 +41,7 @@ class DeploySpec:
     version: str  # the build's image tag: the chart's appVersion
     namespace: str | None = None
     load_seconds: float | None = None  # the engine's load as the build's gate measured it (report.json)
+    extras: tuple[str, ...] = ()  # optional parts the image carries (`mbuild package --with`)
 
     @property
     def startup_seconds(self) -> int:
@@ -141,4 +142,5 @@ def load_spec(source: str, image: str | None = None, name: str | None = None,
         memory_gib=max(1, math.ceil(requires.memory_gb / 1.073741824)),
         gpus=requires.gpus if requires.device == "gpu" else 0,
         compute_capabilities=requires.compute_capabilities, max_batch=plan.max_batch,
-        version=split_image(plan.tag)[1] or "latest", namespace=namespace, load_seconds=load_seconds)
+        version=split_image(plan.tag)[1] or "latest", namespace=namespace, load_seconds=load_seconds,
+        extras=plan.extras)

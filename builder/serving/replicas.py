@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from builder.errors import InputError, MbuildError
+from runtimes.dynamo import PLANES, WORKER_MODULE
 
 ROUTERS = ("kv", "round-robin")
 READY_SECONDS = 300  # a replica loads and warms its engine before the frontend lists the model
@@ -52,14 +53,14 @@ class Replicas:
     def commands(self, discovery: Path) -> list[tuple[list[str], dict[str, str], list[int] | None]]:
         """(argv, environment, cores) of the frontend, then of each replica."""
         base = {**self.env, "DYN_FILE_KV": str(discovery), "PYTHONUNBUFFERED": "1"}
-        planes = ["--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq"]
+        planes = ["--discovery-backend", "file", *PLANES]
         front = [sys.executable, "-m", "dynamo.frontend", "--http-host", self.host, "--http-port", str(self.port),
                  "--router-mode", self.router, *planes]
         found: list[tuple[list[str], dict[str, str], list[int] | None]] = [(front, base, None)]
         for share in core_shares(sorted(os.sched_getaffinity(0)), self.replicas):
             env = {**base, "MBUILD_MODEL_DIR": str(self.model_dir), "MBUILD_SERVED_MODEL_NAME": self.served_name,
                    "MBUILD_THREADS": str(len(share))}
-            found.append(([sys.executable, "-m", "runtimes.dynamo", *planes], env, share))
+            found.append(([sys.executable, "-m", WORKER_MODULE, *planes], env, share))
         return found
 
 

@@ -5,60 +5,49 @@ GPUs and replicas are the k8s format's."""
 
 from __future__ import annotations
 
-import copy
-import json
 from pathlib import Path
-from typing import Any
 
 import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
-from referencing import Registry, Resource
 
-from tests.support.deploy_cases import CASES, KUBERNETES, cli, image_for, kubectl_reads, plan_file
+from tests.support.deploy_cases import (
+    CASES,
+    Deployed,
+    assert_each_refused,
+    assert_valid,
+    crd_validator,
+    deployed_beside_k8s,
+    image_for,
+    kubectl_reads,
+    plan_file,
+)
 from tests.support.golden import assert_golden
 from tests.support.kserve_schema import FIXTURE
 
 
 @pytest.fixture(scope="module")
 def validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads(FIXTURE.read_text())
-    k8s_dir = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{KUBERNETES}-local-strict"
-    definitions = json.loads((k8s_dir / "_definitions.json").read_text())
-    registry: Registry[Any] = Registry().with_resources(
-        [(schema["$id"], Resource.from_contents(schema)), (definitions["$id"], Resource.from_contents(definitions))])
-    return jsonschema.Draft202012Validator(schema, registry=registry)
+    return crd_validator(FIXTURE)
 
 
 @pytest.fixture(scope="module", params=list(CASES))
 def deployed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-             ) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+             ) -> Deployed:
     folder = tmp_path_factory.mktemp("kserve")
     plan = plan_file(request.param, folder)
     args = ("--image", image_for(request.param), "--namespace", "models", "--min-replicas", "2",
             "--max-replicas", "6")
-    result = cli("deploy", str(plan), "--format", "kserve", *args)
-    assert result.returncode == 0, result.stderr
-    k8s = cli("deploy", str(plan), "--format", "k8s", *args)
-    assert k8s.returncode == 0, k8s.stderr
-    deployment = next(o for o in yaml.safe_load_all(k8s.stdout) if o["kind"] == "Deployment")
-    return request.param, result.stdout, yaml.safe_load(result.stdout), deployment
-
-
-def errors(validator: jsonschema.Draft202012Validator, obj: dict[str, Any]) -> list[str]:
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
+    return request.param, *deployed_beside_k8s(plan, "kserve", *args)
 
 
 def test_the_inference_service_validates_against_the_kserve_schema(
-        validator: jsonschema.Draft202012Validator, deployed: tuple[str, str, dict[str, Any], dict[str, Any]]) -> None:
-    _, _, isvc, _ = deployed
-    assert (isvc["apiVersion"], isvc["kind"]) == ("serving.kserve.io/v1beta1", "InferenceService")
-    assert errors(validator, isvc) == []
+        validator: jsonschema.Draft202012Validator, deployed: Deployed) -> None:
+    assert_valid(validator, deployed[2], "serving.kserve.io/v1beta1", "InferenceService")
 
 
 def test_the_schema_refuses_what_kserve_would(
-        validator: jsonschema.Draft202012Validator, deployed: tuple[str, str, dict[str, Any], dict[str, Any]]) -> None:
+        validator: jsonschema.Draft202012Validator, deployed: Deployed) -> None:
     """The check can fail: each of these is refused, down into the pod's Kubernetes types."""
     _, _, isvc, _ = deployed
     breakages = {
@@ -70,24 +59,21 @@ def test_the_schema_refuses_what_kserve_would(
             periodSecond=5),
         "a status": lambda o: o.update(status={}),
     }
-    for what, breaks in breakages.items():
-        broken = copy.deepcopy(isvc)
-        breaks(broken)
-        assert errors(validator, broken), what
+    assert_each_refused(validator, isvc, breakages)
 
 
-def test_kubectl_reads_it(deployed: tuple[str, str, dict[str, Any], dict[str, Any]], tmp_path: Path) -> None:
+def test_kubectl_reads_it(deployed: Deployed, tmp_path: Path) -> None:
     _, text, _, _ = deployed
     assert kubectl_reads(text, tmp_path) == ["inferenceservice.serving.kserve.io/" + yaml.safe_load(text)["metadata"]
                                              ["name"]]
 
 
-def test_the_golden_inference_service(deployed: tuple[str, str, dict[str, Any], dict[str, Any]]) -> None:
+def test_the_golden_inference_service(deployed: Deployed) -> None:
     case, text, _, _ = deployed
     assert_golden(f"deploy/{case}.kserve.yaml", text)
 
 
-def test_it_runs_the_k8s_formats_pod(deployed: tuple[str, str, dict[str, Any], dict[str, Any]]) -> None:
+def test_it_runs_the_k8s_formats_pod(deployed: Deployed) -> None:
     """The same image, resources, GPUs, probes (by port number: KServe's port is named http1), security and
     drain as the Deployment; replicas as asked."""
     _, _, isvc, deployment = deployed
