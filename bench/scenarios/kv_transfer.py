@@ -53,7 +53,7 @@ def _send(port: int, blocks: list[np.ndarray]) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.sendall(sum(b.nbytes for b in blocks).to_bytes(8, "little"))
         for block in blocks:
-            conn.sendall(memoryview(np.ascontiguousarray(block)).cast("B"))
+            conn.sendall(np.ascontiguousarray(block).data)
         conn.recv(1)
 
 
