@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 import statistics
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,8 @@ from bench.lib.harness import OUT, machine, work_folder, write
 from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY, make_llama_words
 from bench.lib.mbuild import MBUILD, build_mbuild, source_hash
 from bench.lib.routing_load import Workload, run, summarize
-from bench.lib.servers import HOST, free_port, served_name, server, uvicorn_app
+from bench.lib.servers import HOST, dynamo_frontend, free_port, served_name, server, uvicorn_app
 
-READY_SECONDS = 300
 ARMS = ("dynamo kv", "dynamo round-robin", "proxy round-robin", "one replica")
 COUNTERS = {"hit": "mbuild_prefix_cache_hit_tokens_total", "query": "mbuild_prefix_cache_query_tokens_total",
             "routed": "dynamo_component_router_kv_selected_cached_prefix_tokens_total"}
@@ -48,15 +46,8 @@ def _up(stack: ExitStack, arm: str, build: Path) -> tuple[str, list[str]]:
     port = free_port()
     base = f"http://{HOST}:{port}"
     if arm.startswith("dynamo"):
-        command = [*MBUILD, "serve", str(build), "--host", HOST, "--port", str(port), "--replicas", "2",
-                   "--router", arm.split()[1]]
-        stack.enter_context(server(command, "/v1/models", port))
-        deadline = time.monotonic() + READY_SECONDS  # the frontend answers before its workers register the model
-        while not httpx.get(f"{base}/v1/models", timeout=10).json()["data"]:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{arm}: no worker registered the model within {READY_SECONDS} s")
-            time.sleep(0.5)
-        return f"{base}/v1/completions", [f"{base}/metrics"] if arm.endswith("kv") else []
+        front = dynamo_frontend(stack, build, "--replicas", "2", "--router", arm.split()[1])
+        return f"{front}/v1/completions", [f"{front}/metrics"] if arm.endswith("kv") else []
     backends = []
     for core in ([0, 1] if arm.startswith("proxy") else [1]):
         own = free_port()

@@ -13,6 +13,7 @@ from builder.deploy.helm import write_chart
 from builder.deploy.k8s import manifests
 from builder.deploy.kserve import inference_service
 from builder.deploy.spec import load_spec
+from builder.errors import InputError
 from builder.serving.replicas import ROUTERS
 
 
@@ -36,12 +37,15 @@ from builder.serving.replicas import ROUTERS
               help="The Secret whose 'api-key' becomes MBUILD_API_KEY (default: NAME-api-key; optional).")
 @click.option("--router", type=click.Choice(ROUTERS), default="kv", show_default=True,
               help="dynamo: how the frontend picks a worker (kv: the one whose cache holds most of the prompt).")
+@click.option("--prefill-workers", type=click.IntRange(0, 1000), default=0, show_default=True,
+              help="dynamo: this many workers only prefill, handing the KV to the --replicas others, which only "
+                   "decode.")
 @click.option("--output", "-o", type=click.Path(path_type=Path),
               help="k8s, kserve, dynamo: a file (default: standard output). helm: the chart's folder "
                    "(default: ./NAME).")
 def deploy(source: str, fmt: str, image: str | None, name: str | None, namespace: str | None,
            replicas: int | None, min_replicas: int, max_replicas: int, api_key_secret: str | None, router: str,
-           output: Path | None) -> None:
+           prefill_workers: int, output: Path | None) -> None:
     """Write Kubernetes manifests, a Helm chart or a KServe InferenceService for SOURCE: a build directory, a
     plan saved from `mbuild plan --json`, or an image mbuild built (REGISTRY/NAME[:TAG|@DIGEST], a docker or
     podman image, oci:DIR[:TAG]).
@@ -50,6 +54,9 @@ def deploy(source: str, fmt: str, image: str | None, name: str | None, namespace
     the drain and the autoscaling metrics from the runtime's routes.
     """
     inputs.check_options(name, namespace, api_key_secret, replicas, min_replicas, max_replicas)
+    if prefill_workers and fmt != "dynamo":
+        raise InputError("--prefill-workers splits a Dynamo graph; the other formats run whole replicas",
+                         hint="add --format dynamo, or leave --prefill-workers out")
     spec = load_spec(source, image, name, namespace)
     if name is None:
         inputs.object_name(spec.name, given=False)  # the image's name may start with a digit
@@ -61,7 +68,7 @@ def deploy(source: str, fmt: str, image: str | None, name: str | None, namespace
                    f"  helm install {spec.name} {folder} --namespace NAMESPACE", err=True)
         return
     objects = [inference_service(spec, *scale[1:])] if fmt == "kserve" else \
-        [graph_deployment(spec, scale[0], router)] if fmt == "dynamo" else manifests(spec, *scale)
+        [graph_deployment(spec, scale[0], router, prefill_workers)] if fmt == "dynamo" else manifests(spec, *scale)
     text = yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False)
     if output is None:
         click.echo(text, nl=False)

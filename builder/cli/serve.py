@@ -48,14 +48,15 @@ def _check_port(host: str, port: int) -> None:
                            hint="choose another --port, or stop what listens there") from exc
 
 
-def _replicated(model_dir: Path, replicas: int, router: str, host: str, port: int, env: dict[str, str]) -> int:
+def _replicated(model_dir: Path, replicas: int, router: str, host: str, port: int, env: dict[str, str],
+                prefill: int) -> int:
     config = load_engine_config(model_dir)
     if config.task != "text-generation":
         raise InputError(f"--replicas serves language models through Dynamo; {model_dir} holds a {config.task} "
                          "model", hint="serve it without --replicas, or run more containers behind a Service")
     metadata = load_metadata(model_dir)
     name = env.get("MBUILD_SERVED_MODEL_NAME") or (metadata.model.repo if metadata else "model")
-    plan = Replicas(model_dir.resolve(), name, replicas, router, host, port, env)
+    plan = Replicas(model_dir.resolve(), name, replicas, router, host, port, env, prefill)
     return serve_replicas(plan, lambda line: click.echo(line, err=True))
 
 
@@ -70,8 +71,11 @@ def _replicated(model_dir: Path, replicas: int, router: str, host: str, port: in
 @click.option("--router", type=click.Choice(ROUTERS), default=None,
               help="With --replicas: kv sends a request to the copy whose cache holds most of its prompt "
                    "(default); round-robin takes turns.")
+@click.option("--prefill-workers", type=click.IntRange(0, 63), default=0, show_default=True,
+              help="With --replicas: this many of them only prefill prompts and hand the KV to the others, which "
+                   "only decode (Dynamo's disaggregated serving).")
 def serve(build_dir: Path, host: str, port: int, allow_failed_gate: bool, replicas: int | None,
-          router: str | None) -> None:
+          router: str | None, prefill_workers: int) -> None:
     """Serve BUILD_DIR's model with the same runtime the image runs."""
     model_dir = build_dir / "model"
     if not (model_dir / ENGINE_FILE).is_file():
@@ -87,8 +91,11 @@ def serve(build_dir: Path, host: str, port: int, allow_failed_gate: bool, replic
         click.secho(warning, fg="yellow", err=True)
     env = child_env(MBUILD_MODEL_DIR=str(model_dir.resolve()))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runtimes_dir().parent), env.get("PYTHONPATH")]))
+    if prefill_workers and (replicas is None or prefill_workers >= replicas):
+        raise InputError(f"--prefill-workers {prefill_workers} leaves no worker to decode",
+                         hint="give --replicas more than --prefill-workers, e.g. --replicas 2 --prefill-workers 1")
     if replicas is not None or router is not None:
-        sys.exit(_replicated(model_dir, replicas or 1, router or "kv", host, port, env))
+        sys.exit(_replicated(model_dir, replicas or 1, router or "kv", host, port, env, prefill_workers))
     click.echo(f"serving {build_dir} on http://{host}:{port} (Ctrl+C stops)", err=True)
     # exec, not a child process: signals (Ctrl+C, SIGTERM from a supervisor) reach the server itself.
     os.execve(sys.executable, [sys.executable, "-m", "runtimes", "--host", host, "--port", str(port)], env)

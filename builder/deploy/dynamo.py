@@ -20,8 +20,9 @@ from builder.errors import InputError
 from runtimes.dynamo import FRONTEND_MODULE, PLANES, WORKER_MODULE
 
 API_VERSION = "nvidia.com/v1alpha1"
-FRONTEND, WORKER = "Frontend", "MbuildWorker"  # the graph's service names
+FRONTEND, WORKER, PREFILL = "Frontend", "MbuildWorker", "MbuildPrefill"  # the graph's service names
 SYSTEM_PORT = 9090  # the operator's status port for workers ("system"): /live, /health
+KV_PORT = 9091  # a prefill worker's KV for decode workers (runtimes/dynamo/kv_transfer.py), fixed for network policies
 FRONTEND_MEMORY = "2Gi"  # its tokenizer and router: 113 MB resident with the test Llama; room for a large vocabulary
 NAMESPACE = ["--namespace", "$(DYN_NAMESPACE)"]
 
@@ -58,25 +59,32 @@ def frontend(spec: DeploySpec, router: str) -> dict[str, Any]:
     }
 
 
-def worker(spec: DeploySpec, replicas: int) -> dict[str, Any]:
-    args = ["-m", WORKER_MODULE, *NAMESPACE, "--discovery-backend", "kubernetes", *PLANES]
+def worker(spec: DeploySpec, replicas: int, role: str = "agg") -> dict[str, Any]:
+    """role: agg (prefill and decode), or prefill or decode apart, the prompt's KV moved from one to the other."""
+    handoff = ["--kv-host", "$(POD_IP)", "--kv-port", str(KV_PORT)] if role == "prefill" else []
+    args = ["-m", WORKER_MODULE, *NAMESPACE, "--discovery-backend", "kubernetes", *PLANES,
+            *(["--disaggregation-mode", role] if role != "agg" else []), *handoff]
+    ports = [{"name": "system", "containerPort": SYSTEM_PORT, "protocol": "TCP"},
+             *([{"name": "kv", "containerPort": KV_PORT, "protocol": "TCP"}] if handoff else [])]
+    pod_ip = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}] if handoff else []
     resources = k8s.resources(spec)
     memory = resources["limits"]["memory"]
     gpus = {"gpu": str(spec.gpus)} if spec.gpus else {}  # the CRD's resources are strings
     startup = _get("/live", "system", 10, 5, math.ceil(spec.startup_seconds / 10))
     return {
-        "componentType": "worker", "replicas": replicas, "labels": spec.labels,
-        "envs": [{"name": "DYN_SYSTEM_PORT", "value": str(SYSTEM_PORT)}],
+        "componentType": "worker" if role == "agg" else role, "replicas": replicas, "labels": spec.labels,
+        "envs": [{"name": "DYN_SYSTEM_PORT", "value": str(SYSTEM_PORT)}, *pod_ip],
         "resources": {"requests": {"cpu": "1", "memory": memory, **gpus}, "limits": {"memory": memory, **gpus}},
         "livenessProbe": _get("/live", "system", 5, 4, 3), "readinessProbe": _get("/health", "system", 10, 4, 3),
         "extraPodSpec": _pod(spec, args, {
-            "ports": [{"name": "system", "containerPort": SYSTEM_PORT, "protocol": "TCP"}],
+            "ports": ports,
             # loading the engine may take minutes: liveness waits until the worker is up
             "startupProbe": startup}, placed=("nodeSelector", "tolerations")),
     }
 
 
-def graph_deployment(spec: DeploySpec, replicas: int, router: str) -> dict[str, Any]:
+def graph_deployment(spec: DeploySpec, replicas: int, router: str, prefill: int = 0) -> dict[str, Any]:
+    """replicas workers; with prefill > 0, that many prefill workers beside replicas decode workers."""
     if spec.task != "text-generation":
         raise InputError(f"--format dynamo serves language models; {spec.model} is a {spec.task} model",
                          hint="use --format k8s, helm or kserve for it")
@@ -84,4 +92,6 @@ def graph_deployment(spec: DeploySpec, replicas: int, router: str) -> dict[str, 
         raise InputError(f"{spec.image} does not carry NVIDIA Dynamo, which its frontend and workers run",
                          hint=f"package it again with --with dynamo: mbuild package {spec.model} --with dynamo")
     return {"apiVersion": API_VERSION, "kind": "DynamoGraphDeployment", "metadata": k8s.metadata(spec),
-            "spec": {"services": {FRONTEND: frontend(spec, router), WORKER: worker(spec, replicas)}}}
+            "spec": {"services": {FRONTEND: frontend(spec, router),
+                                  **({PREFILL: worker(spec, prefill, "prefill")} if prefill else {}),
+                                  WORKER: worker(spec, replicas, "decode" if prefill else "agg")}}}

@@ -49,6 +49,7 @@ class Replicas:
     host: str
     port: int
     env: dict[str, str]  # the children's environment (builder/settings.child_env: the runtime's path and settings)
+    prefill: int = 0  # of the replicas, how many only prefill and hand the KV to the others, which only decode
 
     def commands(self, discovery: Path) -> list[tuple[list[str], dict[str, str], list[int] | None]]:
         """(argv, environment, cores) of the frontend, then of each replica."""
@@ -57,10 +58,12 @@ class Replicas:
         front = [sys.executable, "-m", "dynamo.frontend", "--http-host", self.host, "--http-port", str(self.port),
                  "--router-mode", self.router, *planes]
         found: list[tuple[list[str], dict[str, str], list[int] | None]] = [(front, base, None)]
-        for share in core_shares(sorted(os.sched_getaffinity(0)), self.replicas):
+        for n, share in enumerate(core_shares(sorted(os.sched_getaffinity(0)), self.replicas)):
             env = {**base, "MBUILD_MODEL_DIR": str(self.model_dir), "MBUILD_SERVED_MODEL_NAME": self.served_name,
                    "MBUILD_THREADS": str(len(share))}
-            found.append(([sys.executable, "-m", WORKER_MODULE, *planes], env, share))
+            role = [] if not self.prefill else ["--disaggregation-mode", "decode"] if n >= self.prefill else [
+                "--disaggregation-mode", "prefill", "--kv-host", "127.0.0.1"]
+            found.append(([sys.executable, "-m", WORKER_MODULE, *planes, *role], env, share))
         return found
 
 

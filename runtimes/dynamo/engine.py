@@ -2,7 +2,9 @@
 its Worker registers the model, serves the endpoint, watches cancellation and shuts down) around mbuild's own
 scheduler. The frontend tokenizes and renders chat from the card (card.py) and routes token ids here; this engine
 maps each request onto the scheduler (requests.py), streams its tokens back, and publishes what the prefix cache
-holds as KV blocks (stored and removed) with the slots' load, which the KV router routes by.
+holds as KV blocks (stored and removed) with the slots' load, which the KV router routes by. With
+`--disaggregation-mode prefill` it runs prompts only and serves their KV; with `decode` it pulls a prompt's KV from
+the prefill worker that ran it before decoding (kv_transfer.py).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import argparse
 import asyncio
 import collections
 import logging
+import socket
 import tempfile
 import threading
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 from pathlib import Path
@@ -20,12 +24,16 @@ from typing import Any, cast
 
 from dynamo._core import Context
 from dynamo.common.backend import EngineConfig, LLMEngine, LlmRegistration, WorkerConfig
+from dynamo.common.backend.disagg import enforce_prefill_max_tokens, extract_prefill_result
 from dynamo.common.backend.engine import GenerateChunk, GenerateRequest
+from dynamo.common.backend.health_check import is_probe
 from dynamo.common.backend.publisher import ComponentSnapshot, KvEventSource, PushSource
+from dynamo.common.constants import DisaggregationMode
 from dynamo.llm.exceptions import InvalidArgument, Unknown
 
 from runtimes.bundle import load_engine_config, load_metadata
 from runtimes.dynamo.card import write_card
+from runtimes.dynamo.kv_transfer import KvServer, TransferError, fetch
 from runtimes.dynamo.requests import Refused, chunk, guide_of, parsers, sampling_params
 from runtimes.generation.guided import GuideError
 from runtimes.generation.prefix_cache import BLOCK
@@ -36,6 +44,7 @@ from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 
 log = logging.getLogger("mbuild.dynamo")
+ROLES = (DisaggregationMode.AGGREGATED, DisaggregationMode.PREFILL, DisaggregationMode.DECODE)
 PUBLISH_SECONDS = 0.05  # how often the publisher thread sends KV events and the load
 
 
@@ -46,6 +55,8 @@ class MbuildEngine(LLMEngine):
         self.snapshots: Any = None
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
+        self.role, self.kv_host, self.kv_port = DisaggregationMode.AGGREGATED, "127.0.0.1", 0
+        self.kv_server: KvServer | None = None
 
     @classmethod
     async def from_args(cls, argv: list[str] | None = None) -> tuple[MbuildEngine, WorkerConfig]:
@@ -55,6 +66,12 @@ class MbuildEngine(LLMEngine):
         parser.add_argument("--discovery-backend", default="file", choices=["file", "etcd", "kubernetes", "mem"])
         parser.add_argument("--request-plane", default="tcp", choices=["tcp", "nats", "http"])
         parser.add_argument("--event-plane", default="zmq", choices=["zmq", "nats"])
+        parser.add_argument("--disaggregation-mode", default="agg", choices=[m.value for m in ROLES],
+                            help="prefill: run prompts and hand their KV to decode workers; decode: take it")
+        parser.add_argument("--kv-host", default=None, help="prefill: the address decode workers reach this "
+                            "worker's KV at (default: this host's name resolved)")
+        parser.add_argument("--kv-port", type=int, default=0, choices=range(65536), metavar="0..65535",
+                            help="prefill: the port it serves KV on (default: an ephemeral one)")
         args = parser.parse_args(argv)
         settings = Settings.from_env()
         config = load_engine_config(settings.model_dir)
@@ -62,6 +79,9 @@ class MbuildEngine(LLMEngine):
         name = settings.served_name or (metadata.model.repo if metadata else "model")
         card = write_card(settings.model_dir, config, Path(tempfile.gettempdir()))
         engine = cls(settings, card, name)
+        engine.role = DisaggregationMode(args.disaggregation_mode)
+        engine.kv_host = args.kv_host or socket.gethostbyname(socket.gethostname())
+        engine.kv_port = args.kv_port
         tool_parser, reasoning_parser = parsers(config.decoder.chat_template, settings.tool_call_parser)
         return engine, WorkerConfig(namespace=args.namespace, component=args.component, endpoint="generate",
                                     model_name=str(card), served_model_name=name,
@@ -70,7 +90,7 @@ class MbuildEngine(LLMEngine):
                                     else "completions",
                                     discovery_backend=args.discovery_backend, request_plane=args.request_plane,
                                     event_plane=args.event_plane, tool_call_parser=tool_parser,
-                                    reasoning_parser=reasoning_parser)
+                                    reasoning_parser=reasoning_parser, disaggregation_mode=engine.role)
 
     async def start(self, worker_id: int) -> EngineConfig:
         del worker_id
@@ -83,6 +103,9 @@ class MbuildEngine(LLMEngine):
         runtime.scheduler.start()
         self.runtime = runtime
         engine = runtime.engine
+        if self.role == DisaggregationMode.PREFILL:
+            self.kv_server = KvServer(self.kv_host, self.kv_port, runtime.scheduler.prefix.export, engine.context)
+            log.info("serving prefilled KV at %s", self.kv_server.address)
         return EngineConfig(model=str(self.card), served_model_name=self.name, llm=LlmRegistration(
             context_length=engine.context, kv_cache_block_size=BLOCK,
             total_kv_blocks=engine.slots * engine.context // BLOCK, max_num_seqs=engine.slots,
@@ -93,6 +116,10 @@ class MbuildEngine(LLMEngine):
         assert runtime is not None, "generate before start"
         log.debug("request: %s", {k: v for k, v in request.items() if k != "token_ids"})
         prompt = [int(t) for t in request.get("token_ids") or []]
+        if self.role == DisaggregationMode.PREFILL:
+            enforce_prefill_max_tokens(request)  # the decode worker makes the answer
+        elif self.role == DisaggregationMode.DECODE and not is_probe(request):
+            await asyncio.to_thread(self._pull, request, prompt)
         try:
             params = sampling_params(dict(request), runtime.context, len(prompt))
             spec = guide_of(request.get("sampling_options") or {})
@@ -104,7 +131,7 @@ class MbuildEngine(LLMEngine):
             raise InvalidArgument(str(exc)) from exc
         except SchedulerFull as exc:
             raise Unknown(f"this worker's queue is full ({runtime.scheduler.max_queue}, MBUILD_MAX_QUEUE)") from exc
-        made = 0
+        made, held = 0, []
         try:
             while True:
                 if context.is_stopped():
@@ -113,11 +140,42 @@ class MbuildEngine(LLMEngine):
                 if event.finish == "error":
                     raise (InvalidArgument if event.refused else Unknown)(event.error or "generation failed")
                 made += event.token is not None
-                yield cast(GenerateChunk, chunk(event, len(prompt), made, self._decode))
+                out = cast(GenerateChunk, chunk(event, len(prompt), made, self._decode))
+                if self.kv_server is not None:  # prefill: Dynamo's prefill router reads one chunk, the last
+                    held += out["token_ids"]
+                    if event.finish is None:
+                        continue
+                    out["token_ids"], out["disaggregated_params"] = held, {"mbuild_kv": self.kv_server.address}
+                yield out
                 if event.finish is not None:
                     return
         finally:
             job.cancelled = True  # a client gone (the generator closed) or done: the scheduler drops it either way
+
+    def _pull(self, request: GenerateRequest, prompt: list[int]) -> None:
+        """A decode worker's request: the prompt's KV from the prefill worker that ran it, into this worker's
+        prefix cache, where admission finds it. Without it (no handoff, an evicted entry, a failed move) the prompt
+        is prefilled here: slower, never wrong."""
+        assert self.runtime is not None
+        handoff = (extract_prefill_result(request) or {}).get("disaggregated_params")
+        address = handoff.get("mbuild_kv") if isinstance(handoff, dict) else None
+        if not isinstance(address, str):
+            log.warning("a request reached this decode worker without a prefill worker's KV; prefilling it here")
+            return
+        engine, prefix = self.runtime.engine, self.runtime.scheduler.prefix
+        # a grown-cache engine (TensorRT's) keeps no prefix cache to take it into; a held prompt needs none
+        if not engine.in_place or prefix.lookup(prompt)[1] >= (len(prompt) - 1) // BLOCK * BLOCK:
+            return
+        shapes = [(buffer.shape[1], buffer.shape[3]) for buffer in engine.cache]
+        started = time.perf_counter()
+        try:
+            length, blocks = fetch(address, prompt, shapes, engine.kv_dtype)
+        except TransferError as exc:
+            log.warning("the prompt's KV did not come from %s (%s); prefilling it here", address, exc)
+            return
+        prefix.adopt(prompt[:length], blocks, length * engine.bytes_per_token)
+        log.info("took the KV of %d of %d prompt tokens from %s in %.1f ms", length, len(prompt), address,
+                 (time.perf_counter() - started) * 1000)
 
     def _decode(self, token: int) -> str:
         assert self.runtime is not None
@@ -161,5 +219,7 @@ class MbuildEngine(LLMEngine):
 
     async def cleanup(self) -> None:
         self.stop.set()
+        if self.kv_server is not None:
+            self.kv_server.close()
         if self.runtime is not None:
             await asyncio.to_thread(self.runtime.scheduler.stop)

@@ -7,12 +7,16 @@ key is the hash of the previous key and its tokens), and a hit is confirmed on t
 hash collision can cost a miss, never a wrong cache. Memory is bounded in bytes; least recently used
 entries go first. With a `journal`, the blocks an entry adds to the index and those an eviction takes out are
 recorded as ("stored", their tokens, their keys, the key before them) and ("removed", (), keys, None): what a
-Dynamo worker publishes as KV events (runtimes/dynamo/engine.py).
+Dynamo worker publishes as KV events (runtimes/dynamo/engine.py). A Dynamo prefill worker hands an entry's blocks
+to a decode worker (export), which takes them in as its own entry (adopt; runtimes/dynamo/kv_transfer.py); those
+run on other threads than the scheduler's, so the index changes under a lock. Entries' blocks are never written
+after they are made, so they are read without it.
 """
 
 from __future__ import annotations
 
 import collections
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,12 +63,19 @@ class PrefixCache:
         self.bytes = 0
         self.queried = self.reused = 0  # prompt tokens looked up, and of them restored (the hit rate's terms)
         self.journal: collections.deque[Journaled] | None = None  # KV events, for whoever publishes them
+        self.lock = threading.Lock()
 
-    def lookup(self, prompt: list[int]) -> tuple[Entry | None, int]:
-        """The entry and the number of leading prompt tokens it can supply (0: a miss)."""
+    def lookup(self, prompt: list[int], limit: int | None = None) -> tuple[Entry | None, int]:
+        """The entry and the number of leading prompt tokens it can supply (0: a miss), at most `limit` (default:
+        all but the last token, whose logits start the sequence)."""
         if self.capacity <= 0:
             return None, 0
-        for j, key in reversed(list(enumerate(block_keys(prompt, len(prompt) - 1)))):
+        keys = block_keys(prompt, len(prompt) - 1 if limit is None else limit)
+        with self.lock:
+            return self._longest(prompt, keys)
+
+    def _longest(self, prompt: list[int], keys: list[int]) -> tuple[Entry | None, int]:
+        for j, key in reversed(list(enumerate(keys))):
             owner = self.index.get(key)
             if owner is None:
                 continue
@@ -94,19 +105,40 @@ class PrefixCache:
     def store(self, cache: SlotCache, row: int, prompt: list[int]) -> None:
         """Keep the slot's block-aligned prompt prefix, unless an entry already holds all of it."""
         keys = block_keys(prompt, len(prompt))
-        if not keys or self.capacity <= 0:
+        if not keys or len(keys) * BLOCK * cache.bytes_per_token > self.capacity:
             return
+        with self.lock:
+            if self._held(prompt, keys):
+                return
+        self.adopt(prompt, cache.read(row, len(keys) * BLOCK), len(keys) * BLOCK * cache.bytes_per_token)
+
+    def export(self, tokens: list[int]) -> tuple[int, list[np.ndarray]]:
+        """How many leading tokens an entry holds (block-aligned, all of them if it can) and their blocks."""
+        entry, length = self.lookup(tokens, len(tokens))
+        return (length, [block[:, :length] for block in entry.blocks]) if entry is not None else (0, [])
+
+    def adopt(self, tokens: list[int], blocks: list[np.ndarray], nbytes: int) -> None:
+        """Keep `blocks` (each holding the positions of the whole blocks of `tokens`, `nbytes` in all) as an entry,
+        unless one already holds them all."""
+        keys = block_keys(tokens, len(tokens))
+        if not keys or nbytes > self.capacity:
+            return
+        with self.lock:
+            if not self._held(tokens, keys):
+                self._add(tokens, keys, blocks, nbytes)
+
+    def _held(self, prompt: list[int], keys: list[int]) -> bool:
+        owner, length = self.index.get(keys[-1]), len(keys) * BLOCK
+        if owner is None or self.entries[owner].tokens[:length] != tuple(prompt[:length]):
+            return False
+        self.entries.move_to_end(owner)
+        return True
+
+    def _add(self, prompt: list[int], keys: list[int], blocks: list[np.ndarray], nbytes: int) -> None:
         length = len(keys) * BLOCK
-        owner = self.index.get(keys[-1])
-        if owner is not None and self.entries[owner].tokens[:length] == tuple(prompt[:length]):
-            self.entries.move_to_end(owner)
-            return
-        nbytes = length * cache.bytes_per_token
-        if nbytes > self.capacity:
-            return
         while self.bytes + nbytes > self.capacity:
             self._evict()
-        entry = Entry(tuple(prompt[:length]), cache.read(row, length), nbytes)
+        entry = Entry(tuple(prompt[:length]), blocks, nbytes)
         self.entries[keys[-1]] = entry
         self.bytes += nbytes
         first = next((j for j, key in enumerate(keys) if key not in self.index), len(keys))

@@ -1,7 +1,8 @@
 """`mbuild serve BUILD --replicas 2 --router kv`: the tiny Llama's build as two Dynamo workers behind Dynamo's real
 frontend and KV router (real processes, file discovery, TCP and ZMQ), driven with the openai SDK: chat, completions,
-streaming, a stream dropped mid-way, a json_schema answer, a refused field; and a repeated long prompt routed to the
-worker whose prefix cache holds it, as the router's own metrics count it."""
+streaming, a stream dropped mid-way, a json_schema answer, a refused field; a repeated long prompt routed to the
+worker whose prefix cache holds it, as the router's own metrics count it; and prefill and decode on different
+workers, the prompt's KV moved between them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jsonschema
@@ -30,11 +32,15 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 def frontend(tiny_llm_build: Path) -> Iterator[str]:
     with served(tiny_llm_build, {"MBUILD_SERVED_MODEL_NAME": NAME}, args=("--replicas", "2", "--router", "kv"),
                 ready="/v1/models") as url:
-        deadline = time.monotonic() + 180
-        while not any(m["id"] == NAME for m in httpx.get(f"{url}/v1/models").json()["data"]):
-            assert time.monotonic() < deadline, "the workers never registered the model"
-            time.sleep(0.5)
+        _registered(url)
         yield url
+
+
+def _registered(url: str) -> None:
+    deadline = time.monotonic() + 180
+    while not any(m["id"] == NAME for m in httpx.get(f"{url}/v1/models").json()["data"]):
+        assert time.monotonic() < deadline, "the workers never registered the model"
+        time.sleep(0.5)
 
 
 def client(url: str) -> openai.OpenAI:
@@ -93,3 +99,27 @@ def test_a_repeated_prefix_goes_to_the_worker_that_holds_it(frontend: str) -> No
                                     max_tokens=4, temperature=0)
         time.sleep(0.3)  # the worker publishes its stored blocks every 50 ms
     assert _selected_cached(frontend) - before >= 2 * 64  # the later turns were sent where the document was cached
+
+
+def test_prefill_and_decode_apart_answer_as_one_worker_does(frontend: str, tiny_llm_build: Path) -> None:
+    """`--replicas 2 --prefill-workers 1`: Dynamo's frontend sends each prompt to the prefill worker, then to the
+    decode worker, which takes the prompt's KV from it (runtimes/dynamo/kv_transfer.py) instead of prefilling it;
+    greedy answers, whole and streamed, are the aggregated replicas' own."""
+    messages: Any = [{"role": "system", "content": "Containers package software with everything it needs. " * 6},
+                     {"role": "user", "content": "What is it?"}]
+    want = client(frontend).chat.completions.create(model=NAME, messages=messages, max_tokens=12, temperature=0)
+    with served(tiny_llm_build, {"MBUILD_SERVED_MODEL_NAME": NAME}, ready="/v1/models",
+                args=("--replicas", "2", "--prefill-workers", "1")) as url:
+        _registered(url)
+        api = client(url)
+        got = api.chat.completions.create(model=NAME, messages=messages, max_tokens=12, temperature=0)
+        assert got.choices[0].message.content == want.choices[0].message.content
+        assert got.usage is not None and got.usage.completion_tokens == 12
+        streamed = "".join(c.choices[0].delta.content or "" for c in api.chat.completions.create(
+            model=NAME, messages=[*messages[:1], {"role": "user", "content": "And then?"}], max_tokens=8,
+            temperature=0, stream=True) if c.choices)
+        assert streamed
+        log = (tiny_llm_build / f"serve-{url.rsplit(':', 1)[1]}.log").read_text(errors="replace")
+    moved = [int(n) for n in re.findall(r"took the KV of (\d+) of \d+ prompt tokens", log)]
+    assert len(moved) == 2 and all(n >= 64 for n in moved), log[-2000:]  # both prompts' KV came over
+    assert "prefilling it here" not in log

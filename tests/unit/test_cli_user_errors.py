@@ -127,6 +127,8 @@ def test_the_summary_says_how_to_run_the_image_from_where_it_is(tmp_path: Path, 
     (["--replicas", "2"], "--replicas serves language models"),  # an embedding model: Dynamo routes language models
     (["--replicas", "0"], "0 is not in the range"),
     (["--replicas", "2", "--router", "random"], "'random' is not one of"),
+    (["--replicas", "2", "--prefill-workers", "2"], "leaves no worker to decode"),
+    (["--prefill-workers", "1"], "leaves no worker to decode"),  # without --replicas
 ])
 def test_serve_replicas_refuses_what_it_cannot_serve(tmp_path: Path, args: list[str], says: str) -> None:
     result = run(["serve", str(_build_dir(tmp_path, True)), *args])

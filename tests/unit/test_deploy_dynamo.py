@@ -130,3 +130,26 @@ def test_what_dynamo_cannot_run_is_refused_with_the_way_out(tmp_path: Path, mode
     result = cli("deploy", str(plan_with(tmp_path, model, "cpu", *extra)), "--format", "dynamo")
     assert result.returncode == 2 and said in result.stderr and "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+def test_prefill_workers_make_a_disaggregated_graph(validator: jsonschema.Draft202012Validator, tmp_path: Path
+                                                    ) -> None:
+    """--prefill-workers 2 --replicas 3: a prefill service of two and a decode service of three, the prefill pods
+    serving their KV on the fixed kv port at their pod IP (expanded by Kubernetes from the downward API)."""
+    plan = plan_with(tmp_path, "llama-3.1-8b", "cpu", "--with", "dynamo")
+    result = cli("deploy", str(plan), "--format", "dynamo", "--replicas", "3", "--prefill-workers", "2")
+    assert result.returncode == 0, result.stderr
+    graph = yaml.safe_load(result.stdout)
+    assert_valid(validator, graph, "nvidia.com/v1alpha1", "DynamoGraphDeployment")
+    services = graph["spec"]["services"]
+    prefill, decode = services["MbuildPrefill"], services["MbuildWorker"]
+    assert (prefill["componentType"], prefill["replicas"], decode["componentType"], decode["replicas"]) == (
+        "prefill", 2, "decode", 3)
+    prefill_args = " ".join(prefill["extraPodSpec"]["mainContainer"]["args"])
+    assert "--disaggregation-mode prefill --kv-host $(POD_IP) --kv-port 9091" in prefill_args
+    assert "--disaggregation-mode decode" in " ".join(decode["extraPodSpec"]["mainContainer"]["args"])
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in prefill["envs"]
+    assert {"name": "kv", "containerPort": 9091, "protocol": "TCP"} in prefill["extraPodSpec"]["mainContainer"][
+        "ports"]
+    other = cli("deploy", str(plan), "--format", "k8s", "--prefill-workers", "1")
+    assert other.returncode == 2 and "--prefill-workers splits a Dynamo graph" in other.stderr
