@@ -24,7 +24,7 @@ from bench.lib.mixed_load import Load, Round, measure, summary
 from bench.lib.servers import dynamo_frontend, served_name
 
 ARMS = {"aggregated": (), "disaggregated": ("--prefill-workers", "1")}
-QUICK_LOAD = Load(streams=2, new_tokens=512, long_prompts=1, long_tokens=256, spacing=0.3)
+QUICK_LOAD = Load(streams=2, new_tokens=1536, long_prompts=1, long_tokens=256, spacing=0.05)  # the tiny model is quick
 
 
 def report(found: dict[str, dict[str, float]], load: Load, rounds: int, command: str, quick: bool
