@@ -45,6 +45,12 @@ def infer_task(files: tuple[str, ...], config: dict[str, Any], repo: str) -> Tas
     model_type = str(config.get("model_type", "")).lower()
     if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
         return "text-generation"
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
+        # Built as an embedding model, its scoring head would be dropped without a word.
+        raise UnsupportedModel(
+            f"{repo} is a sequence-classification model ({', '.join(architectures)}): a cross-encoder reranker or "
+            "a classifier, whose scores come from its classification head; mbuild does not build that task yet",
+            hint="mbuild packages sentence-embedding encoders and causal language models; see docs/models.md")
     if model_type in _ENCODER_TYPES:
         return "embedding"
     if model_type in FAMILIES or model_type in WRAPPERS or isinstance(config.get("text_config"), dict):

@@ -135,3 +135,16 @@ def test_a_config_json_with_unusable_sizes_is_refused_not_a_crash(tmp_path: Path
     (folder / "config.json").write_text(json.dumps({**saved, **broken}))
     result = run(["plan", str(folder), "--gpu", "cpu"])
     assert result.exit_code == UnsupportedModel.exit_code and "config" in result.output, result.output
+
+
+def test_a_cross_encoder_is_refused_rather_than_built_as_an_embedding_model(tmp_path: Path) -> None:
+    """A BERT cross-encoder (BertForSequenceClassification, one label: a reranker) has a BERT model_type; built as
+    an embedding model its classification head would be dropped without a word. Until the rerank task exists it
+    is refused by name, before anything is downloaded."""
+    config = tf.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=64, num_labels=1)
+    folder = repo_folder(tmp_path, config, "BertForSequenceClassification")
+    result = run(["plan", str(folder), "--gpu", "cpu"])
+    assert result.exit_code == UnsupportedModel.exit_code, result.output
+    assert "is a sequence-classification model (BertForSequenceClassification)" in result.output
+    assert "Traceback" not in result.output
