@@ -117,7 +117,8 @@ class MbuildEngine(LLMEngine):
         log.debug("request: %s", {k: v for k, v in request.items() if k != "token_ids"})
         prompt = [int(t) for t in request.get("token_ids") or []]
         if self.role == DisaggregationMode.PREFILL:
-            enforce_prefill_max_tokens(request)  # the decode worker makes the answer
+            enforce_prefill_max_tokens(request)  # the decode worker makes the answer (min_tokens is its to keep)
+            cast(dict[str, Any], request.get("stop_conditions") or {}).pop("min_tokens", None)
         elif self.role == DisaggregationMode.DECODE and not is_probe(request):
             await asyncio.to_thread(self._pull, request, prompt)
         try:

@@ -108,8 +108,12 @@ def sampling_params(request: dict[str, Any], context: int, prompt: int) -> Sampl
     if len(hidden) > MAX_STOP_TOKEN_IDS or any(isinstance(t, bool) or not isinstance(t, int) for t in hidden):
         raise Refused(f"stop_conditions.stop_token_ids must be at most {MAX_STOP_TOKEN_IDS} token ids")
     logprobs = outputs.get("logprobs")
+    most = _integer(stops.get("max_tokens", room), "stop_conditions.max_tokens", 1, room)
+    least = _integer(stops.get("min_tokens", 0), "stop_conditions.min_tokens", 0, room)
+    if least > most:  # as the HTTP server refuses it
+        raise Refused(f"stop_conditions.min_tokens ({least}) exceeds stop_conditions.max_tokens ({most})")
     return SamplingParams(
-        max_tokens=_integer(stops.get("max_tokens", room), "stop_conditions.max_tokens", 1, room),
+        max_tokens=most,
         temperature=_number(sampling.get("temperature", 1.0), "sampling_options.temperature", 0, 2),
         top_p=_number(sampling.get("top_p", 1.0), "sampling_options.top_p", 0, 1),
         top_k=max(0, _integer(sampling.get("top_k", 0), "sampling_options.top_k", -1, 1 << 20)),
@@ -121,7 +125,7 @@ def sampling_params(request: dict[str, Any], context: int, prompt: int) -> Sampl
                                   -2, 2),
         stop_token_ids=frozenset(hidden),
         ignore_eos=bool(stops.get("ignore_eos", False)),
-        min_tokens=_integer(stops.get("min_tokens", 0), "stop_conditions.min_tokens", 0, room),
+        min_tokens=least,
         logprobs=None if logprobs is None else _integer(logprobs, "output_options.logprobs", 0, MAX_LOGPROBS),
         skip_special_tokens=bool(outputs.get("skip_special_tokens", True)),
     )

@@ -1,8 +1,8 @@
 """`mbuild serve BUILD --replicas 2 --router kv`: the tiny Llama's build as two Dynamo workers behind Dynamo's real
 frontend and KV router (real processes, file discovery, TCP and ZMQ), driven with the openai SDK: chat, completions,
 streaming, a stream dropped mid-way, a json_schema answer, a refused field; a repeated long prompt routed to the
-worker whose prefix cache holds it, as the router's own metrics count it; and prefill and decode on different
-workers, the prompt's KV moved between them."""
+worker whose prefix cache holds it, as the router's own metrics count it; hostile fields, each a 400; and prefill
+and decode on different workers, the prompt's KV moved between them."""
 
 from __future__ import annotations
 
@@ -123,3 +123,31 @@ def test_prefill_and_decode_apart_answer_as_one_worker_does(frontend: str, tiny_
     moved = [int(n) for n in re.findall(r"took the KV of (\d+) of \d+ prompt tokens", log)]
     assert len(moved) == 2 and all(n >= 64 for n in moved), log[-2000:]  # both prompts' KV came over
     assert "prefilling it here" not in log
+
+
+HOSTILE: dict[str, dict[str, Any]] = {  # chat fields past what the frontend or the worker takes: each a 400
+    "max_tokens past any context": {"max_tokens": 10 ** 12}, "a negative max_tokens": {"max_tokens": -1},
+    "temperature NaN": {"temperature": float("nan")}, "temperature below 0": {"temperature": -1},
+    "top_p above 1": {"top_p": 2}, "n of 5": {"n": 5}, "min_p": {"min_p": 0.3},
+    "1000 top logprobs": {"logprobs": True, "top_logprobs": 1000}, "a seed past 64 bits": {"seed": 2 ** 70},
+    "10k stop strings": {"stop": ["x"] * 10_000}, "100k stop ids": {"stop_token_ids": list(range(100_000))},
+    "a broken pattern": {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "string", "pattern": "(((("}}}},
+    "min_tokens above max_tokens": {"min_tokens": 50, "max_tokens": 5}, "ignore_eos as text": {"ignore_eos": "yes"},
+    "no messages": {"messages": []}, "a prompt past the context": {"messages": [{"role": "user",
+                                                                                "content": "w " * 50_000}]},
+}
+
+
+def test_hostile_fields_through_the_frontend_are_400s_and_lose_nothing(frontend: str) -> None:
+    """Each refused with a 400 by Dynamo's frontend or by the worker's mapping (runtimes/dynamo/requests.py), none
+    a 5xx or a hang; the service answers a normal request after each."""
+    for name, extra in HOSTILE.items():
+        body = json.dumps({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **extra},
+                          allow_nan=True)
+        got = httpx.post(f"{frontend}/v1/chat/completions", content=body, timeout=30,
+                         headers={"content-type": "application/json"})
+        assert got.status_code == 400, f"{name}: {got.status_code} {got.text[:200]}"
+        normal = httpx.post(f"{frontend}/v1/chat/completions", timeout=30, json={
+            "model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert normal.status_code == 200, f"after {name}: {normal.status_code}"

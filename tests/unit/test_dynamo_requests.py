@@ -44,6 +44,7 @@ def test_the_fields_a_client_sends_reach_the_scheduler() -> None:
     ({"stop_conditions": {"stop_token_ids": list(range(5000))}}, "stop_token_ids"),
     ({"stop_conditions": {"stop_token_ids_visible": [3]}}, "stop_conditions.stop_token_ids_visible"),
     ({"output_options": {"logprobs": 100}}, "output_options.logprobs"),
+    ({"stop_conditions": {"max_tokens": 5, "min_tokens": 6}}, "min_tokens \\(6\\) exceeds"),
     ({"output_options": {"prompt_logprobs": 1}}, "output_options.prompt_logprobs"),
     ({"sampling_options": "hot"}, "sampling_options must be an object"),
     ({"sampling_options": {"guided_decoding": {"json": {}, "regex": "a"}}}, "guided_decoding"),
