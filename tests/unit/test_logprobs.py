@@ -128,3 +128,17 @@ def test_echo_returns_a_text_prompt_as_sent(client: TestClient) -> None:
         choices = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 2, "echo": True}).json()
         sent = [prompt] if isinstance(prompt, str) else prompt
         assert [c["text"][:len(s)] for c, s in zip(choices["choices"], sent, strict=True)] == sent
+
+
+def test_a_second_warm_up_runs_nothing(engine: DecoderEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A draft model warms its target up before pricing it and the server warms what it loaded: the engine's first
+    steps run once."""
+    runs: list[int] = []
+    real = engine.run
+    monkeypatch.setattr(engine, "run", lambda first, ids: runs.append(first) or real(first, ids))
+    engine.warmed = False
+    engine.warm_up()
+    assert runs and engine.warmed
+    done = len(runs)
+    engine.warm_up()
+    assert len(runs) == done
