@@ -135,7 +135,11 @@ def test_a_second_warm_up_runs_nothing(engine: DecoderEngine, monkeypatch: pytes
     steps run once."""
     runs: list[int] = []
     real = engine.run
-    monkeypatch.setattr(engine, "run", lambda first, ids: runs.append(first) or real(first, ids))
+
+    def counted(first: int, ids: np.ndarray) -> np.ndarray:
+        runs.append(first)
+        return real(first, ids)
+    monkeypatch.setattr(engine, "run", counted)
     engine.warmed = False
     engine.warm_up()
     assert runs and engine.warmed
