@@ -142,7 +142,8 @@ def test_a_cross_encoder_is_refused_rather_than_built_as_an_embedding_model(tmp_
     an embedding model its classification head would be dropped without a word. Until the rerank task exists it
     is refused by name, before anything is downloaded."""
     config = tf.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=64, num_labels=1)
+                           intermediate_size=64)
+    config.num_labels = 1
     folder = repo_folder(tmp_path, config, "BertForSequenceClassification")
     result = run(["plan", str(folder), "--gpu", "cpu"])
     assert result.exit_code == UnsupportedModel.exit_code, result.output
