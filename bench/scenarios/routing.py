@@ -2,8 +2,8 @@
 
 Model: the ~100M random Llama on its word-level tokenizer (bench/lib/llm_models.py; every "w<id>" one token), the
 default build (`mbuild package --gpu cpu`). Load (bench/lib/routing_load.py): 16 users, each with their own
-1024-token document, 6 turns each (document + history + a 16-token question, 32 greedy answer tokens), user u
-starting at u s, 1 s between an answer and the next turn; and the control, the same schedule with every
+1024-token document, 6 turns each unless `--turns N` (document + history + a 16-token question, 32 greedy answer
+tokens), user u starting at u s, 1 s between an answer and the next turn; and the control, the same schedule with every
 prompt fresh (nothing to reuse). Arms, each alone on the host, two replicas on one core each (the client shares
 the host's two cores with them: there is no third):
   dynamo kv           `mbuild serve BUILD --replicas 2 --router kv`: Dynamo's frontend and KV router, the replicas'
@@ -17,6 +17,7 @@ Every replica has mbuild's default prefix cache (1024 MB).
 
 from __future__ import annotations
 
+import argparse
 import re
 import statistics
 from contextlib import ExitStack
@@ -32,6 +33,7 @@ from bench.lib.routing_load import Workload, run, summarize
 from bench.lib.servers import HOST, dynamo_frontend, free_port, served_name, server, uvicorn_app
 
 ARMS = ("dynamo kv", "dynamo round-robin", "proxy round-robin", "one replica")
+TURNS = 6  # turns per user by default
 COUNTERS = {"hit": "mbuild_prefix_cache_hit_tokens_total", "query": "mbuild_prefix_cache_query_tokens_total",
             "routed": "dynamo_component_router_kv_selected_cached_prefix_tokens_total"}
 
@@ -122,8 +124,9 @@ def report(results: dict[str, Any], loads: tuple[Workload, ...], repeats: int, c
     m = machine()
     markdown = "\n".join(["# Routing across replicas: Dynamo's KV router against round-robin"
                           + (" (quick smoke run)" if quick else ""), "", (__doc__ or "").strip(), "",
-                          f"Machine: {m['cores']} cores ({m['cpu']}), {m['date']}; {repeats} round(s) of each "
-                          "workload per arm, medians shown.", "", "## Targets", "", *targets, "", "## Results", "",
+                          f"Machine: {m['cores']} cores ({m['cpu']}), {m['date']}; {loads[0].users} users of "
+                          f"{loads[0].turns} turns; {repeats} round(s) of each workload per arm, medians shown.", "",
+                          "## Targets", "", *targets, "", "## Results", "",
                           *lines, "", "Prefix hit rate: the replicas' prefix-cache hit tokens over the prompt tokens "
                           "they looked up; for the KV router, the cached prefix tokens it routed to over all prompt "
                           "tokens (Dynamo's round-robin reports none).", "", f"Reproduce: `{command}`.", ""])
@@ -137,19 +140,30 @@ def _ratio(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], key: str) -
     return a / b if a is not None and b else float("nan")
 
 
-def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
-    """`python -m bench routing`. Quick: the tiny Llama, 4 users of 2 turns, one round, into a scratch folder."""
+def parse_options(argv: list[str]) -> dict[str, Any]:
+    """This scenario's own options, after `python -m bench routing`."""
+    parser = argparse.ArgumentParser(prog="python -m bench routing")
+    parser.add_argument("--turns", type=int, default=TURNS, choices=range(2, 21), metavar="2..20",
+                        help="turns per user (default: %(default)s); another count reports to routing-N-turns.md")
+    return {"turns": parser.parse_args(argv).turns}
+
+
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None, turns: int = TURNS
+         ) -> Path:
+    """`python -m bench routing [--turns N]`. Quick: the tiny Llama, 4 users of 2 turns, one round, into a scratch
+    folder."""
     work = work or work_folder("routing", quick)
     work.mkdir(parents=True, exist_ok=True)
     key, shape = ("tiny", LLAMA_TINY) if quick else ("100m", LLAMA_100M)
     model = make_llama_words(work / f"llama-{key}-words", shape)
     build = build_mbuild(model, work / f"mbuild-{model.name}-{source_hash()}", precision=None).parent
-    loads = tuple(Workload(users=4 if quick else 16, turns=2 if quick else 6, shared=s) for s in (True, False))
+    loads = tuple(Workload(users=4 if quick else 16, turns=2 if quick else turns, shared=s) for s in (True, False))
     rounds = 1 if quick else repeats
     print(f"routing: {model.name}, build {build}, {rounds} round(s)", flush=True)
     results = measure(build, loads, rounds)
-    command = f"python -m bench routing {'--quick' if quick else f'--repeats {repeats}'}"
+    command = f"python -m bench routing {'--quick' if quick else f'--repeats {repeats}'}" + (
+        f" --turns {turns}" if turns != TURNS and not quick else "")
     data, markdown = report(results, loads, rounds, command, quick)
-    path = write("routing", data, markdown, out)
+    path = write("routing" if turns == TURNS or quick else f"routing-{turns}-turns", data, markdown, out)
     print(markdown)
     return path
