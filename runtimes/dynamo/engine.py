@@ -80,7 +80,8 @@ class MbuildEngine(LLMEngine):
         card = write_card(settings.model_dir, config, Path(tempfile.gettempdir()))
         engine = cls(settings, card, name)
         engine.role = DisaggregationMode(args.disaggregation_mode)
-        engine.kv_host = args.kv_host or socket.gethostbyname(socket.gethostname())
+        if engine.role == DisaggregationMode.PREFILL:  # only a prefill worker serves KV: no lookup for the others
+            engine.kv_host = args.kv_host or socket.gethostbyname(socket.gethostname())
         engine.kv_port = args.kv_port
         tool_parser, reasoning_parser = parsers(config.decoder.chat_template, settings.tool_call_parser)
         return engine, WorkerConfig(namespace=args.namespace, component=args.component, endpoint="generate",

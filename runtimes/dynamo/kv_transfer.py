@@ -70,6 +70,11 @@ def _tokens(value: object, limit: int) -> list[int]:
     return value
 
 
+class _Server(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True  # a restarted prefill worker takes its fixed port (--kv-port) back at once
+    daemon_threads = True
+
+
 class KvServer:
     """Serves the prefix cache's blocks for the prompts decode workers name, on (host, port; 0: an ephemeral one)."""
 
@@ -85,9 +90,7 @@ class KvServer:
                 except (OSError, TransferError) as exc:
                     log.warning("a KV transfer to %s failed: %s", self.client_address, exc)
 
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self.server = socketserver.ThreadingTCPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server((host, port), Handler)
         self.address = f"{host}:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, name="kv-transfer", daemon=True)
         self.thread.start()
