@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -24,9 +25,14 @@ class QueueFull(Exception):
     pass
 
 
+# What a batch is made of: a sequence's token ids (embeddings), a tokenized pair (rerankers); its length is its
+# tokens, which the batch is sorted by.
+T = TypeVar("T", bound=Sized)
+
+
 @dataclass(eq=False)  # hashed by identity: jobs sit in a set while they wait
-class Job:
-    seqs: list[list[int]]
+class Job(Generic[T]):
+    seqs: list[T]
     future: asyncio.Future[np.ndarray]
     enqueued: float = field(default_factory=time.perf_counter)
     started: bool = False  # its batch reached the engine
@@ -36,8 +42,8 @@ class Job:
         return self.future.done()  # cancelled by its caller (client gone, deadline) or already answered
 
 
-class Batcher:
-    def __init__(self, run: Callable[[list[list[int]]], np.ndarray], max_batch: int, max_queue: int,
+class Batcher(Generic[T]):
+    def __init__(self, run: Callable[[list[T]], np.ndarray], max_batch: int, max_queue: int,
                  metrics: Metrics, max_delay: float = 0.0) -> None:
         self._run = run
         self.max_batch = max_batch
@@ -45,9 +51,9 @@ class Batcher:
         self.max_delay = max_delay
         self._last_batch = 0
         self._metrics = metrics
-        self._queue: asyncio.Queue[Job] = asyncio.Queue()
-        self._held: Job | None = None  # taken from the queue but too big for the last batch
-        self._waiting: set[Job] = set()  # live jobs not yet in a batch: the queue depth
+        self._queue: asyncio.Queue[Job[T]] = asyncio.Queue()
+        self._held: Job[T] | None = None  # taken from the queue but too big for the last batch
+        self._waiting: set[Job[T]] = set()  # live jobs not yet in a batch: the queue depth
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._task: asyncio.Task[None] | None = None
         self.in_flight = 0
@@ -65,7 +71,7 @@ class Batcher:
             await asyncio.gather(self._task, return_exceptions=True)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def enqueue(self, seqs: list[list[int]]) -> Job:
+    def enqueue(self, seqs: list[T]) -> Job[T]:
         """Queue one request's sequences (QueueFull when there is no room); cancel its future to abandon it."""
         if len(self._waiting) >= self.max_queue:
             raise QueueFull
@@ -77,22 +83,22 @@ class Batcher:
         self._metrics.set("queue_depth", len(self._waiting))
         return job
 
-    def _finished(self, job: Job) -> None:
+    def _finished(self, job: Job[T]) -> None:
         # An abandoned job leaves the count at once, even while it still sits in the queue.
         self.in_flight -= 1
         self._waiting.discard(job)
         self._metrics.set("queue_depth", len(self._waiting))
 
-    async def submit(self, seqs: list[list[int]]) -> np.ndarray:
+    async def submit(self, seqs: list[T]) -> np.ndarray:
         return await self.enqueue(seqs).future
 
-    async def _next_job(self) -> Job:
+    async def _next_job(self) -> Job[T]:
         if self._held is not None:
             job, self._held = self._held, None
             return job
         return await self._queue.get()
 
-    async def _take_batch(self, first: Job) -> list[Job]:
+    async def _take_batch(self, first: Job[T]) -> list[Job[T]]:
         jobs, count = [first], len(first.seqs)
         deadline = time.perf_counter() + (self.max_delay if self._last_batch > 1 else 0.0)
         while count < self.max_batch:
@@ -114,7 +120,7 @@ class Batcher:
         self._last_batch = len(jobs)
         return jobs
 
-    def _compute(self, seqs: list[list[int]], jobs: list[Job]) -> np.ndarray | None:
+    def _compute(self, seqs: list[T], jobs: list[Job[T]]) -> np.ndarray | None:
         """Rows for seqs, chunk by chunk; None once every job in the batch was abandoned (no more compute)."""
         # Sorting by length keeps padding small inside each engine call.
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
@@ -125,7 +131,7 @@ class Batcher:
             chunk = order[start : start + self.max_batch]
             rows = self._run([seqs[i] for i in chunk])
             if out is None:
-                out = np.empty((len(seqs), rows.shape[1]), dtype=rows.dtype)
+                out = np.empty((len(seqs), *rows.shape[1:]), dtype=rows.dtype)
             out[chunk] = rows
             self._metrics.observe("batch_size", len(chunk))
         assert out is not None

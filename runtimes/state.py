@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtimes.batcher import Batcher
+import numpy as np
+
+from runtimes.batcher import Batcher, T
 from runtimes.bundle import BundleMetadata, EngineConfig, GateReport, load_engine_config, load_metadata, load_report
 from runtimes.engines import Encoder, encoder_for
+from runtimes.engines.encoder import EncoderEngine
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.health import Health, State
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
-from runtimes.tokenize import TextTokenizer
+from runtimes.tokenize import Pair, PairTokenizer, TextTokenizer
 
 log = logging.getLogger("mbuild.runtime")
 
@@ -24,17 +28,46 @@ log = logging.getLogger("mbuild.runtime")
 class EmbeddingRuntime:
     engine: Encoder
     tokenizer: TextTokenizer
-    batcher: Batcher
+    batcher: Batcher[list[int]]
 
     @classmethod
     def load(cls, model_dir: Path, config: EngineConfig, settings: Settings, metrics: Metrics) -> EmbeddingRuntime:
-        engine = encoder_for(model_dir, config, settings.threads)
-        tokenizer = TextTokenizer(model_dir / config.tokenizer_file, config.max_seq_length)
-        engine.warm_up()
-        max_batch = settings.max_batch or config.batching.max_batch
-        delay_ms = settings.max_batch_delay_ms
-        delay_ms = config.batching.max_batch_delay_ms if delay_ms is None else delay_ms
-        return cls(engine, tokenizer, Batcher(engine.run, max_batch, settings.max_queue, metrics, delay_ms / 1000))
+        engine = warm_encoder(model_dir, config, settings)
+        return cls(engine, TextTokenizer(model_dir / config.tokenizer_file, config.max_seq_length),
+                   batcher(engine.run, config, settings, metrics))
+
+
+@dataclass
+class RerankRuntime:
+    """A cross-encoder: (query, passage) pairs batched into the encoder engine's scores."""
+
+    engine: EncoderEngine
+    tokenizer: PairTokenizer
+    batcher: Batcher[Pair]
+
+    @classmethod
+    def load(cls, model_dir: Path, config: EngineConfig, settings: Settings, metrics: Metrics) -> RerankRuntime:
+        engine = warm_encoder(model_dir, config, settings)
+        return cls(engine, PairTokenizer(model_dir / config.tokenizer_file, config.max_seq_length),
+                   batcher(engine.score, config, settings, metrics))
+
+
+def warm_encoder(model_dir: Path, config: EngineConfig, settings: Settings) -> EncoderEngine:
+    engine = encoder_for(model_dir, config, settings.threads)
+    engine.warm_up()
+    return engine
+
+
+def batcher(run: Callable[[list[T]], np.ndarray], config: EngineConfig, settings: Settings,
+            metrics: Metrics) -> Batcher[T]:
+    """The batcher an encoder's runtime queues into: the plan's limits, unless the operator set others."""
+    max_batch = settings.max_batch or config.batching.max_batch
+    delay_ms = settings.max_batch_delay_ms
+    delay_ms = config.batching.max_batch_delay_ms if delay_ms is None else delay_ms
+    return Batcher(run, max_batch, settings.max_queue, metrics, delay_ms / 1000)
+
+
+Runtime = EmbeddingRuntime | RerankRuntime | GenerationRuntime
 
 
 @dataclass
@@ -46,12 +79,14 @@ class ServiceState:
     report: GateReport | None = None
     config: EngineConfig | None = None
     embedding: EmbeddingRuntime | None = None
+    ranking: RerankRuntime | None = None
     generation: GenerationRuntime | None = None
 
     @property
     def in_flight(self) -> int:
-        if self.embedding is not None:
-            return self.embedding.batcher.in_flight
+        encoder = self.embedding or self.ranking
+        if encoder is not None:
+            return encoder.batcher.in_flight
         return self.generation.scheduler.busy if self.generation is not None else 0
 
     def served_names(self) -> list[str]:
@@ -69,9 +104,11 @@ class ServiceState:
             self.metadata = load_metadata(model_dir)
             self.report = load_report(model_dir)
             self.health.move(State.WARMING)
+            runtime: Runtime
             if self.config.task == "embedding":
-                runtime: EmbeddingRuntime | GenerationRuntime = EmbeddingRuntime.load(
-                    model_dir, self.config, self.settings, self.metrics)
+                runtime = EmbeddingRuntime.load(model_dir, self.config, self.settings, self.metrics)
+            elif self.config.task == "rerank":
+                runtime = RerankRuntime.load(model_dir, self.config, self.settings, self.metrics)
             else:
                 runtime = GenerationRuntime.load(model_dir, self.config, self.settings, self.metrics, self.metadata)
                 runtime.engine.warm_up()
@@ -84,11 +121,14 @@ class ServiceState:
                 flag.parent.mkdir(parents=True, exist_ok=True)
                 flag.write_text(str(exc))
 
-    async def _activate(self, runtime: EmbeddingRuntime | GenerationRuntime) -> None:
+    async def _activate(self, runtime: Runtime) -> None:
         # The batcher's task must live on the serving loop, so readiness flips there too.
         if isinstance(runtime, EmbeddingRuntime):
             runtime.batcher.start()
             self.embedding = runtime
+        elif isinstance(runtime, RerankRuntime):
+            runtime.batcher.start()
+            self.ranking = runtime
         else:
             runtime.scheduler.start()
             self.generation = runtime

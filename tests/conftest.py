@@ -12,7 +12,7 @@ from builder.build.pipeline import package
 from builder.build.plan_package import PackageOptions
 from builder.progress import Reporter
 from tests.support.fakehub import FakeHub
-from tests.support.tiny_models import make_tiny_encoder, make_tiny_llama
+from tests.support.tiny_models import make_tiny_cross_encoder, make_tiny_encoder, make_tiny_llama
 
 MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -73,6 +73,17 @@ def _packaged(model: Path, out: Path) -> Path:
 def tiny_build(tiny_encoder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny encoder packaged through the real pipeline (export, compile, gate, context)."""
     return _packaged(tiny_encoder, tmp_path_factory.mktemp("tiny-build"))
+
+
+@pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_cross_encoder(tmp_path_factory.mktemp("tiny-cross-encoder"))
+
+
+@pytest.fixture(scope="session")
+def tiny_rerank_build(tiny_cross_encoder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny trained cross-encoder through the real pipeline (export, fp32: the CPU default, the gate)."""
+    return _packaged(tiny_cross_encoder, tmp_path_factory.mktemp("tiny-rerank-build"))
 
 
 @pytest.fixture(scope="session")

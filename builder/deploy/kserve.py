@@ -7,6 +7,7 @@ from typing import Any
 
 from builder.deploy import k8s
 from builder.deploy.spec import PORT, DeploySpec
+from runtimes.bundle.engine import ENCODER_TASKS
 
 # KServe's name for the predictor's main container: its controller finds the serving port there.
 CONTAINER = "kserve-container"
@@ -19,9 +20,9 @@ def _container(spec: DeploySpec, api_key_secret: str) -> dict[str, Any]:
     container["ports"] = [{"name": "http1", "containerPort": PORT, "protocol": "TCP"}]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         container[probe] = {**container[probe], "httpGet": {**container[probe]["httpGet"], "port": PORT}}
-    if spec.task == "embedding":
-        # KServe reads a custom predictor's protocol from this variable (its webhook accepts v1 or v2): the
-        # embedding image serves the Open Inference Protocol, v2. A language model's OpenAI routes are neither.
+    if spec.task in ENCODER_TASKS:
+        # KServe reads a custom predictor's protocol from this variable (its webhook accepts v1 or v2): an
+        # encoder's image serves the Open Inference Protocol, v2. A language model's OpenAI routes are neither.
         container["env"] = [*container["env"], {"name": "PROTOCOL", "value": "v2"}]
     return container
 
@@ -34,7 +35,7 @@ def inference_service(spec: DeploySpec, minimum: int, maximum: int, api_key_secr
         "serving.kserve.io/deploymentMode": "RawDeployment",
         "serving.kserve.io/autoscalerClass": "hpa",
         # Every route family the image serves, for people and tools (PROTOCOL above names KServe's one).
-        "dev.mbuild/protocols": "v2,openai" if spec.task == "embedding" else "openai",
+        "dev.mbuild/protocols": "v2,openai" if spec.task in ENCODER_TASKS else "openai",
     }
     return {
         "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": meta,

@@ -19,6 +19,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from builder.errors import InputError
 from builder.planning.engine_options import ort_options
 from builder.planning.profiles import Profile
+from runtimes.bundle.engine import ENCODER_TASKS
 
 # That module calls logging.basicConfig(level=INFO) on import, which would print every library's INFO
 # lines (quantizer, sentence-transformers) between our progress lines; back to Python's default.
@@ -83,7 +84,7 @@ def quantize(source: Path, target: Path, profile: Profile, task: str) -> Path:
     options = ort_options(profile.engine_options)
     if profile.precision == "fp32":
         return source
-    if task == "embedding" and profile.precision == "int8":
+    if task in ENCODER_TASKS and profile.precision == "int8":
         # Only the linear layers' MatMuls, which hold the compute; the embedding table's Gather gains no speed
         # from int8. The FFN down-projections stay fp32: their inputs (after GELU) carry the outliers that
         # per-tensor activation scales clip. MiniLM: min cosine 0.979 -> 0.986, at 0.64x the int8 speed.

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import onnx
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
@@ -96,6 +97,37 @@ class _PooledEncoder(torch.nn.Module):
         return pooled
 
 
+def fast_tokenizer(model_dir: Path) -> Any:
+    """The model's transformers tokenizer; refused unless it is the fast (Rust) one the runtime loads."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if not getattr(tokenizer, "is_fast", False):
+        raise UnsupportedModel("the model has no fast (Rust) tokenizer, which the runtime needs")
+    return tokenizer
+
+
+def export_graph(module: torch.nn.Module, body: torch.nn.Module, tokenizer: Any, out_dir: Path, output: str,
+                 output_axes: dict[int, str]) -> tuple[str, ...]:
+    """model.onnx in out_dir from `module`, which takes input_ids, attention_mask and, where `body`'s forward
+    takes them, the tokenizer gives them and the model has more than one type, token_type_ids (as transformers
+    feeds the model: XLM-R's forward takes token types its tokenizer never gives), with dynamic batch and
+    sequence axes; returns the graph's input names."""
+    takes_types = ("token_type_ids" in inspect.signature(body.forward).parameters
+                   and "token_type_ids" in getattr(tokenizer, "model_input_names", ())
+                   and int(getattr(body.config, "type_vocab_size", 2) or 0) > 1)
+    inputs = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
+    example = tuple(torch.ones(2, 8, dtype=torch.long) for _ in inputs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        torch.onnx.export(
+            module, example, str(out_dir / "model.onnx"),
+            input_names=inputs, output_names=[output], opset_version=17, dynamo=False,
+            dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in inputs}, output: output_axes},
+        )
+    # The exporter drops an input the graph never reads (DeBERTa-v2 without token types reads none).
+    kept = {i.name for i in onnx.load(str(out_dir / "model.onnx"), load_external_data=False).graph.input}
+    return tuple(name for name in inputs if name in kept)
+
+
 @quiet_ml()  # a contextmanager is also a decorator: the whole export runs with the libraries quiet
 def export_encoder(model_dir: Path, out_dir: Path) -> ExportResult:
     """Write model.onnx and tokenizer.json to out_dir; return the engine.json fields they imply."""
@@ -106,24 +138,12 @@ def export_encoder(model_dir: Path, out_dir: Path) -> ExportResult:
         model = AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
     except (ValueError, OSError) as exc:
         raise UnsupportedModel(f"transformers cannot load this model as an encoder: {exc}") from exc
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if not getattr(tokenizer, "is_fast", False):
-        raise UnsupportedModel("the model has no fast (Rust) tokenizer, which the runtime needs")
-    takes_types = "token_type_ids" in inspect.signature(model.forward).parameters
-    inputs = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
-    example = tuple(torch.ones(2, 8, dtype=torch.long) for _ in inputs)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    onnx_path = out_dir / "model.onnx"
-    with torch.no_grad():
-        torch.onnx.export(
-            _PooledEncoder(model, spec), example, str(onnx_path),
-            input_names=inputs, output_names=[OUTPUT_NAME], opset_version=17, dynamo=False,
-            dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in inputs}, OUTPUT_NAME: {0: "batch"}},
-        )
+    tokenizer = fast_tokenizer(model_dir)
+    inputs = export_graph(_PooledEncoder(model, spec), model, tokenizer, out_dir, OUTPUT_NAME, {0: "batch"})
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     return ExportResult(
         task="embedding",
-        inputs=tuple(inputs),
+        inputs=inputs,
         output=OUTPUT_NAME,
         max_seq_length=spec.max_seq_length,
         geometry=None,

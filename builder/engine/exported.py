@@ -8,7 +8,7 @@ from pathlib import Path
 
 from builder.model.geometry import HeadGeometry
 from runtimes.bundle.codec import decode, encode
-from runtimes.bundle.engine import OPTIONS, Batching, DecoderOptions, EncoderOptions, EngineConfig, OrtBuild, Task
+from runtimes.bundle.engine import OPTIONS, Batching, EngineConfig, Options, OrtBuild, Task
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class ExportResult(ExportShape):
     task: Task
     output: str
     pad_token_id: int
-    options: EncoderOptions | DecoderOptions  # engine.json's options: the task's own
+    options: Options  # engine.json's options: the task's own
 
     def capped(self, context: int | None) -> ExportResult:
         """The served context is what the profile reserved KV cache for, not the model's longest."""

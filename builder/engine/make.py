@@ -35,6 +35,8 @@ class TaskStages:
 TASKS = {
     "embedding": TaskStages("builder.engine.export_encoder:export_encoder", "builder.engine.validate_encoder",
                             "PyTorch -> ONNX with pooling", "engine vs sentence-transformers"),
+    "rerank": TaskStages("builder.engine.export_reranker:export_reranker", "builder.engine.validate_reranker",
+                         "PyTorch -> ONNX with the scoring head", "engine vs sentence-transformers' CrossEncoder"),
     "text-generation": TaskStages("builder.engine.export_decoder:export_decoder", "builder.engine.validate_decoder",
                                   "checkpoint -> ONNX with an in-place KV cache", "engine vs transformers generate",
                                   "builder.engine.export_decoder:export_decoder_tensorrt", export_is_engine=True),

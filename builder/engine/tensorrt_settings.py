@@ -27,6 +27,7 @@ from builder.planning.engine_options import trt_options
 from builder.planning.precisions import PRECISIONS
 from builder.planning.profiles import Profile
 from runtimes.bundle.codec import encode
+from runtimes.bundle.engine import ENCODER_TASKS
 from runtimes.bundle.tensorrt import Compatibility, ShapeRange, TrtBuild
 
 COMPATIBILITY: dict[str, Compatibility] = {
@@ -83,7 +84,7 @@ def trt_settings(profile: Profile, task: str, exported: ExportShape, compute_cap
     options = trt_options(profile.engine_options)
     inputs = list(exported.inputs)
     max_batch = profile.limits.max_batch
-    if task == "embedding":
+    if task in ENCODER_TASKS:
         shapes = _encoder_profiles(inputs, max_batch, exported.max_seq_length)
     elif exported.geometry is not None:
         context = min(exported.max_seq_length, profile.limits.context or exported.max_seq_length)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from sentence_transformers import SentenceTransformer
@@ -17,10 +18,11 @@ from builder.errors import ValidationFailed
 from builder.planning.profiles import Tolerance
 from runtimes.bundle import load_engine_config
 from runtimes.bundle.codec import write_contract
-from runtimes.bundle.report import EncoderReport, GateTolerance, InputCheck
+from runtimes.bundle.report import EncoderReport, GateTolerance, InputCheck, RerankReport
 from runtimes.engines import encoder_for
 from runtimes.tokenize import TextTokenizer
 
+R = TypeVar("R", EncoderReport, RerankReport)
 # Varied on purpose: one word, punctuation, digits, non-ASCII, code, and one far over any limit.
 GATE_TEXTS = (
     "hello",
@@ -66,12 +68,15 @@ def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_pat
         summary=f"min cosine {cosine.min():.7f} over {len(texts)} inputs (tolerance {min_cosine})",
         passed=bool(cosine.min() >= min_cosine),
     )
+    worst = int(cosine.argmin())
+    return settle(report, report_path, f"min cosine {cosine.min():.6f} < {min_cosine} (worst input #{worst}: "
+                                       f"{texts[worst][:60]!r})")
+
+
+def settle(report: R, report_path: Path, why: str) -> R:
+    """Write the gate's report; the report, if it passed, else ValidationFailed that says why and where."""
     write_contract(report_path, report)
     if not report.passed:
-        worst = int(cosine.argmin())
-        raise ValidationFailed(
-            f"the compiled engine differs from the reference: min cosine {cosine.min():.6f} < {min_cosine} "
-            f"(worst input #{worst}: {texts[worst][:60]!r})",
-            hint=f"see {report_path}; try a higher precision profile (--precision fp32)",
-        )
+        raise ValidationFailed(f"the compiled engine differs from the reference: {why}",
+                               hint=f"see {report_path}; try a higher precision profile (--precision fp32)")
     return report

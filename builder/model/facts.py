@@ -38,19 +38,34 @@ def read_config(spec: ModelSpec, sha: str | None, offline: bool) -> dict[str, An
     return data
 
 
+def _labels(config: dict[str, Any]) -> int:
+    """How many scores a classification head gives (transformers writes id2label; num_labels is older)."""
+    id2label = config.get("id2label")
+    if isinstance(id2label, dict) and id2label:
+        return len(id2label)
+    labels = config.get("num_labels", 2)  # transformers' default when neither is written
+    return labels if type(labels) is int else 0
+
+
 def infer_task(files: tuple[str, ...], config: dict[str, Any], repo: str) -> Task:
-    if {"modules.json", "sentence_bert_config.json"} & set(files):
-        return "embedding"
     architectures = [str(a) for a in config.get("architectures") or []]
     model_type = str(config.get("model_type", "")).lower()
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
+        # Asked before modules.json: a cross-encoder saved by sentence-transformers has one too.
+        labels = _labels(config)
+        if model_type in _ENCODER_TYPES and labels == 1:
+            return "rerank"
+        what = (f"a reranker on a {model_type or 'decoder'} body, which mbuild does not build yet" if labels == 1
+                else f"a classifier ({labels} labels), which mbuild does not build yet")
+        raise UnsupportedModel(
+            f"{repo} is a sequence-classification model ({', '.join(architectures)}): {what}; mbuild builds "
+            f"rerankers on encoder bodies ({', '.join(sorted(_ENCODER_TYPES))}) with one label",
+            hint="mbuild packages sentence-embedding encoders, cross-encoder rerankers and causal language "
+                 "models; see docs/models.md")
+    if {"modules.json", "sentence_bert_config.json"} & set(files):
+        return "embedding"
     if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
         return "text-generation"
-    if any(a.endswith("ForSequenceClassification") for a in architectures):
-        # Built as an embedding model, its scoring head would be dropped without a word.
-        raise UnsupportedModel(
-            f"{repo} is a sequence-classification model ({', '.join(architectures)}): a cross-encoder reranker or "
-            "a classifier, whose scores come from its classification head; mbuild does not build that task yet",
-            hint="mbuild packages sentence-embedding encoders and causal language models; see docs/models.md")
     if model_type in _ENCODER_TYPES:
         return "embedding"
     if model_type in FAMILIES or model_type in WRAPPERS or isinstance(config.get("text_config"), dict):

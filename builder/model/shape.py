@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builder.errors import UnsupportedModel
 from builder.model.families import Family, family, wrapped_family
 from builder.model.geometry import expert_layers, head_geometry, model_context
-
-Task = Literal["embedding", "text-generation"]
+from runtimes.bundle.engine import Task  # the one list of tasks: engine.json's, which the image reads
 
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 HUB_DTYPE = "bfloat16"  # a checkpoint whose config.json names no dtype: the Hub's usual one
@@ -179,7 +178,7 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
     inter = _int(text, "intermediate_size", default=4 * hidden)
     vocab = _int(text, "vocab_size", default=32000)
     context = model_context(text)
-    tied = bool(text.get("tie_word_embeddings", fam.ties_head if fam else task == "embedding"))
+    tied = bool(text.get("tie_word_embeddings", fam.ties_head if fam else task != "text-generation"))
     moe = moe_layout(text) if fam is not None and fam.kind == "moe" else MoeLayout()
     attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
     gated = 3 if task == "text-generation" else 2

@@ -50,13 +50,15 @@ class Limits(_Strict):
 
 
 class Tolerance(_Strict):
-    """The numerical gate. Embeddings: cosine to the reference. Language models: greedy decode equal to
-    transformers token by token, or (greedy_exact false) teacher-forced top-1 agreement and logit error."""
+    """The numerical gate. Embeddings: cosine to the reference. Rerankers: the score's (logit's) largest
+    difference from the reference. Language models: greedy decode equal to transformers token by token, or
+    (greedy_exact false) teacher-forced top-1 agreement and logit error."""
 
     min_cosine: float = Field(0.9999, gt=0, le=1)
     greedy_exact: bool = True
     min_top1: float = Field(0.9, gt=0, le=1)
     max_logit_error: float | None = Field(None, gt=0)
+    max_score_error: float = Field(1e-3, gt=0)
 
 
 class Profile(_Strict):

@@ -30,6 +30,8 @@ PRECISION_ORDER: dict[tuple[Task, str], tuple[tuple[str, ...], frozenset[str]]] 
     ("text-generation", "cpu"): (("int8", "fp32", "int4"), frozenset({"int8", "fp32"})),
     ("embedding", "gpu"): (("fp16", "bf16", "int8", "fp8"), frozenset({"fp16", "bf16"})),
     ("embedding", "cpu"): (("fp32", "int8"), frozenset({"fp32"})),
+    ("rerank", "gpu"): (("fp16", "bf16", "int8", "fp8"), frozenset({"fp16", "bf16"})),
+    ("rerank", "cpu"): (("fp32", "int8"), frozenset({"fp32"})),
 }
 # Why the first precision of the order is chosen, where it is not "the lowest that keeps accuracy".
 PRECISION_WHY: dict[tuple[Task, str], str] = {
@@ -37,7 +39,7 @@ PRECISION_WHY: dict[tuple[Task, str], str] = {
                                 "fp32's; docs/llm.md)",
 }
 QUANTIZED = frozenset(name for name, info in PRECISIONS.items() if info.quantized)
-DEFAULT_MODE: dict[Task, str] = {"text-generation": "throughput", "embedding": "latency"}
+DEFAULT_MODE: dict[Task, str] = {"text-generation": "throughput", "embedding": "latency", "rerank": "latency"}
 
 
 class NoProfile(InputError):

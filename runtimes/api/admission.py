@@ -10,19 +10,23 @@ runs under one deadline and stops using the engine as soon as its client leaves.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sized
 from typing import TypeVar
 
+import numpy as np
 from starlette.requests import Request
 
 from runtimes.api.errors import ApiError, bad_request, client_closed, deadline_exceeded, overloaded, queue_timeout
-from runtimes.batcher import QueueFull
+from runtimes.batcher import Batcher, QueueFull
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.scheduler import Inadmissible, SchedulerFull
-from runtimes.state import EmbeddingRuntime, ServiceState
-from runtimes.tokenize import INLINE_CHARS
+from runtimes.state import EmbeddingRuntime, RerankRuntime, ServiceState
+from runtimes.tokenize import INLINE_CHARS, InputTooLong
 
 T = TypeVar("T")
+U = TypeVar("U")
+S = TypeVar("S", bound=Sized)
+TOKENIZE_CHUNK = 256  # inputs tokenized between two checks that the client is still there
 
 
 def served(request: Request) -> ServiceState:
@@ -43,18 +47,34 @@ def _ready(state: ServiceState, name: str | None) -> None:
     check_model(state, name)
 
 
+# What each task's model answers, for the 404 a request for another task gets.
+SERVES = {"embedding": "/v1/embeddings", "rerank": "/v1/rerank, /rerank, /v1/ranking and /v1/score",
+          "text-generation": "/v1/chat/completions and /v1/completions"}
+
+
+def _wrong_task(state: ServiceState, wanted: str) -> ApiError:
+    task = state.config.task if state.config is not None else "text-generation"
+    return ApiError(404, f"this model serves {SERVES[task]} ({task}), not {wanted}", "wrong_task")
+
+
 def embedding_runtime(state: ServiceState, name: str | None) -> EmbeddingRuntime:
     _ready(state, name)
     if state.embedding is None:
-        raise ApiError(404, "this model generates text; it serves /v1/chat/completions and /v1/completions, "
-                            "not embeddings", "wrong_task")
+        raise _wrong_task(state, "embeddings")
     return state.embedding
+
+
+def rerank_runtime(state: ServiceState, name: str | None) -> RerankRuntime:
+    _ready(state, name)
+    if state.ranking is None:
+        raise _wrong_task(state, "reranking")
+    return state.ranking
 
 
 def generation_runtime(state: ServiceState, name: str | None) -> GenerationRuntime:
     _ready(state, name)
     if state.generation is None:
-        raise ApiError(404, "this model serves /v1/embeddings, not text generation", "wrong_task")
+        raise _wrong_task(state, "text generation")
     return state.generation
 
 
@@ -76,6 +96,22 @@ def fit_context(prompt_tokens: int, asked: int | None, context: int, index: int 
     return asked or context - prompt_tokens
 
 
+async def tokenized(request: Request, inputs: list[T], encode: Callable[[list[T]], Awaitable[list[U]]],
+                    too_long: Callable[[int, InputTooLong], ApiError]) -> list[U]:
+    """Every input tokenized, in chunks, asking between them whether the client is still there: 50 abandoned
+    maximal requests would otherwise tokenize 100k texts for nobody while the next real request waits.
+    too_long(index, error) is the 400 for the first input over the model's limit."""
+    out: list[U] = []
+    for start in range(0, len(inputs), TOKENIZE_CHUNK):
+        if await request.is_disconnected():
+            raise client_closed()
+        try:
+            out += await encode(inputs[start:start + TOKENIZE_CHUNK])
+        except InputTooLong as exc:
+            raise too_long(start + exc.index, exc) from exc
+    return out
+
+
 def enter(submit: Callable[[], T]) -> T:
     """Reserve capacity for the whole request or refuse it whole, with the one status table."""
     try:
@@ -84,6 +120,16 @@ def enter(submit: Callable[[], T]) -> T:
         raise overloaded() from exc
     except Inadmissible as exc:  # admission above should have caught it; the engine's own guard did
         raise bad_request(str(exc)) from exc
+
+
+async def batched(request: Request, batcher: Batcher[S], seqs: list[S]) -> np.ndarray:
+    """An encoder's sequences (or pairs) queued as one job and awaited under the deadline: its rows, in order.
+    Their tokens count as prompt tokens."""
+    state = served(request)
+    job = enter(lambda: batcher.enqueue(seqs))
+    rows = await run_to_end(request, job.future, state.settings.request_timeout, lambda: job.started)
+    state.metrics.inc("tokens_total", sum(len(s) for s in seqs), kind="prompt")
+    return rows
 
 
 async def _client_gone(request: Request) -> None:

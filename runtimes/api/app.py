@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Match
 
 from runtimes import __version__
-from runtimes.api import chat, embeddings, generation, kserve, probes, tokenize_routes
+from runtimes.api import chat, embeddings, generation, kserve, probes, rerank, tokenize_routes
 from runtimes.api.bodies import add_request_components, describe_errors
 from runtimes.api.errors import ApiError, shape_of
 from runtimes.api.middleware import RequestContext
@@ -42,8 +42,8 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="mbuild model service", version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = state
-    routers = (probes.health, probes.metrics_router, probes.router, embeddings.router, chat.router, generation.router,
-               tokenize_routes.router, kserve.probes, kserve.router)
+    routers = (probes.health, probes.metrics_router, probes.router, embeddings.router, rerank.router, chat.router,
+               generation.router, tokenize_routes.router, kserve.probes, kserve.router)
     for router in routers:
         app.include_router(router)
 
@@ -110,8 +110,9 @@ async def drain(state: ServiceState) -> None:
     deadline = time.monotonic() + state.settings.in_flight_seconds
     while state.in_flight and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    if state.embedding is not None:
-        await state.embedding.batcher.stop()
+    for encoder in (state.embedding, state.ranking):
+        if encoder is not None:
+            await encoder.batcher.stop()
     if state.generation is not None:
         state.generation.scheduler.stop()
 

@@ -7,16 +7,15 @@ import base64
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
-from runtimes.api.admission import embedding_runtime, enter, run_to_end, served
+from runtimes.api.admission import batched, embedding_runtime, served, tokenized
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
-from runtimes.api.errors import ApiError, OpenAIRoute, client_closed
+from runtimes.api.errors import ApiError, OpenAIRoute
 from runtimes.api.schemas import MAX_INPUTS, EmbeddingData, EmbeddingRequest, EmbeddingResponse, Usage
 from runtimes.state import EmbeddingRuntime, ServiceState
 from runtimes.tokenize import InputTooLong, Truncate
 
 router = APIRouter(route_class=OpenAIRoute, dependencies=[Depends(require_key)])
-TOKENIZE_CHUNK = 256  # texts tokenized between two checks that the client is still there
 
 
 def check_texts(texts: list[str], where: str = "input") -> None:
@@ -54,23 +53,13 @@ async def embed(request: Request, runtime: EmbeddingRuntime, texts: list[str], t
                 hint: str, ids: list[list[int]] | None = None) -> tuple[np.ndarray, int]:
     """Tokenize (unless `ids` are given), queue, and wait (under the deadline, cancelled if the client leaves):
     vectors and tokens."""
-    state = served(request)
-    seqs: list[list[int]] = ids or []
-    for start in range(0, len(texts), TOKENIZE_CHUNK):
-        # In chunks, asking between them whether the client is still there: 50 abandoned maximal requests
-        # would otherwise tokenize 100k texts for nobody while the next real request waits.
-        if await request.is_disconnected():
-            raise client_closed()
-        try:
-            seqs += await runtime.tokenizer.encode_async(texts[start:start + TOKENIZE_CHUNK], truncate)
-        except InputTooLong as exc:
-            raise ApiError(400, f"input {start + exc.index} has {exc.tokens} tokens; this model takes at most "
-                                f"{exc.limit}; shorten it or {hint}", "input_too_long") from exc
-    job = enter(lambda: runtime.batcher.enqueue(seqs))
-    vectors = await run_to_end(request, job.future, state.settings.request_timeout, lambda: job.started)
-    tokens = sum(len(s) for s in seqs)
-    state.metrics.inc("tokens_total", tokens, kind="prompt")
-    return vectors, tokens
+    def too_long(index: int, exc: InputTooLong) -> ApiError:
+        return ApiError(400, f"input {index} has {exc.tokens} tokens; this model takes at most {exc.limit}; "
+                             f"shorten it or {hint}", "input_too_long")
+
+    seqs = ids or await tokenized(request, texts, lambda chunk: runtime.tokenizer.encode_async(chunk, truncate),
+                                  too_long)
+    return await batched(request, runtime.batcher, seqs), sum(len(s) for s in seqs)
 
 
 def _encode(vector: np.ndarray, fmt: str) -> list[float] | str:

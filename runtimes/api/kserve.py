@@ -1,9 +1,11 @@
 """KServe V2 / Open Inference Protocol routes, as tritonclient[http] speaks them.
 
 Embedding models take "text" (BYTES [N]) or raw "input_ids" + "attention_mask" (INT64 [N, S]) and
-return "embedding" (FP32 [N, dims]); language models take "text_input" (BYTES [N]) and optional
-"max_tokens" and return "text_output" (BYTES [N]). Errors are {"error": "..."} with Triton's codes:
-400 for a bad request, 404 for an unknown model, 503 while not ready, 429 when the queue is full.
+return "embedding" (FP32 [N, dims]); rerankers take "query" (BYTES [1]) and "passages" (BYTES [N]) and return
+"score" (FP32 [N], the relevance score) and "logit" (FP32 [N]), in the passages' order; language models take
+"text_input" (BYTES [N]) and optional "max_tokens" and return "text_output" (BYTES [N]). Errors are
+{"error": "..."} with Triton's codes: 400 for a bad request, 404 for an unknown model, 503 while not ready, 429 when
+the queue is full.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from starlette.responses import Response
 
 from runtimes import __version__
 from runtimes.api.admission import (
+    batched,
     check_model,
     embedding_runtime,
-    enter,
     generation_runtime,
     off_loop,
+    rerank_runtime,
     run_to_end,
     served,
 )
@@ -31,6 +34,7 @@ from runtimes.api.embeddings import check_texts, embed
 from runtimes.api.errors import ApiError, V2Route, generation_failed
 from runtimes.api.generation import Run, sampling
 from runtimes.api.kserve_codec import HEADER, InferRequest, TensorError, encode_response, parse_infer
+from runtimes.api.rerank import relevance, score_pairs
 from runtimes.api.schemas import MAX_INPUTS
 from runtimes.api.schemas_generation import CompletionRequest
 from runtimes.generation.generator import GenerationFailed
@@ -48,7 +52,7 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 
 def _ready(state: ServiceState) -> bool:
-    return state.health.serving and (state.embedding or state.generation) is not None
+    return state.health.serving and (state.embedding or state.ranking or state.generation) is not None
 
 
 @router.get("")
@@ -75,6 +79,11 @@ def _io(state: ServiceState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
                  {"name": "input_ids", "datatype": "INT64", "shape": [-1, -1]},
                  {"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]}],
                 [{"name": "embedding", "datatype": "FP32", "shape": [-1, config.encoder.embedding_dim]}])
+    if config.task == "rerank":
+        return ([{"name": "query", "datatype": "BYTES", "shape": [1]},
+                 {"name": "passages", "datatype": "BYTES", "shape": [-1]}],
+                [{"name": "score", "datatype": "FP32", "shape": [-1]},
+                 {"name": "logit", "datatype": "FP32", "shape": [-1]}])
     return ([{"name": "text_input", "datatype": "BYTES", "shape": [-1]},
              {"name": "max_tokens", "datatype": "INT32", "shape": [-1]}],
             [{"name": "text_output", "datatype": "BYTES", "shape": [-1]}])
@@ -90,6 +99,8 @@ async def infer(model: str, request: Request) -> Response:
         raise _error(400, str(exc)) from exc
     if state.generation is not None:
         outputs = await _generate(request, state, parsed, model)
+    elif state.ranking is not None:
+        outputs = await _rank(request, state, parsed, model)
     else:
         outputs = await _embed(request, state, parsed, model)
     content, headers = encode_response(state.served_names()[0], parsed, outputs)
@@ -103,7 +114,7 @@ def _check_outputs(state: ServiceState, parsed: InferRequest) -> None:
         raise _error(400, f"unknown output(s) {sorted(unknown)[:8]}; this model returns {sorted(expected)}")
 
 
-def _texts(parsed: InferRequest, name: str) -> list[str]:
+def _texts(parsed: InferRequest, name: str, empty: bool = False) -> list[str]:
     array = parsed.inputs[name]
     if array.dtype != object or array.ndim not in (1, 2) or (array.ndim == 2 and array.shape[1] != 1):
         raise _error(400, f"input {name!r} must be BYTES with shape [N] or [N, 1]")
@@ -111,7 +122,10 @@ def _texts(parsed: InferRequest, name: str) -> list[str]:
         texts = [v.decode("utf-8") for v in array.reshape(-1)]
     except UnicodeDecodeError as exc:
         raise _error(400, f"input {name!r} holds bytes that are not UTF-8 text") from exc
-    check_texts(texts, name)
+    if not empty:
+        check_texts(texts, name)
+    elif not 1 <= len(texts) <= MAX_INPUTS:
+        raise _error(400, f"input {name!r} must hold 1..{MAX_INPUTS} texts")
     return texts
 
 
@@ -128,12 +142,29 @@ async def _embed(request: Request, state: ServiceState, parsed: InferRequest,
                                  'send the parameter "truncate": "END"')
     elif "input_ids" in parsed.inputs and "attention_mask" in parsed.inputs:
         seqs = _raw_sequences(parsed, runtime.tokenizer.max_length, runtime.tokenizer.vocab_size)
-        job = enter(lambda: runtime.batcher.enqueue(seqs))
-        vectors = await run_to_end(request, job.future, state.settings.request_timeout, lambda: job.started)
+        vectors = await batched(request, runtime.batcher, seqs)
     else:
         raise _error(400, "this model takes input 'text' (BYTES [N]) or 'input_ids' and 'attention_mask' "
                           "(INT64 [N, S])")
     return {"embedding": (np.asarray(vectors, dtype=np.float32), "FP32")}
+
+
+async def _rank(request: Request, state: ServiceState, parsed: InferRequest,
+                model: str) -> dict[str, tuple[np.ndarray, str]]:
+    runtime = rerank_runtime(state, model)
+    _check_outputs(state, parsed)
+    if "query" not in parsed.inputs or "passages" not in parsed.inputs:
+        raise _error(400, "this model takes inputs 'query' (BYTES [1]) and 'passages' (BYTES [N])")
+    query, passages = _texts(parsed, "query"), _texts(parsed, "passages", empty=True)
+    if len(query) != 1:
+        raise _error(400, f"input 'query' holds {len(query)} texts; send one")
+    truncate = parsed.parameters.get("truncate", "NONE")
+    if truncate not in ("NONE", "END"):
+        raise _error(400, "parameter 'truncate' must be NONE or END")
+    logits, _ = await score_pairs(request, runtime, [(query[0], p) for p in passages], TRUNCATE[str(truncate)],
+                                  'send the parameter "truncate": "END"')
+    return {"score": (relevance(runtime, logits).astype(np.float32), "FP32"),
+            "logit": (np.asarray(logits, dtype=np.float32), "FP32")}
 
 
 def _raw_sequences(parsed: InferRequest, limit: int, vocab: int) -> list[list[int]]:

@@ -16,7 +16,9 @@ from runtimes.bundle.codec import ContractError, bounds, check_format, decode, e
 ENGINE_FILE = "engine.json"
 ENGINE_FORMAT = 1
 DEFAULT_MAX_BATCH = 32  # sequences per engine call (decoders: KV cache slots); the profiles' default
-Task = Literal["embedding", "text-generation"]
+Task = Literal["embedding", "rerank", "text-generation"]
+# The tasks the encoder engine serves: one batched pass a request, no KV cache (runtimes/engines/encoder.py).
+ENCODER_TASKS: frozenset[str] = frozenset({"embedding", "rerank"})
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,16 @@ class EncoderOptions:
     embedding_dim: int = field(metadata=bounds(1, 1 << 20))  # the width of one pooled vector
     pooling: str
     normalize: bool
+
+
+@dataclass(frozen=True)
+class RerankOptions:
+    """A cross-encoder: a query and a passage in, the classification head's one logit out ("score").
+
+    activation turns the logit into the relevance score the Cohere-shaped routes return, as sentence-transformers'
+    CrossEncoder.predict does for the model (sigmoid unless its config names another)."""
+
+    activation: Literal["sigmoid", "identity"]
 
 
 @dataclass(frozen=True)
@@ -52,8 +64,9 @@ class OrtBuild:
     graph_optimization: str
 
 
-OPTIONS: dict[str, type[EncoderOptions] | type[DecoderOptions]] = {
-    "embedding": EncoderOptions, "text-generation": DecoderOptions}
+Options = EncoderOptions | RerankOptions | DecoderOptions
+OPTIONS: dict[str, type[EncoderOptions] | type[RerankOptions] | type[DecoderOptions]] = {
+    "embedding": EncoderOptions, "rerank": RerankOptions, "text-generation": DecoderOptions}
 
 
 @dataclass(frozen=True)
@@ -68,7 +81,7 @@ class EngineConfig:
     pad_token_id: int = field(metadata=bounds(0, 1 << 24))
     precision: str
     batching: Batching
-    options: EncoderOptions | DecoderOptions
+    options: Options
     onnxruntime: OrtBuild | None = None
     format: int = ENGINE_FORMAT
 
@@ -76,6 +89,12 @@ class EngineConfig:
     def encoder(self) -> EncoderOptions:
         if not isinstance(self.options, EncoderOptions):
             raise ContractError(f"{ENGINE_FILE}: task {self.task!r} is not an embedding model")
+        return self.options
+
+    @property
+    def reranker(self) -> RerankOptions:
+        if not isinstance(self.options, RerankOptions):
+            raise ContractError(f"{ENGINE_FILE}: task {self.task!r} is not a reranker")
         return self.options
 
     @property

@@ -1,7 +1,8 @@
 """report.json: the numerical gate's verdict and measurements, one type per task.
 
-Written by the builder's gates (validate_encoder, validate_decoder) and the engine cache; read by the runtime's
-/v1/metadata and by the builder's labels, serve, inspect and deploy (its load time sizes the startup probe).
+Written by the builder's gates (validate_encoder, validate_reranker, validate_decoder) and the engine cache; read by
+the runtime's /v1/metadata and by the builder's labels, serve, inspect and deploy (its load time sizes the startup
+probe).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class GateTolerance:
     greedy_exact: bool
     min_top1: float
     max_logit_error: float | None
+    max_score_error: float | None = None  # rerankers: the largest logit difference allowed
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,15 @@ class InputCheck:
     text: str  # cut to 80 characters
     tokens: int
     cosine: float
+
+
+@dataclass(frozen=True)
+class PairCheck:
+    query: str  # each cut to 80 characters
+    passage: str
+    tokens: int
+    engine: float  # the engine's logit
+    reference: float  # the reference's
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,23 @@ class EncoderReport(_Gate):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RerankReport(_Gate):
+    """The classification head's logit against sentence-transformers' CrossEncoder, per gate pair; and how alike
+    each query's order of passages is to the reference's (Spearman's rank correlation; 1 is the same order)."""
+
+    HEADLINE: ClassVar[tuple[str, ...]] = ("max_score_error", "min_rank_correlation")
+    task: Literal["rerank"] = "rerank"
+    pairs: tuple[PairCheck, ...]
+    max_score_error: float
+    mean_score_error: float
+    min_rank_correlation: float  # the lowest over the gate's queries
+
+    @property
+    def label(self) -> str:
+        return f"passed={self.passed} max_score_error={self.max_score_error:.6f}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class DecoderReport(_Gate):
     """Greedy decode against transformers, then the logits along the engine's tokens (teacher-forced)."""
 
@@ -103,9 +131,9 @@ class DecoderReport(_Gate):
                 f"top1={self.top1_agreement:.4f}")
 
 
-GateReport = EncoderReport | DecoderReport
-_REPORTS: dict[str, type[EncoderReport] | type[DecoderReport]] = {
-    "embedding": EncoderReport, "text-generation": DecoderReport}
+GateReport = EncoderReport | RerankReport | DecoderReport
+_REPORTS: dict[str, type[EncoderReport] | type[RerankReport] | type[DecoderReport]] = {
+    "embedding": EncoderReport, "rerank": RerankReport, "text-generation": DecoderReport}
 
 
 def verdict(passed: bool, summary: str) -> str:

@@ -11,6 +11,7 @@ from typing import Protocol
 import numpy as np
 
 from runtimes.bundle import BundleError, EngineConfig
+from runtimes.bundle.engine import ENCODER_TASKS
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.engines.encoder import EncoderEngine
 
@@ -25,13 +26,14 @@ class Encoder(Protocol):
 
 ENGINES: dict[str, type[EncoderEngine] | type[DecoderEngine]] = {
     "embedding": EncoderEngine,
+    "rerank": EncoderEngine,
     "text-generation": DecoderEngine,
 }
 
 
 def encoder_for(model_dir: Path, config: EngineConfig, threads: int) -> EncoderEngine:
-    if config.task != "embedding":
-        raise BundleError(f"engine.json says task {config.task!r}; an embedding engine was asked for")
+    if config.task not in ENCODER_TASKS:
+        raise BundleError(f"engine.json says task {config.task!r}; an encoder (embedding or rerank) was asked for")
     return EncoderEngine(model_dir, config, threads)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from runtimes.bundle import BundleError, EngineConfig
+from runtimes.bundle.engine import ENCODER_TASKS
 from runtimes.engines import gpu_select, tensorrt_engine
 from runtimes.hardware import detect_gpus
 from runtimes.settings import flag
@@ -35,7 +36,7 @@ def _onnxruntime(model_dir: Path, config: EngineConfig, threads: int) -> Session
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    if config.task == "embedding":
+    if config.task in ENCODER_TASKS:
         # Idle intra-op threads spin by default, taking the core the event loop needs to answer the last
         # batch and gather the next; the service then sheds ~20% of its throughput (bench/serving.py).
         # Decoders keep spinning: a decode step is hundreds of tiny ops, where waking threads would cost.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import (
     AutoModelForCausalLM,
     BertConfig,
+    BertForSequenceClassification,
     BertModel,
     GenerationConfig,
     LlamaConfig,
@@ -20,10 +22,12 @@ from transformers import (
 WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "hello", "world", "model", "container",
          "image", "embedding", "vector", "text", "token", "batch", "serve", "health", "ready", "build", "engine",
          "profile", "cosine", "python", "docker")
+TOPICS = (WORDS[:13], WORDS[13:])  # what make_tiny_cross_encoder's reranker learns: a word's half is its topic
 
 
-def make_tiny_encoder(folder: Path, seed: int = 0) -> Path:
-    """A 2-layer BERT sentence-transformer (mean pooling + normalize) with a trained WordPiece tokenizer."""
+def wordpiece(folder: Path, types: bool = True) -> tuple[Tokenizer, PreTrainedTokenizerFast]:
+    """A WordPiece tokenizer trained on WORDS, with BERT's single and pair templates, saved in `folder`; with
+    types, it gives the model token types as BERT's does (XLM-R's gives none)."""
     folder.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
@@ -32,14 +36,26 @@ def make_tiny_encoder(folder: Path, seed: int = 0) -> Path:
     tok.train_from_iterator([" ".join(WORDS)] * 20, trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials))
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=64)
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=64,
+                                   model_input_names=["input_ids", *(["token_type_ids"] if types else []),
+                                                      "attention_mask"])
     fast.save_pretrained(folder)
+    return tok, fast
+
+
+def _bert_config(tok: Tokenizer, **extra: Any) -> BertConfig:
+    return BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64, pad_token_id=0, **extra)
+
+
+def make_tiny_encoder(folder: Path, seed: int = 0) -> Path:
+    """A 2-layer BERT sentence-transformer (mean pooling + normalize) with a trained WordPiece tokenizer."""
+    tok, _ = wordpiece(folder)
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64, pad_token_id=0)
-    BertModel(config).eval().save_pretrained(folder)
+    BertModel(_bert_config(tok)).eval().save_pretrained(folder)
     (folder / "modules.json").write_text(json.dumps([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
@@ -50,6 +66,46 @@ def make_tiny_encoder(folder: Path, seed: int = 0) -> Path:
         {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}))
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48, "do_lower_case": False}))
     return folder
+
+
+def make_tiny_cross_encoder(folder: Path, train_steps: int = 400, seed: int = 0) -> Path:
+    """A 2-layer BERT cross-encoder (BertForSequenceClassification, one label) trained for a few seconds on one
+    rule: WORDS' two halves are two topics, and a passage of six words is relevant to a one-word query when both
+    come from the same topic. A reranker whose right answer a test knows (TOPICS); train_steps=0 keeps it random
+    (its logits then differ by about 1e-5). The rule is an XOR of two topics, which a model this small learns
+    only after a plateau that some initializations never leave in time: another seed is tried then."""
+    tok, fast = wordpiece(folder)
+    for attempt in range(seed, seed + 6):
+        model, loss = _train_cross_encoder(tok, fast, train_steps, attempt)
+        if loss < 0.1 or not train_steps:
+            model.eval().save_pretrained(folder)
+            return folder
+    raise RuntimeError(f"the tiny cross-encoder did not learn its rule from seeds {seed}..{seed + 5}")
+
+
+def _train_cross_encoder(tok: Tokenizer, fast: PreTrainedTokenizerFast, steps: int,
+                         seed: int) -> tuple[BertForSequenceClassification, float]:
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification(_bert_config(tok, num_labels=1))
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    losses = [1.0]
+    for _ in range(steps):
+        queries, passages, labels = [], [], []
+        for row in range(32):
+            topic = rng.randrange(2)
+            queries.append(rng.choice(TOPICS[topic]))
+            passages.append(" ".join(rng.sample(TOPICS[topic if row % 2 else 1 - topic], 6)))  # half relevant
+            labels.append(float(row % 2))
+        batch = fast(queries, passages, padding=True, return_tensors="pt")
+        logits = model(**batch).logits[:, 0]
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.tensor(labels))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses = [*losses[-9:], loss.item()]
+    return model, sum(losses) / len(losses)
 
 
 # Llama 3.1's conventions: tools listed for the model in a system turn, a call written as {"name": ...,

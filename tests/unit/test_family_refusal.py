@@ -137,15 +137,21 @@ def test_a_config_json_with_unusable_sizes_is_refused_not_a_crash(tmp_path: Path
     assert result.exit_code == UnsupportedModel.exit_code and "config" in result.output, result.output
 
 
-def test_a_cross_encoder_is_refused_rather_than_built_as_an_embedding_model(tmp_path: Path) -> None:
-    """A BERT cross-encoder (BertForSequenceClassification, one label: a reranker) has a BERT model_type; built as
-    an embedding model its classification head would be dropped without a word. Until the rerank task exists it
-    is refused by name, before anything is downloaded."""
-    config = tf.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=64)
-    config.num_labels = 1
-    folder = repo_folder(tmp_path, config, "BertForSequenceClassification")
+@pytest.mark.parametrize(("config", "architecture", "told"), [
+    (lambda: tf.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=64, num_labels=3),  # type: ignore[call-arg]
+     "BertForSequenceClassification", "a classifier (3 labels), which mbuild does not build yet"),
+    (lambda: tf.Qwen2Config(**COMMON, num_labels=1),  # type: ignore[call-arg]
+     "Qwen2ForSequenceClassification",
+     "a reranker on a qwen2 body, which mbuild does not build yet"),
+], ids=["bert-classifier", "qwen2-reranker"])
+def test_a_sequence_classifier_that_is_no_encoder_reranker_is_refused_by_name(
+        tmp_path: Path, config: Any, architecture: str, told: str) -> None:
+    """A classification head of several labels (a classifier), or a one-label head on a decoder body, would be
+    built wrong as an embedding or language model: each is refused by what it is, before any weights are looked
+    for. (A one-label encoder head is a cross-encoder reranker: tests/unit/test_rerank.py builds it.)"""
+    folder = repo_folder(tmp_path, config(), architecture)
     result = run(["plan", str(folder), "--gpu", "cpu"])
     assert result.exit_code == UnsupportedModel.exit_code, result.output
-    assert "is a sequence-classification model (BertForSequenceClassification)" in result.output
-    assert "Traceback" not in result.output
+    assert f"is a sequence-classification model ({architecture}): {told}" in result.output
+    assert "rerankers on encoder bodies" in result.output

@@ -1,0 +1,87 @@
+"""The numerical gate for rerankers: the compiled engine's logit against sentence-transformers' CrossEncoder.
+
+The engine under test is the runtime's own (pair tokenizer + ONNX Runtime session), so the gate checks exactly
+what the image will serve. A pair passes when its logit is within the profile's max_score_error of the
+reference's; the report also counts the queries whose passages come out in the reference's order.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from sentence_transformers import CrossEncoder
+
+from builder.engine.quiet import quiet_ml
+from builder.engine.validate_encoder import GATE_TEXTS, settle
+from builder.errors import UnsupportedModel
+from builder.planning.profiles import Tolerance
+from runtimes.bundle import load_engine_config
+from runtimes.bundle.report import GateTolerance, PairCheck, RerankReport
+from runtimes.engines import encoder_for
+from runtimes.tokenize import PairTokenizer
+
+# Each query against every gate text: a short and a long query, non-ASCII, and passages past any pair limit
+# (GATE_TEXTS' last), so the pair template, the token types and longest-first truncation are all exercised.
+GATE_QUERIES = (
+    "What is a container image?",
+    "Wie hoch ist der Preis für einen Kaffee in Paris? 東京 も",
+    "how do kubernetes probes decide when a pod gets traffic " * 6,
+)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation of two score vectors (no ties expected in continuous scores)."""
+    ranks_a, ranks_b = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    if len(a) < 2:
+        return 1.0
+    return float(np.corrcoef(ranks_a, ranks_b)[0, 1])
+
+
+def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_path: Path) -> RerankReport:
+    """Compare engine and reference on every (query, gate text) pair; write report.json; raise if out of
+    tolerance."""
+    started = time.perf_counter()  # the load as the image does it: deploy sizes its startup probe from this
+    config = load_engine_config(engine_dir)
+    engine = encoder_for(engine_dir, config, 0)
+    tokenizer = PairTokenizer(engine_dir / config.tokenizer_file, config.max_seq_length)
+    load_seconds = time.perf_counter() - started
+    pairs = [(query, text) for query in GATE_QUERIES for text in GATE_TEXTS]
+    seqs = tokenizer.encode(pairs, truncate="END")  # the reference truncates too
+    got = engine.score(seqs).astype(np.float64)
+    with quiet_ml():
+        reference = CrossEncoder(str(model_dir), device="cpu", max_length=config.max_seq_length)
+        try:
+            want = np.asarray(reference.predict(pairs, activation_fn=torch.nn.Identity(), batch_size=len(pairs),
+                                                show_progress_bar=False, convert_to_numpy=True), dtype=np.float64)
+        except (IndexError, RuntimeError, ValueError) as exc:  # the model's own code, on its own tokenizer's pairs
+            raise UnsupportedModel(
+                f"the model cannot score a (query, passage) pair with its own tokenizer in transformers: {exc}",
+                hint="its tokenizer and config disagree (token types, vocabulary or positions); fix the "
+                     "checkpoint, or check that sentence-transformers' CrossEncoder loads it") from exc
+    error = np.abs(got - want)
+    per_query = len(GATE_TEXTS)
+    spearman = min(rank_correlation(got[i:i + per_query], want[i:i + per_query])
+                   for i in range(0, len(pairs), per_query))
+    limit = tolerance.max_score_error
+    passed = bool(error.max() <= limit)
+    report = RerankReport(
+        reference="sentence-transformers CrossEncoder (PyTorch, fp32, CPU), logits",
+        pairs=tuple(PairCheck(_cut(q), _cut(p), len(s), float(g), float(w))
+                    for (q, p), s, g, w in zip(pairs, seqs, got, want, strict=True)),
+        max_score_error=float(error.max()), mean_score_error=float(error.mean()), min_rank_correlation=spearman,
+        tolerance=GateTolerance(**tolerance.model_dump()),
+        load_seconds=round(load_seconds, 3),
+        summary=(f"max logit error {error.max():.6f} over {len(pairs)} pairs (tolerance {limit}); "
+                 f"passages' order against the reference's: Spearman {spearman:.4f} at worst"),
+        passed=passed,
+    )
+    worst = int(error.argmax())
+    return settle(report, report_path, f"max logit error {error.max():.6f} > {limit} (worst pair #{worst}: "
+                                       f"{pairs[worst][0][:40]!r} / {pairs[worst][1][:40]!r})")
