@@ -29,6 +29,8 @@ class Shape(Enum):
 
 def shape_of(path: str) -> Shape:
     """Only for answers given before a route is matched; a route's own errors take its route class's shape."""
+    if path == "/v2/rerank":  # Cohere's v2 path, beside KServe's: its errors are the other routes' shape
+        return Shape.OPENAI
     return Shape.V2 if path == "/v2" or path.startswith("/v2/") else Shape.OPENAI
 
 

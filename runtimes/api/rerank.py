@@ -1,7 +1,7 @@
-"""Reranking routes: NIM's POST /v1/ranking, the Cohere/Jina POST /v1/rerank and /rerank, and vLLM's POST /v1/score
-(schemas_rerank.py has their shapes). Every one scores (query, passage) pairs through the same admission, batcher
-and engine; they differ in what they return: the logit (ranking), or the model's relevance score, which is the
-logit through its activation (rerank, score)."""
+"""Reranking routes: NIM's POST /v1/ranking, the Cohere/Jina POST /v1/rerank, /rerank and /v2/rerank, and vLLM's
+POST /v1/score (schemas_rerank.py has their shapes). Every one scores (query, passage) pairs through the same
+admission, batcher and engine; they differ in what they return: the logit (ranking), or the model's relevance
+score, which is the logit through its activation (rerank, score)."""
 
 from __future__ import annotations
 
@@ -82,6 +82,8 @@ async def ranking(request: Request) -> RankingResponse:
              openapi_extra=openapi_body(RerankRequest))
 @router.post("/rerank", tags=["inference"], response_model=RerankResponse, response_model_exclude_none=True,
              openapi_extra=openapi_body(RerankRequest))
+@router.post("/v2/rerank", tags=["inference"], response_model=RerankResponse, response_model_exclude_none=True,
+             openapi_extra=openapi_body(RerankRequest))  # Cohere's v2 client's path (vLLM serves it too)
 async def rerank(request: Request) -> RerankResponse:
     """The Cohere/Jina shape: the best top_n documents by relevance score, with their text if asked."""
     state = served(request)

@@ -1,9 +1,9 @@
 """Issue 13, "Done when" 2 and 3: hostile input, slow and abandoned clients, and abandoned work.
 
-Both tiny models are served on loopback with `mbuild serve` (MBUILD_API_KEY set, an 8 MiB body limit so
-oversized lists reach the parser). While the corpus of tests/support/hostile_cases.py runs, "innocent"
-clients stream chat completions and ask for embeddings; each one that does not complete correctly is a
-request lost. Run with `pytest -s` to see the report lines.
+The tiny encoder, Llama and cross-encoder are served on loopback with `mbuild serve` (MBUILD_API_KEY set, an
+8 MiB body limit so oversized lists reach the parser). While the corpora of tests/support/hostile_cases.py and
+hostile_rerank_cases.py run, "innocent" clients stream chat completions, ask for embeddings and rerank; each one
+that does not complete correctly is a request lost. Run with `pytest -s` to see the report lines.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import pytest
 
 from tests.support.corpus import AUTH, KEY, Case, check, send, served_model, server_rss
 from tests.support.hostile_cases import ENCODER_CASES, LLM_CASES, MSG
+from tests.support.hostile_rerank_cases import RERANK_CASES
 from tests.support.procs import served
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -35,6 +36,7 @@ ENV = {"MBUILD_API_KEY": KEY, "MBUILD_MAX_QUEUE": "8", "MBUILD_MAX_BODY_BYTES": 
 CASE_TIMEOUT = 30.0  # a case with no answer by then counts as a hang
 EMBED: tuple[str, dict[str, Any]] = ("/v1/embeddings", {"input": "a normal request"})
 CHAT: tuple[str, dict[str, Any]] = ("/v1/chat/completions", {"messages": MSG, "max_tokens": 4})
+RERANK: tuple[str, dict[str, Any]] = ("/v1/rerank", {"query": "fox", "documents": ["the quick dog", "python"]})
 LONG = "a long sentence about containers, health checks and batching " * 40
 
 
@@ -69,11 +71,17 @@ def llm(tiny_llm_build: Path) -> Iterator[Server]:
     yield from _serve(tiny_llm_build)
 
 
-class Innocents:
-    """Other clients: streaming chats and embeddings in a loop (bounded), each checked for a correct answer."""
+@pytest.fixture(scope="module")
+def reranker(tiny_rerank_build: Path) -> Iterator[Server]:
+    yield from _serve(tiny_rerank_build)
 
-    def __init__(self, encoder_url: str, llm_url: str, each: int = 2, seconds: float = 1200) -> None:
-        self.encoder_url, self.llm_url, self.each = encoder_url, llm_url, each
+
+class Innocents:
+    """Other clients: streaming chats, embeddings and reranks in a loop (bounded), each checked for a correct
+    answer."""
+
+    def __init__(self, encoder_url: str, llm_url: str, rerank_url: str, each: int = 2, seconds: float = 1200) -> None:
+        self.encoder_url, self.llm_url, self.rerank_url, self.each = encoder_url, llm_url, rerank_url, each
         self.deadline = time.monotonic() + seconds
         self.stop, self.done, self.streaming = threading.Event(), 0, 0
         self.lost: list[str] = []
@@ -90,7 +98,8 @@ class Innocents:
 
     async def _main(self) -> None:
         async with httpx.AsyncClient(timeout=CASE_TIMEOUT) as client:
-            await asyncio.gather(*[self._loop(client, one) for one in (self._chat, self._embed) * self.each])
+            await asyncio.gather(*[self._loop(client, one)
+                                   for one in (self._chat, self._embed, self._rerank) * self.each])
 
     async def _loop(self, client: httpx.AsyncClient, one: Any) -> None:
         while not self.stop.is_set() and time.monotonic() < self.deadline:
@@ -125,6 +134,12 @@ class Innocents:
         got = await client.post(f"{self.encoder_url}/v1/embeddings", json={"input": ["one", "two"]}, headers=AUTH)
         data = got.json().get("data") if got.status_code == 200 else None
         ok = data and len(data) == 2 and all(len(d["embedding"]) > 0 for d in data)
+        return None if ok else f"status {got.status_code}: {got.text[:200]}"
+
+    async def _rerank(self, client: httpx.AsyncClient) -> str | None:
+        got = await client.post(self.rerank_url + RERANK[0], json=RERANK[1], headers=AUTH)
+        results = got.json().get("results") if got.status_code == 200 else None
+        ok = results and sorted(r["index"] for r in results) == [0, 1]
         return None if ok else f"status {got.status_code}: {got.text[:200]}"
 
     def wait_streaming(self, seconds: float = 3.0) -> None:
@@ -162,18 +177,20 @@ def run_cases(server: Server, cases: list[Case], normal: tuple[str, dict[str, An
             failures.append(f"{case.name}: {problem}" + (f"\n      server log: {trace}" if trace else ""))
 
 
-def test_hostile_corpus(encoder: Server, llm: Server) -> None:
+def test_hostile_corpus(encoder: Server, llm: Server, reranker: Server) -> None:
     counts: Counter[str] = Counter()
     failures: list[str] = []
     grown: dict[str, int] = {}  # case -> how much its server's memory grew over it
-    with Innocents(encoder.url, llm.url) as innocents:
+    servers = (encoder, llm, reranker)
+    with Innocents(encoder.url, llm.url, reranker.url) as innocents:
         time.sleep(3)  # warm: every code path the innocents use has run
-        rss_before = server_rss(encoder.url) + server_rss(llm.url)
+        rss_before = sum(server_rss(s.url) for s in servers)
         run_cases(encoder, ENCODER_CASES, EMBED, innocents, counts, failures, grown)
         run_cases(llm, LLM_CASES, CHAT, innocents, counts, failures, grown)
+        run_cases(reranker, RERANK_CASES, RERANK, innocents, counts, failures, grown)
         innocents.current = "(after the corpus)"
     time.sleep(5)  # settle
-    rss_after = server_rss(encoder.url) + server_rss(llm.url)
+    rss_after = sum(server_rss(s.url) for s in servers)
     print(f"\nhostile corpus: {counts['cases']} cases tried, 5xx: {counts['5xx']}, "
           f"other clients' requests lost: {len(innocents.lost)} (of {innocents.done}), "
           f"rss before/after: {rss_before / 1e6:.0f} -> {rss_after / 1e6:.0f} MB")
@@ -186,21 +203,22 @@ def test_hostile_corpus(encoder: Server, llm: Server) -> None:
     # The first pass may raise the high-water mark (the allocators keep freed pages, the grammar cache keeps what it
     # compiled), so it is held to a ceiling; a leak is growth on repetition, which the replay measures.
     assert rss_after <= 1.25 * rss_before
-    replayed = _replay([name for name, _ in top], encoder, llm)
+    replayed = _replay([name for name, _ in top], servers)
     print(f"replaying the 5 that grew most 3 times: {rss_after / 1e6:.0f} -> {replayed / 1e6:.0f} MB")
     assert replayed <= 1.03 * rss_after
 
 
-def _replay(names: list[str], encoder: Server, llm: Server) -> int:
-    """Sends the named cases three more times each; returns both servers' memory after."""
-    by_name = {c.name: (encoder, c) for c in ENCODER_CASES} | {c.name: (llm, c) for c in LLM_CASES}
+def _replay(names: list[str], servers: tuple[Server, Server, Server]) -> int:
+    """Sends the named cases three more times each; returns the servers' memory after."""
+    by_name = {c.name: (server, c) for server, cases in zip(servers, (ENCODER_CASES, LLM_CASES, RERANK_CASES),
+                                                             strict=True) for c in cases}
     for _ in range(3):
         for name in names:
             server, case = by_name[name]
             with httpx.Client() as client, contextlib.suppress(httpx.HTTPError):  # a case may end its connection
                 send(client, server.url, case, served_model(client, server.url), timeout=CASE_TIMEOUT)
     time.sleep(5)  # settle, as after the corpus
-    return server_rss(encoder.url) + server_rss(llm.url)
+    return sum(server_rss(s.url) for s in servers)
 
 
 def _normal_ok(url: str, normal: tuple[str, dict[str, Any]], client: httpx.Client | None = None) -> float:

@@ -11,6 +11,8 @@ import httpx2
 import psutil
 from fastapi.testclient import TestClient
 
+from runtimes.api.errors import Shape, shape_of
+
 KEY = "reliability-key"
 # A served model, or the app in-process (tests/unit/test_hostile_corpus.py): starlette's TestClient is httpx2's.
 Client = httpx.Client | TestClient
@@ -60,7 +62,7 @@ def check(case: Case, got: Response) -> str | None:
         error = got.json()["error"]
     except (ValueError, KeyError, TypeError):
         return f"status {status} without a JSON error: {got.text[:200]!r}"
-    v2 = case.path.startswith("/v2")
+    v2 = shape_of(case.path) is Shape.V2  # the server's own rule for which API's error shape a path gets
     if v2 and not (isinstance(error, str) and error):
         return f'a V2 error must be {{"error": "..."}}: {got.text[:200]}'
     if not v2 and not (isinstance(error, dict) and all(isinstance(error.get(k), str) and error[k]

@@ -1,7 +1,8 @@
-"""The hostile-input corpus (tests/support/hostile_cases.py) against the app in-process, on the tiny encoder and
-the tiny Llama: the same cases and the same judge as the integration run (which adds innocent clients, memory and
-a real server), so a case a change breaks fails here first. Each answer is the status the case wants, with a JSON
-error that names the field at fault, and the service stays ready."""
+"""The hostile-input corpus (tests/support/hostile_cases.py, hostile_rerank_cases.py) against the app in-process, on
+the tiny encoder, the tiny Llama and the tiny cross-encoder: the same cases and the same judge as the integration
+run (which adds innocent clients, memory and a real server), so a case a change breaks fails here first. Each
+answer is the status the case wants, with a JSON error that names the field at fault, and the service stays
+ready."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from tests.support.corpus import KEY, Case, check, send, served_model
 from tests.support.hostile_cases import ENCODER_CASES, LLM_CASES
+from tests.support.hostile_rerank_cases import RERANK_CASES
 from tests.unit.test_generation_service import serving
 
 
@@ -32,6 +34,11 @@ def encoder(tiny_build: Path) -> Iterator[TestClient]:
     yield from served_as_in_ci(tiny_build)
 
 
+@pytest.fixture(scope="module")
+def reranker(tiny_rerank_build: Path) -> Iterator[TestClient]:
+    yield from served_as_in_ci(tiny_rerank_build)
+
+
 def answers_as_a_user_must_see(client: TestClient, case: Case) -> None:
     got = send(client, "", case, served_model(client, ""), timeout=None)
     assert check(case, got) is None, check(case, got)
@@ -46,3 +53,8 @@ def test_each_case_gets_the_answer_a_user_must_see(client: TestClient, case: Cas
 @pytest.mark.parametrize("case", ENCODER_CASES, ids=lambda case: case.name)
 def test_each_embedding_case_gets_the_answer_a_user_must_see(encoder: TestClient, case: Case) -> None:
     answers_as_a_user_must_see(encoder, case)
+
+
+@pytest.mark.parametrize("case", RERANK_CASES, ids=lambda case: case.name)
+def test_each_rerank_case_gets_the_answer_a_user_must_see(reranker: TestClient, case: Case) -> None:
+    answers_as_a_user_must_see(reranker, case)

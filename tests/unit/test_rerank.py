@@ -81,7 +81,7 @@ def test_ranking_returns_the_reference_logits_best_first(client: TestClient, ref
         assert abs(r["logit"] - want[r["index"]]) < 1e-4
 
 
-@pytest.mark.parametrize("path", ["/v1/rerank", "/rerank"])
+@pytest.mark.parametrize("path", ["/v1/rerank", "/rerank", "/v2/rerank"])
 def test_rerank_in_the_cohere_shape(client: TestClient, reference: CrossEncoder, path: str) -> None:
     body = post(client, path, {"query": QUERY, "documents": [DOCS[0], {"text": DOCS[1]}, *DOCS[2:]], "top_n": 2,
                                "return_documents": True, "model": client.get("/v1/models").json()["data"][0]["id"]})
