@@ -19,7 +19,8 @@ def _shape(facts: ModelFacts) -> str:
     attention = f"{facts.layers} layers, {facts.heads} heads, {facts.kv_heads} KV heads of {facts.head_dim}"
     experts = (f"; {facts.experts} experts of {facts.expert_intermediate} in {len(facts.moe_layers)} layers, "
                f"{facts.experts_per_token} a token" if facts.experts else "")
-    return f"{facts.family}: {attention}{experts}, vocab {facts.vocab}{' (tied head)' if facts.tied else ''}"
+    head = " (no LM head: an embedder)" if facts.task != "text-generation" else " (tied head)" if facts.tied else ""
+    return f"{facts.family}: {attention}{experts}, vocab {facts.vocab}{head}"
 
 
 def memory_lines(plan: BuildPlan) -> list[str]:

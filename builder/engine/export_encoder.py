@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,16 +28,23 @@ _POOLING_KEYS = {
     "pooling_mode_mean_tokens": "mean",
     "pooling_mode_max_tokens": "max",
     "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+    "pooling_mode_lasttoken": "lasttoken",  # decoder embedders (Qwen3-Embedding, gte-Qwen2, e5-mistral)
 }
+
+
+MAX_PROMPTS, MAX_PROMPT_CHARS = 16, 4096  # a model's instruction prefixes (config_sentence_transformers.json)
 
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """What sentence-transformers' modules.json asks for, read without sentence-transformers."""
+    """What sentence-transformers' modules.json and config ask for, read without sentence-transformers."""
 
     pooling: str
     normalize: bool
     max_seq_length: int
+    prompts: dict[str, str]  # name -> the prefix sentence-transformers puts before a text of that kind
+    default_prompt: str | None
+    matryoshka: tuple[int, ...] | None  # widths it was trained to be cut to (() any); None: not trained for it
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -62,7 +70,39 @@ def read_encoder_spec(model_dir: Path, model_config: Any) -> EncoderSpec:
     st_config = model_dir / "sentence_bert_config.json"
     if st_config.is_file():
         max_len = int(_read(st_config).get("max_seq_length") or positions)
-    return EncoderSpec(pooling=pooling, normalize=normalize, max_seq_length=min(max_len, positions))
+    prompts, default = read_prompts(model_dir)
+    return EncoderSpec(pooling=pooling, normalize=normalize, max_seq_length=min(max_len, positions),
+                       prompts=prompts, default_prompt=default, matryoshka=matryoshka(model_dir, model_config))
+
+
+def matryoshka(model_dir: Path, model_config: Any) -> tuple[int, ...] | None:
+    """Whether the model was trained so that its embeddings may be cut short (Matryoshka representation learning),
+    by vLLM's signals in config.json (matryoshka_dimensions: the widths; is_matryoshka: any) or a "matryoshka"
+    tag on its model card (sentence-transformers' trainer tags loss:MatryoshkaLoss)."""
+    widths = getattr(model_config, "matryoshka_dimensions", None)
+    if isinstance(widths, list) and widths and all(type(w) is int and w > 0 for w in widths):
+        return tuple(sorted(set(widths)))
+    if getattr(model_config, "is_matryoshka", False) is True:
+        return ()
+    card = model_dir / "README.md"
+    head = card.read_text(errors="replace")[:20_000] if card.is_file() else ""
+    front = head.split("\n---", 1)[0] if head.startswith("---") else ""  # the card's YAML front matter
+    return () if re.search(r"^\s*-\s*\S*matryoshka", front, re.IGNORECASE | re.MULTILINE) else None
+
+
+def read_prompts(model_dir: Path) -> tuple[dict[str, str], str | None]:
+    """The model's named prompts and the one used when none is named (Qwen3-Embedding's "query" instruction)."""
+    path = model_dir / "config_sentence_transformers.json"
+    data = _read(path) if path.is_file() else {}
+    prompts, default = data.get("prompts") or {}, data.get("default_prompt_name")
+    if not (isinstance(prompts, dict) and len(prompts) <= MAX_PROMPTS
+            and all(isinstance(k, str) and 0 < len(k) <= 64 and isinstance(v, str) and len(v) <= MAX_PROMPT_CHARS
+                    for k, v in prompts.items())):
+        raise UnsupportedModel(f"{path}'s prompts are not at most {MAX_PROMPTS} names of text (each prompt at most "
+                               f"{MAX_PROMPT_CHARS} characters)")
+    if default is not None and default not in prompts:
+        raise UnsupportedModel(f"{path} names default_prompt_name {default!r}, which is not one of its prompts")
+    return dict(prompts), default
 
 
 def _pooling_mode(path: Path) -> str:
@@ -71,7 +111,10 @@ def _pooling_mode(path: Path) -> str:
     other = [k for k, v in config.items() if k.startswith("pooling_mode") and v and k not in _POOLING_KEYS]
     if len(modes) != 1 or other:
         raise UnsupportedModel(f"pooling {modes + other} in {path} is not supported",
-                               hint="one of cls, mean, max or mean_sqrt_len pooling is")
+                               hint="one of cls, mean, max, mean_sqrt_len or lasttoken pooling is")
+    if config.get("include_prompt") is False and modes[0] not in ("cls", "lasttoken"):
+        raise UnsupportedModel(f"{path} pools its tokens without the prompt's (include_prompt false), which mbuild "
+                               "does not build yet", hint="pooling that includes the prompt, cls or lasttoken is")
     return modes[0]
 
 
@@ -87,6 +130,11 @@ class _PooledEncoder(torch.nn.Module):
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         if self.pooling == "cls":
             pooled = hidden[:, 0]
+        elif self.pooling == "lasttoken":
+            # The runtime pads on the right, so a sequence's last token sits at its length - 1; under causal
+            # attention its state never saw the padding after it.
+            last = attention_mask.sum(dim=1) - 1
+            pooled = hidden[torch.arange(hidden.shape[0]), last]
         elif self.pooling == "max":
             pooled = (hidden + (mask - 1.0) * 1e9).max(dim=1).values
         else:
@@ -148,5 +196,7 @@ def export_encoder(model_dir: Path, out_dir: Path) -> ExportResult:
         max_seq_length=spec.max_seq_length,
         geometry=None,
         pad_token_id=int(tokenizer.pad_token_id or 0),
-        options=EncoderOptions(embedding_dim=int(config.hidden_size), pooling=spec.pooling, normalize=spec.normalize),
+        options=EncoderOptions(embedding_dim=int(config.hidden_size), pooling=spec.pooling, normalize=spec.normalize,
+                               prompts=spec.prompts, default_prompt=spec.default_prompt,
+                               matryoshka=spec.matryoshka is not None, matryoshka_dims=spec.matryoshka or ()),
     )

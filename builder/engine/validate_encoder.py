@@ -46,13 +46,19 @@ def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_pat
     engine = encoder_for(engine_dir, config, 0)
     tokenizer = TextTokenizer(engine_dir / config.tokenizer_file, config.max_seq_length)
     load_seconds = time.perf_counter() - started
-    texts = list(GATE_TEXTS)
+    options = config.encoder
+    # Each gate text as it is, and with each of the model's non-empty prompts before it (as sentence-transformers'
+    # encode(prompt_name=...) puts it): None stands for the default prompt, which both sides apply.
+    names = [None, *sorted(name for name, prompt in options.prompts.items() if prompt)]
+    texts = [options.prompt(name) + text for name in names for text in GATE_TEXTS]
     seqs = tokenizer.encode(texts, truncate="END")  # the reference truncates too
     got = engine.run(seqs)
     with quiet_ml():
         reference = SentenceTransformer(str(model_dir), device="cpu")
         reference.max_seq_length = config.max_seq_length
-        want = reference.encode(texts, convert_to_numpy=True, batch_size=len(texts), show_progress_bar=False)
+        want = np.concatenate([reference.encode(list(GATE_TEXTS), prompt_name=name, convert_to_numpy=True,
+                                                batch_size=len(GATE_TEXTS), show_progress_bar=False)
+                               for name in names])
     want = np.asarray(want, dtype=np.float64)
     got64 = got.astype(np.float64)
     cosine = (got64 * want).sum(1) / (np.linalg.norm(got64, axis=1) * np.linalg.norm(want, axis=1))

@@ -1,4 +1,4 @@
-"""Which files of a repository a build needs: configs, tokenizer, one weights format."""
+"""Which files of a repository a build needs: configs, tokenizer, the model card, one weights format."""
 
 from __future__ import annotations
 
@@ -28,4 +28,5 @@ def select_files(repo_files: Iterable[str]) -> list[str]:
         )
     if "config.json" not in files:
         raise UnsupportedModel("the repository has no config.json at its top level")
-    return sorted(set(small) | set(weights))
+    card = ["README.md"] if "README.md" in files else []  # its tags say what an embedder was trained for
+    return sorted(set(small) | set(weights) | set(card))

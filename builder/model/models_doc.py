@@ -13,19 +13,22 @@ KINDS = {"dense": "dense", "moe": "mixture of experts"}
 
 def models_markdown() -> str:
     catalog = load_catalog()
-    aliases = {name: [a for a, e in catalog.items() if e.facts().family == name] for name in FAMILIES}
+    generating = {alias: entry.facts() for alias, entry in catalog.items()
+                  if entry.facts().task == "text-generation"}
+    aliases = {name: [a for a, facts in generating.items() if facts.family == name] for name in FAMILIES}
     lines = [
         "# Supported models",
         "",
         "<!-- Generated from builder/model/families.py and profiles/catalog.yaml by",
         "     `python -m builder.model.models_doc > docs/models.md`; do not edit by hand. -->",
         "",
-        "mbuild builds sentence-embedding encoders (BERT family), cross-encoder rerankers (an encoder with a",
-        "one-label sequence-classification head: BERT, XLM-R, ModernBERT, DeBERTa-v2 bodies) and decoder-only language",
-        "models of these families, by config.json's `model_type`. Any other language model (gpt2, mamba, rwkv,",
-        "phi, ...) is refused when it is planned, from its config.json alone and before any weights are downloaded",
-        "(exit 7), with its type, this list and the nearest family; so are classifiers of several labels and",
-        "rerankers on a decoder body (Qwen3-Reranker's kind), by what they are.",
+        "mbuild builds sentence-embedding models (BERT-family encoders, and decoder bodies of the families below with",
+        "last-token or mean pooling and instruction prompts, as Qwen3-Embedding), cross-encoder rerankers (an encoder",
+        "with a one-label sequence-classification head: BERT, XLM-R, ModernBERT, DeBERTa-v2 bodies) and decoder-only",
+        "language models of these families, by config.json's `model_type`. Any other language model (gpt2, mamba,",
+        "rwkv, phi, ...) is refused when it is planned, from its config.json alone and before any weights are",
+        "downloaded (exit 7), with its type, this list and the nearest family; so are classifiers of several labels",
+        "and rerankers on a decoder body (Qwen3-Reranker's kind), by what they are.",
         "",
         "| model_type | family | kind | catalog aliases |",
         "| --- | --- | --- | --- |",
@@ -53,6 +56,7 @@ def models_markdown() -> str:
     for alias, entry in catalog.items():
         facts = entry.facts()
         family = f"`{facts.family}`" if facts.family else "reranker" if facts.task == "rerank" else "encoder"
+        family += " embedder" if facts.family and facts.task == "embedding" else ""
         family += f" in `{facts.wrapper}`" if facts.wrapper else ""
         gated = " (gated)" if entry.gated else ""
         download = f"{facts.download_gb:.1f} GB" if facts.download_gb >= 1 else f"{facts.download_gb * 1000:.0f} MB"

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builder.errors import UnsupportedModel
-from builder.model.families import Family, family, wrapped_family
+from builder.model.families import FAMILIES, Family, family, wrapped_family
 from builder.model.geometry import expert_layers, head_geometry, model_context
 from runtimes.bundle.engine import Task  # the one list of tasks: engine.json's, which the image reads
 
@@ -163,7 +163,7 @@ def _checkpoint_gb(config: Mapping[str, Any], total: int, expert_params: int) ->
 
 def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "config.json") -> ModelFacts:
     """The planning facts of a transformers config.json; a language model's family must be one mbuild builds."""
-    if task == "text-generation":
+    if task == "text-generation" or config.get("model_type") in FAMILIES:  # a decoder body embeds too (Qwen3-Embedding)
         text, fam = text_config(config)
         fam = fam or family(text.get("model_type"))  # the refusal of a family mbuild does not build, by name
     else:  # an encoder inside a wrapper (a text_config) is sized by it; its own export decides what it reads
@@ -178,10 +178,11 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
     inter = _int(text, "intermediate_size", default=4 * hidden)
     vocab = _int(text, "vocab_size", default=32000)
     context = model_context(text)
-    tied = bool(text.get("tie_word_embeddings", fam.ties_head if fam else task != "text-generation"))
+    # Only a language model serves an LM head; an embedder or reranker holds the token table alone.
+    tied = task != "text-generation" or bool(text.get("tie_word_embeddings", fam.ties_head if fam else False))
     moe = moe_layout(text) if fam is not None and fam.kind == "moe" else MoeLayout()
     attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
-    gated = 3 if task == "text-generation" else 2
+    gated = 3 if fam is not None else 2  # every decoder family's MLP is gated; encoders' are not
     expert = gated * hidden * moe.intermediate
     dense_layers = layers - len(moe.layers)
     expert_params = len(moe.layers) * moe.experts * expert

@@ -11,7 +11,15 @@ from runtimes.api.admission import batched, embedding_runtime, served, tokenized
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
 from runtimes.api.errors import ApiError, OpenAIRoute
-from runtimes.api.schemas import MAX_INPUTS, EmbeddingData, EmbeddingRequest, EmbeddingResponse, Usage
+from runtimes.api.schemas import (
+    INPUT_PROMPTS,
+    MAX_INPUTS,
+    EmbeddingData,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    Usage,
+)
+from runtimes.bundle.engine import EncoderOptions
 from runtimes.state import EmbeddingRuntime, ServiceState
 from runtimes.tokenize import InputTooLong, Truncate
 
@@ -28,6 +36,43 @@ def check_texts(texts: list[str], where: str = "input") -> None:
     for index, text in enumerate(texts):
         if not text:
             raise ApiError(400, f"{where} {index} is an empty string", "empty_input")
+
+
+def prompt_for(options: EncoderOptions, name: str | None, input_type: str | None) -> str:
+    """The prefix a request's texts get: the prompt it names, the one its input_type means, or the default."""
+    if name is not None and input_type is not None:
+        raise ApiError(400, "send either 'prompt_name' or 'input_type', not both", "invalid_request")
+    if name is not None and name not in options.prompts:
+        named = ", ".join(map(repr, sorted(options.prompts))) or "none"
+        raise ApiError(400, f"prompt_name {name[:64]!r} is not one of this model's prompts ({named})",
+                       "unknown_prompt")
+    if input_type is not None:
+        name = next((n for n in INPUT_PROMPTS[input_type] if n in options.prompts), None)
+        return options.prompts[name] if name is not None else ""
+    return options.prompt(name)
+
+
+def check_dimensions(options: EncoderOptions, asked: int | None) -> int | None:
+    """The width to cut the vectors to (None: leave them whole); a 400 for a width the model was not trained for."""
+    full = options.embedding_dim
+    if asked is None or asked == full:
+        return None
+    if not options.matryoshka:
+        raise ApiError(400, f"this model returns {full} dimensions and was not trained to be cut shorter "
+                            f"(Matryoshka); 'dimensions' must be {full} or left out", "unsupported_dimensions")
+    allowed = options.matryoshka_dims
+    if asked > full or (allowed and asked not in allowed):
+        widths = ", ".join(map(str, allowed)) if allowed else f"1..{full}"
+        raise ApiError(400, f"'dimensions' must be one of {widths} for this model", "unsupported_dimensions")
+    return asked
+
+
+def shortened(vectors: np.ndarray, width: int, normalize: bool) -> np.ndarray:
+    """A Matryoshka embedding's first `width` values, unit length again where the model's vectors are."""
+    cut = np.ascontiguousarray(vectors[:, :width])
+    if normalize:
+        cut /= np.maximum(np.linalg.norm(cut, axis=1, keepdims=True), 1e-12)
+    return cut
 
 
 def checked_ids(runtime: EmbeddingRuntime, seqs: list[list[int]], truncate: Truncate, hint: str) -> list[list[int]]:
@@ -84,11 +129,12 @@ async def embeddings(request: Request) -> EmbeddingResponse:
         check_texts(texts)
     else:
         ids = checked_ids(runtime, ids, body.truncate, hint)
-    dims = runtime.engine.config.encoder.embedding_dim
-    if body.dimensions is not None and body.dimensions != dims:
-        raise ApiError(400, f"this model returns {dims} dimensions; 'dimensions' must be {dims} or left out",
-                       "unsupported_dimensions")
+    prefix = prompt_for(runtime.engine.config.encoder, body.prompt_name, body.input_type)
+    texts = [prefix + text for text in texts] if prefix else texts
+    width = check_dimensions(runtime.engine.config.encoder, body.dimensions)
     vectors, tokens = await embed(request, runtime, texts, body.truncate, hint, ids)
+    if width is not None:
+        vectors = shortened(vectors, width, runtime.engine.config.encoder.normalize)
     data = [EmbeddingData(index=i, embedding=_encode(v, body.encoding_format)) for i, v in enumerate(vectors)]
     return EmbeddingResponse(data=data, model=state.served_names()[0],
                              usage=Usage(prompt_tokens=tokens, total_tokens=tokens))

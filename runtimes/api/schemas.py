@@ -38,6 +38,15 @@ def _texts_or_ids(value: Any, _handler: ValidatorFunctionWrapHandler) -> Any:
 TEXTS_OR_IDS = WrapValidator(_texts_or_ids)
 
 
+InputType = Literal["query", "passage", "document", "search_query", "search_document"]
+# Which of a model's prompt names each input_type means, first found first.
+INPUT_PROMPTS: dict[str, tuple[str, ...]] = {
+    "query": ("query",), "search_query": ("query",),
+    "passage": ("passage", "document"), "document": ("document", "passage"),
+    "search_document": ("document", "passage"),
+}
+
+
 class EmbeddingRequest(BaseModel):
     model_config = STRICT
 
@@ -49,6 +58,11 @@ class EmbeddingRequest(BaseModel):
     user: str | None = Field(None, max_length=256)
     truncate: Literal["NONE", "START", "END"] = Field(
         "NONE", description="What to do with an input over the model's token limit: NONE rejects it (400).")
+    prompt_name: str | None = Field(None, max_length=64, description=(
+        "One of the model's instruction prompts (sentence-transformers' and TEI's name), put before each text."))
+    input_type: InputType | None = Field(None, description=(
+        "What the texts are, as NIM and Cohere name it: a query gets the model's query prompt, a passage its "
+        "document or passage prompt; ignored by a model without such prompts."))
 
     def texts(self) -> list[str]:
         return [self.input] if isinstance(self.input, str) else [t for t in self.input if isinstance(t, str)]

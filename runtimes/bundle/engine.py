@@ -34,6 +34,19 @@ class EncoderOptions:
     embedding_dim: int = field(metadata=bounds(1, 1 << 20))  # the width of one pooled vector
     pooling: str
     normalize: bool
+    # Instruction prefixes by name (sentence-transformers' prompts: Qwen3-Embedding's "query"), and the one a text
+    # gets when a request names none.
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt: str | None = None
+    # Trained to be cut short (Matryoshka): `dimensions` may ask for a prefix of the vector, of any width below
+    # embedding_dim, or of one of matryoshka_dims where the model names them.
+    matryoshka: bool = False
+    matryoshka_dims: tuple[int, ...] = ()
+
+    def prompt(self, name: str | None) -> str:
+        """The prefix for a text of this prompt name (the default's when None)."""
+        chosen = name if name is not None else self.default_prompt
+        return self.prompts.get(chosen, "") if chosen is not None else ""
 
 
 @dataclass(frozen=True)

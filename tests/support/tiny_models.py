@@ -51,19 +51,23 @@ def _bert_config(tok: Tokenizer, **extra: Any) -> BertConfig:
                       intermediate_size=64, max_position_embeddings=64, pad_token_id=0, **extra)
 
 
-def make_tiny_encoder(folder: Path, seed: int = 0) -> Path:
-    """A 2-layer BERT sentence-transformer (mean pooling + normalize) with a trained WordPiece tokenizer."""
-    tok, _ = wordpiece(folder)
-    torch.manual_seed(seed)
-    BertModel(_bert_config(tok)).eval().save_pretrained(folder)
+def st_modules(folder: Path, pooling: dict[str, Any]) -> None:
+    """sentence-transformers' layout around a saved model: Transformer, Pooling (this config), Normalize."""
     (folder / "modules.json").write_text(json.dumps([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
     ]))
     (folder / "1_Pooling").mkdir(exist_ok=True)
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
-        {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}))
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+
+
+def make_tiny_encoder(folder: Path, seed: int = 0) -> Path:
+    """A 2-layer BERT sentence-transformer (mean pooling + normalize) with a trained WordPiece tokenizer."""
+    tok, _ = wordpiece(folder)
+    torch.manual_seed(seed)
+    BertModel(_bert_config(tok)).eval().save_pretrained(folder)
+    st_modules(folder, {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True})
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48, "do_lower_case": False}))
     return folder
 
@@ -168,6 +172,31 @@ def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0, family:
             optimizer.zero_grad()
     model.eval().save_pretrained(folder)
     GenerationConfig(bos_token_id=bos, eos_token_id=[eot, eos], do_sample=False).save_pretrained(folder)
+    return folder
+
+
+QWEN3_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
+
+
+def make_tiny_decoder_embedder(folder: Path, family: str = "qwen3", pooling: str = "lasttoken",
+                               card_tags: tuple[str, ...] = ()) -> Path:
+    """A decoder-body sentence-transformer as Qwen3-Embedding is laid out: a tiny random model of `family`
+    (tests/support/family_configs.py) under modules.json with `pooling` (lasttoken or mean) and Normalize, a "query"
+    instruction prompt and an empty "document" one, its tokenizer padding on the left; a model card (README.md)
+    whose front matter carries `card_tags`, when given."""
+    make_tiny_llama(folder, train_steps=0, family=family)
+    if card_tags:
+        (folder / "README.md").write_text("---\ntags:\n" + "".join(f"- {t}\n" for t in card_tags) + "---\n# A model\n")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
+    tokenizer.padding_side = "left"
+    tokenizer.save_pretrained(folder)
+    width = json.loads((folder / "config.json").read_text())["hidden_size"]
+    mode = "pooling_mode_lasttoken" if pooling == "lasttoken" else "pooling_mode_mean_tokens"
+    st_modules(folder, {"word_embedding_dimension": width, mode: True, "include_prompt": True})
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": QWEN3_QUERY, "document": ""}, "default_prompt_name": None,
+         "similarity_fn_name": "cosine"}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, "do_lower_case": False}))
     return folder
 
 

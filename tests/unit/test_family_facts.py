@@ -38,7 +38,11 @@ PUBLISHED: dict[str, tuple[float, float | None]] = {
 WITHOUT_TABLE = {"gpt-oss-20b", "gpt-oss-120b"}  # whose published active count leaves the token table out
 # What the Hub stores (GB): gpt-oss's MXFP4 experts are 4.25 bits a weight, the rest bf16.
 STORED_GB = {"gpt-oss-20b": 13.8, "gpt-oss-120b": 65.3}
-LANGUAGE_MODELS = {alias: entry for alias, entry in load_catalog().items() if entry.config is not None}
+LANGUAGE_MODELS = {alias: entry for alias, entry in load_catalog().items()
+                   if entry.config is not None and entry.known.task == "text-generation"}
+# Decoder-body embedders: planned from their family's fields too, their served graph the body alone (no LM head).
+EMBEDDERS = {alias: entry for alias, entry in load_catalog().items()
+             if entry.config is not None and entry.known.task == "embedding"}
 
 
 def on_meta(config: Any) -> Any:
@@ -86,6 +90,15 @@ def test_catalog_parameters_are_transformers_own_count(alias: str) -> None:
     text, _ = text_config(config)
     assert LANGUAGE_MODELS[alias].facts().params * 1e9 == pytest.approx(transformers_count(as_transformers(text)),
                                                                         rel=0.001)
+
+
+@pytest.mark.parametrize("alias", sorted(EMBEDDERS))
+def test_catalog_embedders_count_the_body_transformers_builds(alias: str) -> None:
+    config = as_transformers(text_config(EMBEDDERS[alias].config or {})[0])
+    with torch.device("meta"):
+        body = tf.AutoModel.from_config(config)  # what sentence-transformers loads: no LM head
+    assert EMBEDDERS[alias].facts().params * 1e9 == pytest.approx(sum(p.numel() for p in body.parameters()),
+                                                                  rel=0.001)
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))
