@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from runtimes.bundle import load_engine_config
 from runtimes.engines import encoder_for
@@ -35,3 +36,10 @@ class Engine:
 
     def call_ms(self) -> float:
         return 1000 / self.sentences_per_second(1, 2.0)
+
+
+def flops_per_sequence(config: dict[str, Any], tokens: int) -> float:
+    """Matmul FLOPs of a BERT encoder: Q, K, V, O and the two FFN projections, plus QK^T and AV."""
+    hidden, ffn, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * ffn) + 4 * tokens * tokens * hidden
+    return float(layers * per_layer)

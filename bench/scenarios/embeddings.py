@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.lib.encoder import QUICK_SECONDS, SECONDS, SENTENCE, Engine
+from bench.lib.encoder import QUICK_SECONDS, SECONDS, SENTENCE, Engine, flops_per_sequence
 from bench.lib.harness import OUT, Series, fp32_peak_gflops, interleave, machine, skipped, work_folder, write
 from bench.lib.loadgen import Load, closed_loop, post
 from bench.lib.mbuild import MINILM, build_mbuild, minilm_home, minilm_path
@@ -103,13 +103,6 @@ def reference_embeddings() -> np.ndarray:
 
     model = SentenceTransformer(str(minilm_path()), device="cpu")
     return np.asarray(model.encode(ACCURACY_TEXTS), dtype=np.float64)
-
-
-def flops_per_sequence(config: dict[str, Any], tokens: int) -> float:
-    """Matmul FLOPs of a BERT encoder: Q, K, V, O and the two FFN projections, plus QK^T and AV."""
-    hidden, ffn, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
-    per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * ffn) + 4 * tokens * tokens * hidden
-    return float(layers * per_layer)
 
 
 def _measure(port: int, concurrency: int, client: set[int], loads: list[Load], seconds: float) -> float:
