@@ -48,7 +48,7 @@ class RerankRuntime:
     @classmethod
     def load(cls, model_dir: Path, config: EngineConfig, settings: Settings, metrics: Metrics) -> RerankRuntime:
         engine = warm_encoder(model_dir, config, settings)
-        return cls(engine, PairTokenizer(model_dir / config.tokenizer_file, config.max_seq_length),
+        return cls(engine, PairTokenizer.of_engine(model_dir, config),
                    batcher(engine.score, config, settings, metrics))
 
 

@@ -9,7 +9,8 @@ from typing import Literal
 import anyio
 from tokenizers import Tokenizer
 
-from runtimes.bundle import BundleError
+from runtimes.bundle import BundleError, EngineConfig
+from runtimes.bundle.engine import RerankPrompt
 
 Truncate = Literal["NONE", "START", "END"]
 # Below this many characters a request tokenizes on the event loop: a hop to a worker thread and back
@@ -72,17 +73,37 @@ class Pair:
 
 class PairTokenizer:
     """(query, passage) pairs through the tokenizer's own pair template; an over-long pair is cut longest first,
-    as transformers' tokenizers cut for sentence-transformers' CrossEncoder (the gate's reference)."""
+    as transformers' tokenizers cut for sentence-transformers' CrossEncoder (the gate's reference).
 
-    def __init__(self, path: Path, max_length: int) -> None:
+    With a decoder reranker's prompt (Qwen3-Reranker's recipe), a pair is one text instead: the prompt's prefix
+    tokens, the filled template's tokens (cut at the end when over-long, as the model card cuts them) and the
+    suffix tokens, all of type 0."""
+
+    def __init__(self, path: Path, max_length: int, prompt: RerankPrompt | None = None) -> None:
         self._plain, self._cut = _load(path), _load(path)
-        self._cut.enable_truncation(max_length, strategy="longest_first")
         self.max_length = max_length
         self.vocab_size = self._plain.get_vocab_size(with_added_tokens=True)
+        self._prompt = prompt
+        if prompt is None:
+            self._cut.enable_truncation(max_length, strategy="longest_first")
+            return
+        self._prefix = self._plain.encode(prompt.prefix, add_special_tokens=False).ids
+        self._suffix = self._plain.encode(prompt.suffix, add_special_tokens=False).ids
+        budget = max_length - len(self._prefix) - len(self._suffix)
+        if budget < 1:
+            raise BundleError(f"the reranker's prompt takes {max_length - budget} tokens; its limit is {max_length}")
+        self._cut.enable_truncation(budget, direction="right")
+
+    @classmethod
+    def of_engine(cls, model_dir: Path, config: EngineConfig) -> PairTokenizer:
+        """The pair tokenizer a reranker's engine was gated with and is served with."""
+        return cls(model_dir / config.tokenizer_file, config.max_seq_length, config.reranker.prompt)
 
     def encode(self, pairs: list[tuple[str, str]], truncate: Truncate = "NONE") -> list[Pair]:
         """Each (query, passage) as one sequence; over-long pairs raise InputTooLong (the pair's index) unless
         truncated."""
+        if self._prompt is not None:
+            return self._encode_prompted(pairs, self._prompt, truncate)
         encoded = self._plain.encode_batch(pairs)
         for index, pair in enumerate(encoded):
             if len(pair.ids) <= self.max_length:
@@ -91,6 +112,19 @@ class PairTokenizer:
                 raise InputTooLong(index, len(pair.ids), self.max_length)
             encoded[index] = self._cut.encode(*pairs[index])
         return [Pair(pair.ids, pair.type_ids) for pair in encoded]
+
+    def _encode_prompted(self, pairs: list[tuple[str, str]], prompt: RerankPrompt, truncate: Truncate) -> list[Pair]:
+        texts = [prompt.text(query, passage) for query, passage in pairs]
+        frame = len(self._prefix) + len(self._suffix)
+        out = []
+        for index, body in enumerate(e.ids for e in self._plain.encode_batch(texts)):
+            if len(body) + frame > self.max_length:
+                if truncate == "NONE":
+                    raise InputTooLong(index, len(body) + frame, self.max_length)
+                body = self._cut.encode(texts[index]).ids
+            ids = [*self._prefix, *body, *self._suffix]
+            out.append(Pair(ids, [0] * len(ids)))
+        return out
 
     async def encode_async(self, pairs: list[tuple[str, str]], truncate: Truncate = "NONE") -> list[Pair]:
         if sum(len(q) + len(p) for q, p in pairs) <= INLINE_CHARS:

@@ -1,4 +1,5 @@
-"""Export a cross-encoder reranker (an encoder with a one-label classification head) to ONNX.
+"""Export a cross-encoder reranker (an encoder with a one-label classification head) to ONNX; a reranker on a
+decoder body goes to export_llm_reranker.py.
 
 The graph takes a query and passage tokenized as one pair (input ids, mask, and token types where the model has
 them) with dynamic batch and sequence axes, and returns the head's logit per pair ("score"). The activation that
@@ -15,9 +16,11 @@ import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from builder.engine.export_encoder import export_graph, fast_tokenizer
+from builder.engine.export_llm_reranker import export_llm_reranker
 from builder.engine.exported import ExportResult
 from builder.engine.quiet import quiet_ml
 from builder.errors import UnsupportedModel
+from builder.model.families import FAMILIES
 from runtimes.bundle.engine import RerankOptions
 
 OUTPUT_NAME = "score"
@@ -68,6 +71,8 @@ class _Scorer(torch.nn.Module):
 def export_reranker(model_dir: Path, out_dir: Path) -> ExportResult:
     """Write model.onnx and tokenizer.json to out_dir; return the engine.json fields they imply."""
     config = AutoConfig.from_pretrained(model_dir)
+    if str(getattr(config, "model_type", "")) in FAMILIES:  # a causal LM scoring by its answer tokens
+        return export_llm_reranker(model_dir, out_dir, config)
     if int(getattr(config, "num_labels", 0)) != 1:
         raise UnsupportedModel(f"a reranker has one label; this model's head has {config.num_labels}",
                                hint="classifiers are not built yet; see docs/models.md")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from builder.model.families import FAMILIES, WRAPPERS, require_built
 from builder.model.hubcache import hub_cache_dir, hub_endpoint
 from builder.model.pull import hub_errors
 from builder.model.ref import ModelRef
+from builder.model.rerank_recipes import recipe
 from builder.model.shape import facts_from_config
 from builder.model.sources import ModelSpec
 
@@ -47,7 +49,41 @@ def _labels(config: dict[str, Any]) -> int:
     return labels if type(labels) is int else 0
 
 
-def infer_task(files: tuple[str, ...], config: dict[str, Any], repo: str) -> Task:
+CARD_CHARS = 20_000  # of a model card read for its front matter
+
+
+def ranks_text(card: str) -> bool:
+    """Whether a model card's front matter tags the model for text ranking (Qwen3-Reranker's card: a causal LM by
+    its config, a reranker by its pipeline_tag)."""
+    if not card.startswith("---"):
+        return False
+    front = card[:CARD_CHARS].split("\n---", 1)[0]
+    return re.search(r"^pipeline_tag:\s*['\"]?text-ranking['\"]?\s*$", front, re.MULTILINE) is not None
+
+
+def _causal(config: dict[str, Any]) -> bool:
+    return any(str(a).endswith(("ForCausalLM", "LMHeadModel")) for a in config.get("architectures") or [])
+
+
+def read_card(spec: ModelSpec, files: tuple[str, ...], sha: str | None, offline: bool) -> str:
+    """The model card's head (README.md), or "" where it has none."""
+    if "README.md" not in files:
+        return ""
+    if spec.local_path is not None:
+        path = spec.local_path / "README.md"
+    else:
+        with hub_errors(spec):
+            path = Path(hf_hub_download(spec.repo, "README.md", revision=sha or spec.revision,
+                                        cache_dir=hub_cache_dir(), local_files_only=offline,
+                                        endpoint=hub_endpoint()))
+    try:
+        with path.open(errors="replace") as card:
+            return card.read(CARD_CHARS)
+    except OSError:
+        return ""
+
+
+def infer_task(files: tuple[str, ...], config: dict[str, Any], repo: str, card: str = "") -> Task:
     architectures = [str(a) for a in config.get("architectures") or []]
     model_type = str(config.get("model_type", "")).lower()
     if any(a.endswith("ForSequenceClassification") for a in architectures):
@@ -60,12 +96,15 @@ def infer_task(files: tuple[str, ...], config: dict[str, Any], repo: str) -> Tas
         raise UnsupportedModel(
             f"{repo} is a sequence-classification model ({', '.join(architectures)}): {what}; mbuild builds "
             f"rerankers on encoder bodies ({', '.join(sorted(_ENCODER_TYPES))}) with one label",
-            hint="mbuild packages sentence-embedding encoders, cross-encoder rerankers and causal language "
-                 "models; see docs/models.md")
+            hint="mbuild packages sentence-embedding encoders, cross-encoder rerankers, Qwen3-Reranker as "
+                 "published (a causal LM) and causal language models; see docs/models.md")
     if {"modules.json", "sentence_bert_config.json"} & set(files):
         return "embedding"
-    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
-        return "text-generation"
+    if _causal(config):
+        if not ranks_text(card):
+            return "text-generation"
+        recipe(model_type, repo)  # a decoder reranker of a family whose recipe mbuild lacks: refused by name
+        return "rerank"
     if model_type in _ENCODER_TYPES:
         return "embedding"
     if model_type in FAMILIES or model_type in WRAPPERS or isinstance(config.get("text_config"), dict):
@@ -94,7 +133,8 @@ def model_facts(spec: ModelSpec, ref: ModelRef | None, offline: bool) -> ModelFa
         else:
             raise AssertionError("a hub model's facts need its resolved files")
         config = read_config(spec, ref.sha if ref else None, offline)
-        facts = facts_from_config(config, infer_task(files, config, spec.repo))
+        card = read_card(spec, files, ref.sha if ref else None, offline) if _causal(config) else ""
+        facts = facts_from_config(config, infer_task(files, config, spec.repo, card))
     if facts.wrapper:
         require_built(facts.wrapper, spec.repo)
     return facts

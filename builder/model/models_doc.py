@@ -28,7 +28,9 @@ def models_markdown() -> str:
         "language models of these families, by config.json's `model_type`. Any other language model (gpt2, mamba,",
         "rwkv, phi, ...) is refused when it is planned, from its config.json alone and before any weights are",
         "downloaded (exit 7), with its type, this list and the nearest family; so are classifiers of several labels",
-        "and rerankers on a decoder body (Qwen3-Reranker's kind), by what they are.",
+        "and decoder bodies under a classification head, by what they are. Rerankers on a decoder body are built",
+        "where mbuild holds their model card's prompt recipe: Qwen3-Reranker (a Qwen3 causal LM whose card is tagged",
+        "`pipeline_tag: text-ranking`), scored by its \"yes\" and \"no\" logits as its card scores it.",
         "",
         "| model_type | family | kind | catalog aliases |",
         "| --- | --- | --- | --- |",
@@ -56,7 +58,7 @@ def models_markdown() -> str:
     for alias, entry in catalog.items():
         facts = entry.facts()
         family = f"`{facts.family}`" if facts.family else "reranker" if facts.task == "rerank" else "encoder"
-        family += " embedder" if facts.family and facts.task == "embedding" else ""
+        family += {"embedding": " embedder", "rerank": " reranker"}.get(facts.task, "") if facts.family else ""
         family += f" in `{facts.wrapper}`" if facts.wrapper else ""
         gated = " (gated)" if entry.gated else ""
         download = f"{facts.download_gb:.1f} GB" if facts.download_gb >= 1 else f"{facts.download_gb * 1000:.0f} MB"

@@ -50,13 +50,31 @@ class EncoderOptions:
 
 
 @dataclass(frozen=True)
+class RerankPrompt:
+    """A decoder reranker's recipe (Qwen3-Reranker's): a pair is one text, `prefix` + `template` filled with the
+    instruction, query and document + `suffix`, and its logit is the "yes" token's minus the "no" token's at the
+    last position (so the sigmoid of it is the model card's p(yes) over the two)."""
+
+    prefix: str
+    template: str  # names {instruction}, {query} and {document}
+    suffix: str
+    instruction: str  # the card's default task instruction
+
+    def text(self, query: str, document: str) -> str:
+        # Values filled into the recipe's own template: braces in a user's text are never read as fields.
+        return self.template.format(instruction=self.instruction, query=query, document=document)
+
+
+@dataclass(frozen=True)
 class RerankOptions:
     """A cross-encoder: a query and a passage in, the classification head's one logit out ("score").
 
     activation turns the logit into the relevance score the Cohere-shaped routes return, as sentence-transformers'
-    CrossEncoder.predict does for the model (sigmoid unless its config names another)."""
+    CrossEncoder.predict does for the model (sigmoid unless its config names another). prompt: a decoder
+    reranker's recipe; None for an encoder, whose tokenizer's own pair template joins query and passage."""
 
     activation: Literal["sigmoid", "identity"]
+    prompt: RerankPrompt | None = None
 
 
 @dataclass(frozen=True)

@@ -213,3 +213,40 @@ def save_random_decoder(config: Any, folder: Path, dtype: torch.dtype = torch.fl
     PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
                             bos_token="t1", eos_token="t2").save_pretrained(folder)
     return folder
+
+
+RANKING_CARD = "---\nlibrary_name: transformers\npipeline_tag: text-ranking\nlicense: apache-2.0\n---\n# A reranker\n"
+
+
+def make_tiny_qwen3_reranker(folder: Path, seed: int = 0) -> Path:
+    """A reranker laid out as Qwen3-Reranker is: a tiny random Qwen3ForCausalLM with a byte-level BPE tokenizer
+    that holds the recipe's chat tokens and single "yes" and "no" tokens, and a model card tagged text-ranking. The
+    "yes" and "no" rows of its head are drawn wide, so pairs' scores spread (random weights: plumbing and fp32
+    exactness, not ranking quality)."""
+    from builder.model.rerank_recipes import QWEN3_RERANKER
+    from tests.support.family_configs import family_configs
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+    recipe = QWEN3_RERANKER.prefix + QWEN3_RERANKER.text("yes or no", "no, yes") + QWEN3_RERANKER.suffix
+    answers = "\"yes\" or \"no\". " * 20  # the answers as whole words, so BPE merges each into one token
+    tok.train_from_iterator([TRAINING_TEXT, recipe, answers] * 10, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    yes, no = tok.token_to_id("yes"), tok.token_to_id("no")
+    assert yes is not None and no is not None, "the tiny tokenizer learned no single yes/no tokens"
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                            model_max_length=1024).save_pretrained(folder)
+    config = family_configs()["qwen3"]
+    config.update({"vocab_size": tok.get_vocab_size(), "max_position_embeddings": 1024,
+                   "pad_token_id": tok.token_to_id("<|endoftext|>"), "eos_token_id": tok.token_to_id("<|im_end|>")})
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        head = model.get_output_embeddings().weight
+        head[[yes, no]] = torch.randn(2, head.shape[1])
+    model.eval().save_pretrained(folder)
+    (folder / "README.md").write_text(RANKING_CARD)
+    return folder
