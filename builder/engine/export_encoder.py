@@ -199,4 +199,5 @@ def export_encoder(model_dir: Path, out_dir: Path) -> ExportResult:
         options=EncoderOptions(embedding_dim=int(config.hidden_size), pooling=spec.pooling, normalize=spec.normalize,
                                prompts=spec.prompts, default_prompt=spec.default_prompt,
                                matryoshka=spec.matryoshka is not None, matryoshka_dims=spec.matryoshka or ()),
+        attention_heads=int(config.num_attention_heads),
     )

@@ -74,4 +74,5 @@ def export_llm_reranker(model_dir: Path, out_dir: Path, config: Any) -> ExportRe
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return ExportResult(task="rerank", inputs=inputs, output=OUTPUT_NAME,
                         max_seq_length=min(positions, CARD_MAX_LENGTH), geometry=None, pad_token_id=int(pad or 0),
-                        options=RerankOptions(activation="sigmoid", prompt=prompt))
+                        options=RerankOptions(activation="sigmoid", prompt=prompt),
+                        attention_heads=int(config.num_attention_heads))

@@ -86,4 +86,5 @@ def export_reranker(model_dir: Path, out_dir: Path) -> ExportResult:
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     return ExportResult(task="rerank", inputs=inputs, output=OUTPUT_NAME,
                         max_seq_length=longest_pair(config, tokenizer), geometry=None,
-                        pad_token_id=int(tokenizer.pad_token_id or 0), options=RerankOptions(activation=how))
+                        pad_token_id=int(tokenizer.pad_token_id or 0), options=RerankOptions(activation=how),
+                        attention_heads=int(config.num_attention_heads))

@@ -28,6 +28,7 @@ class ExportResult(ExportShape):
     output: str
     pad_token_id: int
     options: Options  # engine.json's options: the task's own
+    attention_heads: int = 0  # encoders: the heads whose scores bound a batch's memory (0: a decoder's, unbounded)
 
     def capped(self, context: int | None) -> ExportResult:
         """The served context is what the profile reserved KV cache for, not the model's longest."""
@@ -39,7 +40,8 @@ class ExportResult(ExportShape):
         return EngineConfig(engine=engine, task=self.task, model_file=model_file,  # type: ignore[arg-type]
                             tokenizer_file="tokenizer.json", inputs=self.inputs, output=self.output,
                             max_seq_length=self.max_seq_length, pad_token_id=self.pad_token_id,
-                            precision=precision, batching=batching, options=self.options, onnxruntime=onnxruntime)
+                            precision=precision, batching=batching, options=self.options, onnxruntime=onnxruntime,
+                            attention_heads=self.attention_heads)
 
     def save(self, path: Path) -> None:
         """For the export's child process to hand back (export_worker)."""

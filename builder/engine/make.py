@@ -69,8 +69,9 @@ def _compile(plan: BuildPlan, work: Path, engine_dir: Path, exported: ExportResu
                                    plan.profile, plan.task)
         compiler.optimize(source, engine_dir / "model.onnx", level)
     shutil.copy2(work / "tokenizer.json", engine_dir / "tokenizer.json")
-    if plan.task == "text-generation":
-        exported = exported.capped(plan.profile.limits.context)
+    # A language model's KV cache, or an encoder's attention scores (which grow with the square of a sequence),
+    # are what the profile's context bounds.
+    exported = exported.capped(plan.profile.limits.context)
     config = exported.engine_config("onnxruntime", "model.onnx", plan.profile.precision, plan.batching,
                                     OrtBuild(level))
     write_contract(engine_dir / ENGINE_FILE, config)

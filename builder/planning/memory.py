@@ -2,9 +2,10 @@
 
 Serving: weights as the engine stores them (a mixture of experts': every expert's), the KV cache the profile
 reserves (max_batch sequences x context tokens, committed when the server starts, as llama.cpp and vLLM reserve
-theirs), and headroom; divided by tensor parallelism. start_gb is what a ready server holds: weights, the whole KV
-cache and the serving processes (on a GPU, its overhead). Speed: a decode step reads the weights of the experts a
-token is routed to, not all of them (decode_read_gb).
+theirs), and headroom (an encoder's with its longest sequence's attention scores past the engine's budget);
+divided by tensor parallelism. start_gb is what a ready server holds: weights, the whole KV cache and the serving
+processes (on a GPU, its overhead). Speed: a decode step reads the weights of the experts a token is routed to,
+not all of them (decode_read_gb).
 The runtime caches the whole context for every layer, sliding-window layers too (runtimes/engines/decoder.py), so
 that is what is planned; kv_window_gb is what a cache holding only the window there would take.
 Building: CPU language-model engines are written from the checkpoint a block at a time and gated
@@ -22,6 +23,7 @@ from builder.model.catalog import ModelFacts
 from builder.planning.engine_options import ort_options, trt_options
 from builder.planning.precisions import PRECISIONS, TABLE_BITS, TABLE_BLOCK
 from builder.planning.profiles import Profile
+from runtimes.bundle.engine import ATTENTION_BUDGET_BYTES, attention_bytes
 
 GPU_OVERHEAD_GB = 2.0  # CUDA context, TensorRT workspace and activations, per GPU
 CPU_OVERHEAD_GB = 1.0  # interpreter, runtime, activations
@@ -127,10 +129,20 @@ def memory_need(facts: ModelFacts, profile: Profile) -> MemoryNeed:
         window = min(facts.sliding_window or context, context)
         window_kv = per_layer * ((facts.layers - facts.sliding_layers) * context + facts.sliding_layers * window)
     overhead = CPU_OVERHEAD_GB if profile.device == "cpu" else GPU_OVERHEAD_GB
+    if facts.task != "text-generation" and profile.engine == "onnxruntime":
+        overhead += attention_gb(facts, profile)
     build, disk = _build_need(facts, profile, weights)
     start = (weights + kv) / profile.tp + (RUNTIME_BASE_GB if profile.device == "cpu" else overhead)
     return MemoryNeed(weights, kv, overhead, (weights + kv) / profile.tp + overhead, start, build, disk,
                       _decode_read_bytes(facts, profile) / 1e9, window_kv)
+
+
+def attention_gb(facts: ModelFacts, profile: Profile) -> float:
+    """An encoder's attention scores beyond what the headroom holds: the runtime splits a batch past
+    ATTENTION_BUDGET_BYTES, but a sequence of the served context alone can hold more (a decoder body's 16 heads at
+    4k tokens: 3.2 GB)."""
+    longest = attention_bytes(facts.heads, served_context(facts, profile))
+    return max(0.0, longest - ATTENTION_BUDGET_BYTES) / 1e9
 
 
 def fits(need: MemoryNeed, available_gb: float) -> bool:

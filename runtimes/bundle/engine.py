@@ -19,6 +19,17 @@ DEFAULT_MAX_BATCH = 32  # sequences per engine call (decoders: KV cache slots); 
 Task = Literal["embedding", "rerank", "text-generation"]
 # The tasks the encoder engine serves: one batched pass a request, no KV cache (runtimes/engines/encoder.py).
 ENCODER_TASKS: frozenset[str] = frozenset({"embedding", "rerank"})
+# An encoder's eager attention holds [batch, heads, length, length] fp32 scores in each layer: a few copies at once
+# (scores, masked, softmax; 2.1-2.2x one copy measured on a Qwen3 body in ONNX Runtime), so 8 pairs of 8k tokens on
+# 16 heads would take ~70 GB. The encoder engine splits a batch past this budget (a lone sequence runs alone), and the
+# plan counts a longest sequence's scores beyond it.
+ATTENTION_SCORE_COPIES = 3
+ATTENTION_BUDGET_BYTES = 512 * 2**20
+
+
+def attention_bytes(heads: int, length: int) -> float:
+    """The attention scores one sequence of `length` tokens holds at once in an encoder layer."""
+    return float(heads) * length * length * 4 * ATTENTION_SCORE_COPIES
 
 
 @dataclass(frozen=True)
@@ -114,6 +125,7 @@ class EngineConfig:
     batching: Batching
     options: Options
     onnxruntime: OrtBuild | None = None
+    attention_heads: int = field(default=0, metadata=bounds(0, 1 << 16))  # encoders: what attention_bytes takes
     format: int = ENGINE_FORMAT
 
     @property

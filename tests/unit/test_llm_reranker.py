@@ -25,6 +25,8 @@ from builder.model.facts import infer_task, ranks_text
 from builder.model.rerank_recipes import QWEN3_RERANKER
 from builder.progress import Reporter
 from runtimes.bundle import load_engine_config
+from runtimes.bundle.engine import attention_bytes
+from runtimes.engines import encoder
 from tests.support.tiny_models import RANKING_CARD, make_tiny_qwen3_reranker
 from tests.unit.test_generation_service import serving
 
@@ -131,3 +133,21 @@ def test_the_catalog_plans_qwen3_rerankers_as_rerankers_without_an_lm_head() -> 
         assert (facts.task, facts.family, facts.tied) == ("rerank", "qwen3", True), alias
     small = lookup_alias("qwen3-reranker-0.6b")
     assert small is not None and 0.4 < small.facts().params < 0.7
+
+
+def test_a_batch_split_by_the_attention_budget_scores_as_one_call(client: TestClient,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = [d * k for d in DOCS for k in (1, 3)]
+    whole = post(client, "/v1/score", {"text_1": QUERY, "text_2": docs})
+    monkeypatch.setattr(encoder, "ATTENTION_BUDGET_BYTES", attention_bytes(4, 60))  # a call of a few short pairs
+    calls: list[int] = []
+    run_one = encoder.EncoderEngine._call
+
+    def counted(self: encoder.EncoderEngine, batch: list[list[int]], types: list[list[int]] | None) -> np.ndarray:
+        calls.append(len(batch))
+        return run_one(self, batch, types)
+
+    monkeypatch.setattr(encoder.EncoderEngine, "_call", counted)
+    split = post(client, "/v1/score", {"text_1": QUERY, "text_2": docs})
+    assert len(calls) > 2 and sum(calls) == len(docs), calls  # the batcher's calls were split
+    np.testing.assert_allclose([d["score"] for d in split["data"]], [d["score"] for d in whole["data"]], atol=1e-6)
