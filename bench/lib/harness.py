@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bench.lib.loadgen import Load
 from bench.lib.mbuild import ROOT
 
 if TYPE_CHECKING:
@@ -138,3 +139,11 @@ def write(name: str, data: dict[str, Any], markdown: str, out: Path = OUT) -> Pa
     path = out / f"{name}.md"
     path.write_text(markdown)
     return path
+
+
+def rate_row(arm: str, concurrency: int, series: Series, runs: list[Load], unit: str) -> dict[str, Any]:
+    """A report's row for one arm at one concurrency: its rounds' rates of `unit` a second, their median, the
+    requests timed, and the median of the rounds' p50 and p99."""
+    return {"arm": arm, "concurrency": concurrency, f"{unit}_per_s": series.values,
+            f"{unit}_per_s_median": series.median, "requests": sum(len(r.latencies) for r in runs),
+            "p50_ms": float(np.median([r.p50_ms for r in runs])), "p99_ms": float(np.median([r.p99_ms for r in runs]))}

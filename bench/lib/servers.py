@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.lib.loadgen import Load, closed_loop
 from bench.lib.mbuild import MBUILD
 
 HOST = "127.0.0.1"
@@ -99,3 +100,15 @@ def dynamo_frontend(stack: contextlib.ExitStack, build: Path, *args: str, ready_
             raise RuntimeError(f"no worker registered the model within {ready_seconds:g} s")
         time.sleep(0.5)
     return base
+
+
+def timed_rate(name: str, port: int, request: bytes, concurrency: int, client: set[int], loads: list[Load],
+               seconds: float, per_request: int = 1) -> float:
+    """One timed case: a closed loop of `request` at `concurrency` from the client's cores, kept in `loads`; the
+    items it answered a second (requests/s x per_request). Any answer but a 200 fails the case."""
+    with pinned(client):
+        load = closed_loop(HOST, port, request, concurrency, seconds)
+    if load.failures:
+        raise RuntimeError(f"{name}: non-200 answers {load.failures}")
+    loads.append(load)
+    return load.rate * per_request

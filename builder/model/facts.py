@@ -23,14 +23,17 @@ _ENCODER_TYPES = {"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "elec
                   "modernbert", "deberta-v2"}
 
 
-def read_config(spec: ModelSpec, sha: str | None, offline: bool) -> dict[str, Any]:
+def _one_file(spec: ModelSpec, name: str, sha: str | None, offline: bool) -> Path:
+    """One file of the model, fetched alone from the hub (or the local folder's)."""
     if spec.local_path is not None:
-        path = spec.local_path / "config.json"
-    else:
-        with hub_errors(spec):
-            path = Path(hf_hub_download(spec.repo, "config.json", revision=sha or spec.revision,
-                                        cache_dir=hub_cache_dir(), local_files_only=offline,
-                                        endpoint=hub_endpoint()))
+        return spec.local_path / name
+    with hub_errors(spec):
+        return Path(hf_hub_download(spec.repo, name, revision=sha or spec.revision, cache_dir=hub_cache_dir(),
+                                    local_files_only=offline, endpoint=hub_endpoint()))
+
+
+def read_config(spec: ModelSpec, sha: str | None, offline: bool) -> dict[str, Any]:
+    path = _one_file(spec, "config.json", sha, offline)
     try:
         data: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -69,15 +72,8 @@ def read_card(spec: ModelSpec, files: tuple[str, ...], sha: str | None, offline:
     """The model card's head (README.md), or "" where it has none."""
     if "README.md" not in files:
         return ""
-    if spec.local_path is not None:
-        path = spec.local_path / "README.md"
-    else:
-        with hub_errors(spec):
-            path = Path(hf_hub_download(spec.repo, "README.md", revision=sha or spec.revision,
-                                        cache_dir=hub_cache_dir(), local_files_only=offline,
-                                        endpoint=hub_endpoint()))
     try:
-        with path.open(errors="replace") as card:
+        with _one_file(spec, "README.md", sha, offline).open(errors="replace") as card:
             return card.read(CARD_CHARS)
     except OSError:
         return ""

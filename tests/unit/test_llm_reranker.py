@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from builder.build.pipeline import package
-from builder.build.plan_package import PackageOptions
+from builder.build.plan_package import PackageOptions, plan_package
 from builder.errors import UnsupportedModel
 from builder.model.catalog import lookup_alias
 from builder.model.facts import infer_task, ranks_text
@@ -27,6 +27,7 @@ from builder.progress import Reporter
 from runtimes.bundle import load_engine_config
 from runtimes.bundle.engine import attention_bytes
 from runtimes.engines import encoder
+from tests.support.fakehub import FakeHub, FakeRepo
 from tests.support.tiny_models import RANKING_CARD, make_tiny_qwen3_reranker
 from tests.unit.test_generation_service import serving
 
@@ -151,3 +152,17 @@ def test_a_batch_split_by_the_attention_budget_scores_as_one_call(client: TestCl
     split = post(client, "/v1/score", {"text_1": QUERY, "text_2": docs})
     assert len(calls) > 2 and sum(calls) == len(docs), calls  # the batcher's calls were split
     np.testing.assert_allclose([d["score"] for d in split["data"]], [d["score"] for d in whole["data"]], atol=1e-6)
+
+
+def test_a_hub_reranker_is_told_by_its_fetched_card(fake_hub: FakeHub, reranker: tuple[Path, Path]) -> None:
+    fake_hub.repos["org/qwen3-reranker"] = FakeRepo(reranker[0], sha="2" * 40)
+    plan = plan_package(PackageOptions(model="org/qwen3-reranker", backend="none"), Reporter(quiet=True))
+    assert plan.task == "rerank"
+    assert any(r.endswith("/README.md") for r in fake_hub.requests)  # the card, fetched alone before planning
+    (reranker[0] / "README.md").rename(reranker[0] / "CARD.md")  # a causal LM without its card: a language model
+    try:
+        fake_hub.repos["org/qwen3-lm"] = FakeRepo(reranker[0], sha="3" * 40)
+        plain = plan_package(PackageOptions(model="org/qwen3-lm", backend="none"), Reporter(quiet=True))
+        assert plain.task == "text-generation"
+    finally:
+        (reranker[0] / "CARD.md").rename(reranker[0] / "README.md")
