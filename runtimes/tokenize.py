@@ -91,7 +91,8 @@ class PairTokenizer:
         self._suffix = self._plain.encode(prompt.suffix, add_special_tokens=False).ids
         budget = max_length - len(self._prefix) - len(self._suffix)
         if budget < 1:
-            raise BundleError(f"the reranker's prompt takes {max_length - budget} tokens; its limit is {max_length}")
+            raise BundleError(f"the reranker's prompt takes {max_length - budget} tokens, and a pair may hold "
+                              f"{max_length}: rebuild it with a profile of a longer context")
         self._cut.enable_truncation(budget, direction="right")
 
     @classmethod

@@ -43,9 +43,8 @@ class _YesNoScorer(torch.nn.Module):
         super().__init__()
         self.body = model.base_model
         head = model.get_output_embeddings()
-        direction = (head.weight[yes] - head.weight[no]).detach().clone()
-        bias = head.bias if getattr(head, "bias", None) is not None else None
-        self.register_buffer("direction", direction)
+        self.register_buffer("direction", (head.weight[yes] - head.weight[no]).detach().clone())
+        bias = getattr(head, "bias", None)
         self.offset = float(bias[yes] - bias[no]) if bias is not None else 0.0
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

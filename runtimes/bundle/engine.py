@@ -23,7 +23,7 @@ ENCODER_TASKS: frozenset[str] = frozenset({"embedding", "rerank"})
 # (scores, masked, softmax; 2.1-2.2x one copy measured on a Qwen3 body in ONNX Runtime), so 8 pairs of 8k tokens on
 # 16 heads would take ~70 GB. The encoder engine splits a batch past this budget (a lone sequence runs alone), and the
 # plan counts a longest sequence's scores beyond it.
-ATTENTION_SCORE_COPIES = 3
+ATTENTION_SCORE_COPIES = 3  # the measured 2.2, rounded up: a budget that errs on the safe side
 ATTENTION_BUDGET_BYTES = 512 * 2**20
 
 

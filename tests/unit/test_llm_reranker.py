@@ -7,6 +7,7 @@ builder's gate. Random weights prove the plumbing and fp32 exactness, not rankin
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -154,15 +155,14 @@ def test_a_batch_split_by_the_attention_budget_scores_as_one_call(client: TestCl
     np.testing.assert_allclose([d["score"] for d in split["data"]], [d["score"] for d in whole["data"]], atol=1e-6)
 
 
-def test_a_hub_reranker_is_told_by_its_fetched_card(fake_hub: FakeHub, reranker: tuple[Path, Path]) -> None:
+def test_a_hub_reranker_is_told_by_its_fetched_card(fake_hub: FakeHub, reranker: tuple[Path, Path],
+                                                    tmp_path: Path) -> None:
     fake_hub.repos["org/qwen3-reranker"] = FakeRepo(reranker[0], sha="2" * 40)
     plan = plan_package(PackageOptions(model="org/qwen3-reranker", backend="none"), Reporter(quiet=True))
     assert plan.task == "rerank"
     assert any(r.endswith("/README.md") for r in fake_hub.requests)  # the card, fetched alone before planning
-    (reranker[0] / "README.md").rename(reranker[0] / "CARD.md")  # a causal LM without its card: a language model
-    try:
-        fake_hub.repos["org/qwen3-lm"] = FakeRepo(reranker[0], sha="3" * 40)
-        plain = plan_package(PackageOptions(model="org/qwen3-lm", backend="none"), Reporter(quiet=True))
-        assert plain.task == "text-generation"
-    finally:
-        (reranker[0] / "CARD.md").rename(reranker[0] / "README.md")
+    cardless = shutil.copytree(reranker[0], tmp_path / "cardless")  # a causal LM without its card: a language model
+    (cardless / "README.md").unlink()
+    fake_hub.repos["org/qwen3-lm"] = FakeRepo(cardless, sha="3" * 40)
+    plain = plan_package(PackageOptions(model="org/qwen3-lm", backend="none"), Reporter(quiet=True))
+    assert plain.task == "text-generation"
