@@ -94,3 +94,15 @@ class UnsafeInput(MbuildError):
     credentials asked for by a host mbuild does not trust."""
 
     exit_code = 15
+
+
+class BenchFailed(MbuildError):
+    """`mbuild bench`: the target cannot be reached or never got ready, or the load generator failed."""
+
+    exit_code = 16
+
+
+class SloUnmet(MbuildError):
+    """`mbuild bench --slo`: no measured point meets the objective (the sweep and its report are kept)."""
+
+    exit_code = 17

@@ -44,7 +44,7 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 "${PIP[@]}" --upgrade pip
 "${PIP[@]}" "$TORCH_SPEC"
-"${PIP[@]}" -e ".[export,dev,dynamo]"
+"${PIP[@]}" -e ".[export,dev,dynamo,bench]"
 # Dynamo's frontend and backend SDK; --no-deps past its placeholder dependency (pyproject.toml's dynamo extra)
 "${PIP[@]}" --no-deps "ai-dynamo==1.6.1"
 # TensorRT's type stubs, so mypy checks the TensorRT module against the real API; --no-deps because the

@@ -9,6 +9,7 @@ import click
 
 from builder import __version__
 from builder.cli.base import base
+from builder.cli.bench import bench
 from builder.cli.cache import cache
 from builder.cli.deploy import deploy
 from builder.cli.doctor import doctor
@@ -55,7 +56,7 @@ def cli() -> None:
     host_settings()  # every MBUILD_* (and HF_*) variable parsed now: a bad value stops here, before any work
 
 
-for command in (package, plan, profiles, serve, push, load, inspect, deploy, base, cache, doctor):
+for command in (package, plan, profiles, serve, bench, push, load, inspect, deploy, base, cache, doctor):
     cli.add_command(command)
 
 

@@ -30,7 +30,7 @@ DEFAULT_BASE_IMAGE = "python:3.11-slim"
 CPU_CLASSES = {"cpu": 2, "cpu.avx512": 1, "cpu.vnni": 0}  # value: rank, most specific first
 # Precisions that need newer tensor cores: (major, minor) compute capability.
 _MATRIX_KEYS = ("precision", "mode", "tp")
-_NOT_DATA = {"catalog.yaml", "gpus.yaml"}
+_NOT_DATA = {"catalog.yaml", "gpus.yaml", "prices.yaml"}
 
 
 class _Strict(BaseModel):
