@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 import yaml
 
+from builder.benchmark.sizing import sizing_from_options
+from builder.cli.options import sizing_options
 from builder.deploy import inputs
 from builder.deploy.dynamo import graph_deployment
 from builder.deploy.helm import write_chart
@@ -31,8 +33,10 @@ from builder.serving.replicas import ROUTERS
 @click.option("--namespace", help="The namespace to write into the objects (default: none, kubectl's).")
 @click.option("--replicas", type=click.IntRange(1, 1000), default=None,
               help="Replicas at first (default: --min-replicas).")
-@click.option("--min-replicas", type=click.IntRange(1, 1000), default=1, show_default=True)
-@click.option("--max-replicas", type=click.IntRange(1, 1000), default=4, show_default=True)
+@click.option("--min-replicas", type=click.IntRange(1, 1000), default=None,
+              help="The autoscaler's floor (default 1, or what --bench sizing says).")
+@click.option("--max-replicas", type=click.IntRange(1, 1000), default=None,
+              help="The autoscaler's ceiling (default 4, or what --bench sizing says).")
 @click.option("--api-key-secret", default=None,
               help="The Secret whose 'api-key' becomes MBUILD_API_KEY (default: NAME-api-key; optional).")
 @click.option("--router", type=click.Choice(ROUTERS), default="kv", show_default=True,
@@ -43,21 +47,38 @@ from builder.serving.replicas import ROUTERS
 @click.option("--output", "-o", type=click.Path(path_type=Path),
               help="k8s, kserve, dynamo: a file (default: standard output). helm: the chart's folder "
                    "(default: ./NAME).")
+@sizing_options
 def deploy(source: str, fmt: str, image: str | None, name: str | None, namespace: str | None,
-           replicas: int | None, min_replicas: int, max_replicas: int, api_key_secret: str | None, router: str,
-           prefill_workers: int, output: Path | None) -> None:
+           replicas: int | None, min_replicas: int | None, max_replicas: int | None, api_key_secret: str | None,
+           router: str, prefill_workers: int, output: Path | None, bench_result: Path | None,
+           tokens_per_day: int | None, slo: str | None, slo_percentile: str, peak_factor: float) -> None:
     """Write Kubernetes manifests, a Helm chart or a KServe InferenceService for SOURCE: a build directory, a
     plan saved from `mbuild plan --json`, or an image mbuild built (REGISTRY/NAME[:TAG|@DIGEST], a docker or
     podman image, oci:DIR[:TAG]).
 
     The image goes by digest; memory, GPUs and the GPU's compute capability come from the profile; the probes,
-    the drain and the autoscaling metrics from the runtime's routes.
+    the drain and the autoscaling metrics from the runtime's routes. With --bench, --tokens-per-day and --slo the
+    replica range is sized from a measured sweep, the arithmetic printed.
     """
-    inputs.check_options(name, namespace, api_key_secret, replicas, min_replicas, max_replicas)
+    sized = any(value is not None for value in (bench_result, tokens_per_day, slo))
+    if not sized:  # the cheap checks before reading anything
+        min_replicas, max_replicas = min_replicas or 1, max_replicas or 4
+        inputs.check_options(name, namespace, api_key_secret, replicas, min_replicas, max_replicas)
     if prefill_workers and fmt != "dynamo":
         raise InputError("--prefill-workers splits a Dynamo graph; the other formats run whole replicas",
                          hint="add --format dynamo, or leave --prefill-workers out")
     spec = load_spec(source, image, name, namespace)
+    sizing = sizing_from_options(bench_result, tokens_per_day, slo, int(slo_percentile), peak_factor,
+                                 spec.profile_id)
+    if sizing is not None:
+        if min_replicas is not None or max_replicas is not None:
+            raise InputError("--min-replicas/--max-replicas and --bench sizing both set the replicas",
+                             hint="give one or the other")
+        min_replicas, max_replicas = sizing.min_replicas, sizing.max_replicas
+        inputs.check_options(name, namespace, api_key_secret, replicas, min_replicas, max_replicas)
+        for line in sizing.lines():
+            click.echo(f"sizing: {line}", err=True)
+    assert min_replicas is not None and max_replicas is not None
     if name is None:
         inputs.object_name(spec.name, given=False)  # the image's name may start with a digit
     scale = (replicas or min_replicas, min_replicas, max_replicas, api_key_secret or f"{spec.name}-api-key")

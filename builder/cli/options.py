@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -44,3 +45,19 @@ def extras_option(func: F) -> F:
         help="Put an optional part into the image: dynamo runs it as an NVIDIA Dynamo worker "
         "(`python3 -m runtimes.dynamo`) and frontend, for `mbuild deploy --format dynamo` (about 250 MB; language "
         "models).")(func)
+
+
+def sizing_options(func: F) -> F:
+    """--bench, --tokens-per-day, --slo, --slo-percentile, --peak-factor (plan and deploy): replicas from a sweep."""
+    for option in reversed([
+        click.option("--bench", "bench_result", type=click.Path(path_type=Path),
+                     help="A bench.json (or its folder) from `mbuild bench`: size replicas from what it measured."),
+        click.option("--tokens-per-day", type=click.IntRange(1, 10**15),
+                     help="With --bench and --slo: the day's volume (output tokens; input tokens for embedders)."),
+        click.option("--slo", help="With --bench: latency bounds a replica must keep, e.g. ttft=500ms,tpot=50ms."),
+        click.option("--slo-percentile", type=click.Choice(["50", "90", "99"]), default="90", show_default=True),
+        click.option("--peak-factor", type=click.FloatRange(1, 100), default=2.0, show_default=True,
+                     help="The busiest hour's rate over the day's mean: the autoscaler's ceiling."),
+    ]):
+        func = option(func)
+    return func

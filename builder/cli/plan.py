@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
+from builder.benchmark.sizing import Sizing, sizing_from_options
 from builder.build.plan_package import PackageOptions, plan_package
-from builder.cli.options import draft_option, extras_option, target_options
+from builder.cli.options import draft_option, extras_option, sizing_options, target_options
 from builder.model.catalog import ModelFacts
 from builder.model.shape import billions
 from builder.planning.memory import kv_bytes_per_token, kv_bytes_per_value, served_context
@@ -95,16 +97,29 @@ def render_plan(plan: BuildPlan) -> str:
 @click.option("--base-image", help="Base image (default: the profile's).")
 @draft_option
 @extras_option
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (sizing lines go to stderr).")
+@sizing_options
 def plan(model: str, gpu: str | None, profile: str | None, precision: str | None, mode: str | None, offline: bool,
          name: str | None, version: str | None, base_image: str | None, draft: str | None, extras: tuple[str, ...],
-         as_json: bool) -> None:
+         as_json: bool, bench_result: Path | None, tokens_per_day: int | None, slo: str | None,
+         slo_percentile: str, peak_factor: float) -> None:
     """Print the build plan for MODEL without building anything."""
     opts = PackageOptions(model=model, gpu=gpu, offline=offline, profile=profile, precision=precision, mode=mode,
                           name=name, version=version, base_image=base_image, draft=draft,
                           extras=tuple(dict.fromkeys(extras)))
     result = plan_package(opts, Reporter(quiet=True), for_plan_only=True)
+    sizing = sizing_from_options(bench_result, tokens_per_day, slo, int(slo_percentile), peak_factor,
+                                 result.profile.id)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+        for line in sizing_lines(sizing):
+            click.echo(line, err=True)
     else:
-        click.echo(render_plan(result), nl=False)
+        click.echo(render_plan(result) + "".join(f"{line}\n" for line in sizing_lines(sizing)), nl=False)
+
+
+def sizing_lines(sizing: Sizing | None) -> list[str]:
+    if sizing is None:
+        return []
+    head = f"  replicas   {sizing.min_replicas} to {sizing.max_replicas} (the autoscaler's min and max)"
+    return [head, *[f"             {line}" for line in sizing.lines()]]

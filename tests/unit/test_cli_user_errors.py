@@ -139,3 +139,36 @@ def test_a_draft_that_is_not_there_is_a_users_error(tmp_path: Path) -> None:
     result = run([*PLAN, str(tmp_path / "out"), "--draft", str(tmp_path / "no-such-model")])
     assert result.exit_code not in (0, INTERNAL_ERROR) and "no-such-model" in result.output
     assert not (tmp_path / "out" / "model").exists()
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--concurrency", "1,x"], "not a list of whole numbers"),
+    (["--concurrency", "0"], "each in 1..4096"),
+    (["--concurrency", ",".join(map(str, range(1, 40)))], "1 to 16 values"),
+    (["--concurrency", "4,4"], "names a point twice"),
+    (["--slo", "ttft=fast"], "cannot read"),
+    (["--slo", "ttft=5ms," * 40], "characters long"),
+    (["--workload", "chat", "--prompts", "/etc/hostname"], "give one of them"),
+    (["--isl", "0"], "outside 1..131072"),
+    (["--cores", "4000"], "this process may use"),
+    (["--prompts", "/nonexistent/prompts.jsonl"], "--prompts"),
+])
+def test_bench_options_are_checked_before_any_load(tmp_path: Path, args: list[str], said: str) -> None:
+    build = tmp_path / "build"
+    write_bundle_files(build / "model", True)  # a build directory whose server is never started: the options fail first
+    result = run(["bench", str(build), "-o", str(tmp_path / "out"), *args])
+    assert result.exit_code == 2 and said in result.output and "hint:" in result.output, result.output
+
+
+def test_bench_of_something_that_is_no_target_says_what_it_takes(tmp_path: Path) -> None:
+    result = run(["bench", str(tmp_path / "no-such-build"), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "not a build directory, a URL or an image" in result.output, result.output
+
+
+def test_bench_never_writes_into_a_users_folder(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("chapter 1")
+    result = run(["bench", "http://127.0.0.1:9", "-o", str(mine)])
+    assert result.exit_code == 2 and "did not write" in result.output, result.output
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"]

@@ -53,7 +53,7 @@ def test_runtime_service_imports_with_builder_unavailable() -> None:
 
 # builder/'s packages, top to bottom: each imports only its own package and those below it (docs/architecture.md).
 COMMON = "common"  # builder/*.py: errors, hashing, resources, progress ...; below everything
-LAYERS = ("cli", "serving", "build", "deploy", "image", "engine", "planning", "model", "oci", COMMON)
+LAYERS = ("cli", "benchmark", "serving", "build", "deploy", "image", "engine", "planning", "model", "oci", COMMON)
 
 # runtimes/'s layers, top to bottom, and where each top-level module or package sits: the container's processes;
 # HTTP; what the service holds (it puts the engines, generation and the batcher together); the text-generation
