@@ -129,7 +129,8 @@ def _build(build_dir: Path, out: Path, cores: int | None, ready_s: float) -> Ite
     try:
         _wait_ready(url, ready_s, None, lambda: proc.poll() is None, log, f"the server of {build_dir}")
         found = describe("build", str(build_dir), url, None, str((build_dir / "model").resolve()), len(share), True)
-        report = read_report(build_dir / "model" / REPORT_FILE)
+        # a passed gate's report is in model/; a failed build leaves its report beside model/
+        report = read_report(build_dir / "model" / REPORT_FILE) or read_report(build_dir / REPORT_FILE)
         gate = None if report is not None and report.passed else (
             report.summary if report else "never validated")
         yield dataclasses.replace(found, client_cores=client, gate=gate)
