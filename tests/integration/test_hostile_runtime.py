@@ -203,9 +203,14 @@ def test_hostile_corpus(encoder: Server, llm: Server, reranker: Server) -> None:
     # The first pass may raise the high-water mark (the allocators keep freed pages, the grammar cache keeps what it
     # compiled), so it is held to a ceiling; a leak is growth on repetition, which the replay measures.
     assert rss_after <= 1.25 * rss_before
-    replayed = _replay([name for name, _ in top], servers)
-    print(f"replaying the 5 that grew most 3 times: {rss_after / 1e6:.0f} -> {replayed / 1e6:.0f} MB")
-    assert replayed <= 1.03 * rss_after
+    # The first replay may raise the high-water mark again (a CI run measured 571 -> 595 MB there, and a quiet run
+    # 532 -> 526), so the leak check is the second replay against the first: growth that repeats.
+    names = [name for name, _ in top]
+    warmed = _replay(names, servers)
+    replayed = _replay(names, servers)
+    print(f"replaying the 5 that grew most 3 times, twice: {rss_after / 1e6:.0f} -> {warmed / 1e6:.0f} -> "
+          f"{replayed / 1e6:.0f} MB")
+    assert warmed <= 1.1 * rss_after and replayed <= 1.03 * warmed
 
 
 def _replay(names: list[str], servers: tuple[Server, Server, Server]) -> int:
