@@ -21,8 +21,7 @@ import httpx
 
 from builder.engine.report import REPORT_FILE, read_report
 from builder.errors import BenchFailed, InputError
-from builder.resources import runtimes_dir
-from builder.settings import child_env
+from builder.resources import runtime_env
 from runtimes.bundle import ENGINE_FILE
 from runtimes.settings import MODEL_DIR
 
@@ -118,8 +117,7 @@ def _build(build_dir: Path, out: Path, cores: int | None, ready_s: float) -> Ite
                          hint="give the folder `mbuild package` printed as 'build dir', an image or a URL")
     share, client = _cores(cores)
     port = _free_port()
-    env = child_env(MBUILD_MODEL_DIR=str((build_dir / "model").resolve()), MBUILD_THREADS=str(len(share)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runtimes_dir().parent), env.get("PYTHONPATH")]))
+    env = runtime_env(build_dir / "model", MBUILD_THREADS=str(len(share)))
     log = out / "server.log"
     with log.open("w") as handle:
         proc = subprocess.Popen([sys.executable, "-m", "runtimes", "--host", "127.0.0.1", "--port", str(port)],

@@ -11,9 +11,8 @@ import click
 
 from builder.engine.report import REPORT_FILE, read_report
 from builder.errors import InputError, PortBusy, ValidationFailed
-from builder.resources import runtimes_dir
+from builder.resources import runtime_env
 from builder.serving.replicas import ROUTERS, Replicas, serve_replicas
-from builder.settings import child_env
 from runtimes.bundle import ENGINE_FILE, BundleError, load_engine_config, load_metadata
 from runtimes.settings import PORT
 
@@ -89,8 +88,7 @@ def serve(build_dir: Path, host: str, port: int, allow_failed_gate: bool, replic
     _check_port(host, port)
     if warning:
         click.secho(warning, fg="yellow", err=True)
-    env = child_env(MBUILD_MODEL_DIR=str(model_dir.resolve()))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runtimes_dir().parent), env.get("PYTHONPATH")]))
+    env = runtime_env(model_dir)
     if prefill_workers and (replicas is None or prefill_workers >= replicas):
         raise InputError(f"--prefill-workers {prefill_workers} leaves no worker to decode",
                          hint="give --replicas more than --prefill-workers, e.g. --replicas 2 --prefill-workers 1")
