@@ -26,6 +26,7 @@ VLLM_NAMES: tuple[tuple[str, Labels | None, str], ...] = (
     ("tokens_total", (("kind", "completion"),), "vllm:generation_tokens_total"),
     ("time_to_first_token_seconds", (), "vllm:time_to_first_token_seconds"),
     ("time_per_output_token_seconds", (), "vllm:time_per_output_token_seconds"),
+    ("preemptions_total", (), "vllm:num_preemptions_total"),
     ("spec_decode_drafts_total", (), "vllm:spec_decode_num_drafts_total"),
     ("spec_decode_draft_tokens_total", (), "vllm:spec_decode_num_draft_tokens_total"),
     ("spec_decode_accepted_tokens_total", (), "vllm:spec_decode_num_accepted_tokens_total"),

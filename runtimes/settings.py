@@ -42,6 +42,7 @@ _INTEGERS = (  # field, variable, lowest, highest
     ("request_timeout", "MBUILD_REQUEST_TIMEOUT", 1, 86400), ("stream_timeout", "MBUILD_STREAM_TIMEOUT", 1, 86400),
     ("body_timeout", "MBUILD_BODY_TIMEOUT", 1, 3600), ("max_concurrent", "MBUILD_MAX_CONCURRENT", 1, 1_000_000),
     ("prefill_chunk", "MBUILD_PREFILL_CHUNK", 16, 1 << 20), ("prefix_cache_mb", "MBUILD_PREFIX_CACHE_MB", 0, 1 << 24),
+    ("kv_cache_mb", "MBUILD_KV_CACHE_MB", 0, 1 << 24),
     ("keepalive_seconds", "MBUILD_KEEPALIVE_SECONDS", 1, 3600),
     ("num_speculative_tokens", "MBUILD_NUM_SPECULATIVE_TOKENS", 1, 16),
     ("prompt_lookup_min", "MBUILD_PROMPT_LOOKUP_MIN", 1, 32), ("prompt_lookup_max", "MBUILD_PROMPT_LOOKUP_MAX", 1, 32),
@@ -82,6 +83,7 @@ class Settings:
     max_batch_delay_ms: float | None = None
     prefill_chunk: int = PREFILL_CHUNK
     prefix_cache_mb: int = 1024  # host memory for cached prompt prefixes (0: off)
+    kv_cache_mb: int = 0  # the KV pool (slots' caches and prefix entries); 0: every slot's whole context
     protect_metrics: bool = False
     access_log: bool = True
     tracing: bool = False

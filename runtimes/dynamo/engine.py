@@ -109,7 +109,7 @@ class MbuildEngine(LLMEngine):
             log.info("serving prefilled KV at %s", self.kv_server.address)
         return EngineConfig(model=str(self.card), served_model_name=self.name, llm=LlmRegistration(
             context_length=engine.context, kv_cache_block_size=BLOCK,
-            total_kv_blocks=engine.slots * engine.context // BLOCK, max_num_seqs=engine.slots,
+            total_kv_blocks=runtime.scheduler.pool.total, max_num_seqs=engine.slots,
             max_num_batched_tokens=runtime.scheduler.batch.budget))
 
     async def generate(self, request: GenerateRequest, context: Context) -> AsyncGenerator[GenerateChunk, None]:
@@ -214,9 +214,8 @@ class MbuildEngine(LLMEngine):
                 except Exception:  # one lost event costs routing quality, never a request
                     log.exception("a KV event was not published")
             if self.snapshots is not None:
-                engine = runtime.engine
-                total = engine.slots * engine.context // BLOCK
-                used = int(engine.lengths.sum()) // BLOCK
+                pool = runtime.scheduler.pool
+                used, total = min(pool.used, pool.total), pool.total
                 self.snapshots.publish(0, ComponentSnapshot(used, total, used / total, 0))
 
     async def cleanup(self) -> None:

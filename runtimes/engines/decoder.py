@@ -1,16 +1,17 @@
-"""Decoder engine for language models: one preallocated KV cache per slot, written in place.
+"""Decoder engine for language models: one reserved KV cache per slot, written in place.
 
-The cache is one buffer per layer and kind, [slots, kv_heads, context, head_dim], allocated and committed
-once, at start, as llama.cpp and vLLM reserve theirs. Slots have fixed ids: a sequence keeps its slot from its
-first prompt token to its end, and nothing is copied when it leaves. A step is a list of works (step.py: per slot,
-tokens to append and how many logits come back), packed into runs over contiguous slot ranges; each run binds those
-rows of every buffer, as a view, as both the graph's past and its present (IO binding), so the graph writes the
-new positions and nothing is copied. `lengths[slot]` is what each slot holds; `truncate` takes positions back
-(speculative decoding's rejected drafts), which is only a length.
+The cache is one buffer per layer and kind, [slots, kv_heads, context, head_dim], reserved once, at start, and
+committed only where positions are written (kv_memory.py): `written[slot]` is how far a slot's pages reach, and
+`forget` hands back those past a position (the KV pool decides when: runtimes/generation/kv_pool.py). Slots have
+fixed ids: a sequence keeps its slot from its first prompt token to its end, and nothing is copied when it leaves.
+A step is a list of works (step.py: per slot, tokens to append and how many logits come back), packed into runs
+over contiguous slot ranges; each run binds those rows of every buffer, as a view, as both the graph's past and its
+present (IO binding), so the graph writes the new positions and nothing is copied. `lengths[slot]` is what each
+slot holds; `truncate` takes positions back (speculative decoding's rejected drafts), which is only a length.
 
-Graphs: the builder's GroupQueryAttention graph for ONNX Runtime (builder/engine/decoder_graph.py), run
-in place; and, for backends that cannot run ONNX Runtime's contrib ops (TensorRT), the grown-cache graph
-(past in, present out), run through the same works by copying.
+Graphs: the builder's GroupQueryAttention graph for ONNX Runtime (builder/engine/decoder_graph.py), run in place;
+and, for backends that cannot run ONNX Runtime's contrib ops (TensorRT), the grown-cache graph (past in, present
+out), run through the same works by copying.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from runtimes.bundle import BundleError, EngineConfig
+from runtimes.engines.kv_memory import KvBuffer
 from runtimes.engines.sessions import open_session
 from runtimes.engines.step import Run, Work, pack
 
@@ -47,17 +49,12 @@ class DecoderEngine:
         kv_type = next(i.type for i in self.session.get_inputs() if i.name == self.past[0])
         self.kv_dtype = np.dtype(np.float16 if kv_type == "tensor(float16)" else np.float32)
         self._bindings: dict[tuple[int, int], Any] = {}
-        self.cache = self._committed_cache()
-        self.lengths = np.zeros(self.slots, np.int64)
-        self.warmed = False
-
-    def _committed_cache(self) -> list[np.ndarray]:
-        """Every slot's buffers, written through (np.full) so the kernel commits their pages at start. Left to
-        be committed on first use (np.zeros), a slot's first prefill paid for its whole buffer, since ONNX
-        Runtime's attention touches all of it: +290 ms per slot on the 1B shape here (134 MB at ~0.5 GB/s on a
-        VM), stalling a burst once per new slot. The plan's memory need already counts max_batch slots."""
         shape = (self.slots, self.kv_heads, self.context, self.head_dim)
-        return [np.full(shape, 0, self.kv_dtype) for _ in self.past]
+        self._buffers = [KvBuffer(shape, self.kv_dtype) for _ in self.past]
+        self.cache = [buffer.array for buffer in self._buffers]
+        self.lengths = np.zeros(self.slots, np.int64)
+        self.written = np.zeros(self.slots, np.int64)  # per slot, the positions its pages may hold (padding too)
+        self.warmed = False
 
     @property
     def bytes_per_token(self) -> int:
@@ -72,6 +69,8 @@ class DecoderEngine:
                 raise ValueError(f"slot {work.slot}: there are {self.slots}")
         got: dict[int, np.ndarray | Exception] = {}
         for run in pack(works, self.lengths.tolist(), self.context):
+            span = slice(run.first, run.first + len(run.rows))  # every row of the run is written at its length
+            self.written[span] = np.maximum(self.written[span], self.lengths[span] + run.width)
             try:
                 got.update(self._run(run))
             except Exception as exc:  # the caller ends the run's requests with it
@@ -165,7 +164,16 @@ class DecoderEngine:
         self.lengths[slot] = length
 
     def release(self, row: int) -> None:
+        """The slot is free; its pages stay committed, for its next sequence, until `forget` takes them."""
         self.lengths[row] = 0
+
+    def forget(self, slot: int, keep: int) -> None:
+        """Hand back the memory of the slot's positions from `keep` on (at most its length stays meaningful)."""
+        keep = max(keep, 0)
+        if self.written[slot] > keep:
+            for buffer in self._buffers:
+                buffer.forget(slot, keep, int(self.written[slot]))
+            self.written[slot] = keep
 
     def read(self, row: int, count: int) -> list[np.ndarray]:
         """A copy of the first `count` positions of a slot (for the prefix cache)."""
@@ -176,6 +184,7 @@ class DecoderEngine:
         for buffer, block in zip(self.cache, blocks, strict=True):
             buffer[row, :, :count] = block[:, :count]
         self.lengths[row] = count
+        self.written[row] = max(self.written[row], count)
 
     def warm_up(self) -> None:
         """Run the first steps once, so the first request does not pay for them; again is a no-op (a draft model
@@ -188,7 +197,8 @@ class DecoderEngine:
             self.run(1, np.array([[3]], np.int64))
             logits = self.run(0, np.array([[int(logits.argmax())], [4]], np.int64))
         for row in range(rows):
-            self.release(row)  # what the warm-up wrote stays in the buffers, unread: a slot reads what it holds
+            self.release(row)
+            self.forget(row, 0)  # a ready server holds no cache pages
         if logits.shape[0] != rows or not np.isfinite(logits).all():
             raise BundleError(f"warm-up produced logits of shape {logits.shape} or non-finite values")
         self.warmed = True

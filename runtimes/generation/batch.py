@@ -6,6 +6,10 @@ in free slots, each new one taking what the prefix cache holds of it. A slot kee
 prompt token to its end; nothing moves when one ends. A sequence whose reader has fallen MAX_UNREAD events behind
 (a client that stopped reading) gets no work until it reads: it holds its slot, not more memory.
 
+Every step fits the KV pool (kv_pool.py): a new prompt enters only when the pool holds all of it (first come,
+first served: it waits first in the queue till then); which rows grow and which give their blocks up is
+preemption.py's.
+
 apply() takes the step's logits: prompts whose last chunk is in start decoding; a decode row emits a token; a verify
 row emits the tokens its drafts earn (speculative.py) and takes its cache, and the draft model's, back past the
 rejected ones. Every request
@@ -23,8 +27,10 @@ import numpy as np
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.generation.draft import DraftModel
 from runtimes.generation.guided import GuideError
+from runtimes.generation.kv_pool import KvPool
 from runtimes.generation.logprobs import token_logprob
 from runtimes.generation.plan import SlotPlan, StepPlan
+from runtimes.generation.preemption import Room
 from runtimes.generation.prefix_cache import PrefixCache
 from runtimes.generation.requests import Event, FinishReason, Request, Row
 from runtimes.generation.sampling import SamplerState, next_token
@@ -39,12 +45,14 @@ PROMPT_LOGPROB_CHUNK = 64  # a prompt whose logprobs are asked gets every positi
 class Batch:
     def __init__(self, engine: DecoderEngine, eos_ids: tuple[int, ...], slots: int, context: int, budget: int,
                  prefix: PrefixCache, metrics: Metrics, speculation: Speculation,
-                 take: Callable[[], Request | None], chunked: bool = True, draft: DraftModel | None = None) -> None:
-        self.engine, self.eos_ids, self.context, self.budget = engine, eos_ids, context, budget
+                 take: Callable[[Callable[[Request], bool]], Request | None], pool: KvPool, chunked: bool = True,
+                 draft: DraftModel | None = None) -> None:
+        self.engine, self.eos_ids, self.context, self.budget, self.pool = engine, eos_ids, context, budget, pool
         self.chunked = chunked  # False: a prompt runs whole, in one step (an engine that takes no chunk on a past)
         self.prefix, self.metrics, self.speculation, self.take = prefix, metrics, speculation, take
         self.slots: list[Row | None] = [None] * slots
         self.draft = draft  # speculation's draft model, when it drafts with one (draft.py)
+        self.room = Room(engine, pool, prefix, metrics, draft)
 
     @property
     def rows(self) -> list[Row]:
@@ -67,11 +75,12 @@ class Batch:
         for row in self.rows:
             if row.request.cancelled:
                 self.end(row, Event(finish="cancelled"))
-        plans = self._decodes([row for row in self.running if row.request.unread < MAX_UNREAD])
+        plans = self.room.grown(self._decodes([row for row in self.running if row.request.unread < MAX_UNREAD]),
+                                self.rows, self.end)
         # prompts get what decoding leaves, and never less than a quarter, so they move however many rows decode
         room = max(self.budget - sum(len(p.tokens) for p in plans), self.budget // 4)
         for row in self.filling:
-            if room <= 0 or not self._may_run(row, room, plans):
+            if room <= 0 or not self._may_run(row, room, plans) or not self.room.claimed(row):
                 break
             plans.append(self._chunk(row, room))
             room -= len(plans[-1].tokens)
@@ -137,16 +146,20 @@ class Batch:
         return max(k, 0)
 
     def _chunk(self, row: Row, room: int) -> SlotPlan:
-        prompt, each = row.request.prompt, row.request.params.prompt_logprobs
+        """The row's next prompt chunk; a refill after a preemption takes no logits (its next token is known)."""
+        source, resumed = row.source, bool(row.state.generated)
+        each = None if resumed else row.request.params.prompt_logprobs
         if each is not None and self.chunked:
             room = min(room, PROMPT_LOGPROB_CHUNK)
-        piece = tuple(prompt[row.filled:row.filled + (room if self.chunked else len(prompt))])
-        last = row.filled + len(piece) == len(prompt)
+        piece = tuple(source[row.filled:row.filled + (room if self.chunked else len(source))])
+        last = row.filled + len(piece) == len(source) and not resumed
         return SlotPlan(row.slot, row.request.id, "prefill", piece, len(piece) if each is not None else int(last))
 
     def _start(self) -> Row | None:
-        """The next waiting request in the lowest free slot, with what the prefix cache has of its prompt."""
-        while (request := self.take()) is not None:
+        """The next waiting request in the lowest free slot, with what the prefix cache has of its prompt, when the
+        pool holds its whole prompt (else it waits, first in the queue)."""
+        slot = self.slots.index(None)
+        while (request := self.take(lambda r: self.pool.make_room(slot, len(r.prompt) + 1))) is not None:
             try:  # one request's bad sampler settings end that request alone
                 state = SamplerState.start(request.params, request.prompt)
             except Exception as exc:
@@ -155,8 +168,9 @@ class Batch:
                 continue
             s = self.speculation
             spec = RowSpeculation(s.num_speculative_tokens) if s.on and request.params.speculative else None
-            row = Row(request, state, self.slots.index(None), spec)
-            self.slots[row.slot] = row
+            row = Row(request, state, slot, spec)
+            self.slots[slot] = row
+            self.pool.reserve(slot, len(request.prompt) + 1)
             # Prompt logprobs need every prompt position's logits: such a prompt takes nothing from the cache.
             if request.params.prompt_logprobs is None:
                 row.filled = self.prefix.restore(self.engine, row.slot, request.prompt)
@@ -182,13 +196,17 @@ class Batch:
     def _prefilled(self, row: Row, part: SlotPlan, logits: np.ndarray, now: float) -> None:
         start, prompt = row.filled, row.request.prompt
         row.filled += len(part.tokens)
+        if row.state.generated:  # a refill after a preemption: it decodes on from its last token
+            row.running = row.filled == len(row.source)
+            return
         each = row.request.params.prompt_logprobs
         if each is not None:  # the logits at position j score the prompt token after it
             row.prompt_logprobs += [token_logprob(logits[j], prompt[start + j + 1], each)
                                     for j in range(len(part.tokens)) if start + j + 1 < len(prompt)]
         if row.filled < len(prompt):
             return
-        self.prefix.store(self.engine, row.slot, prompt)
+        if self.pool.room_for_prefix(len(prompt)):
+            self.prefix.store(self.engine, row.slot, prompt)
         row.running = row.request.admitted = True
         self.metrics.observe("time_to_first_token_seconds", now - row.request.enqueued)
         self.metrics.inc("tokens_total", len(prompt), kind="prompt")
@@ -259,6 +277,7 @@ class Batch:
         row.request.emit(event)
         self.slots[row.slot] = None
         self.engine.release(row.slot)
+        self.pool.release(row.slot)
         if self.draft is not None:
             self.draft.release(row.slot)
 

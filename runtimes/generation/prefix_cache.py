@@ -148,6 +148,14 @@ class PrefixCache:
         for key in keys:
             self.index[key] = keys[-1]
 
+    def evict_oldest(self) -> bool:
+        """Drop the least recently used entry (the KV pool wants its blocks); False when there is none."""
+        with self.lock:
+            if not self.entries:
+                return False
+            self._evict()
+            return True
+
     def _evict(self) -> None:
         key, entry = self.entries.popitem(last=False)
         self.bytes -= entry.nbytes

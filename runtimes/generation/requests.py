@@ -75,3 +75,9 @@ class Row:
     def tokens(self) -> list[int]:
         """The sequence so far: its prompt and what it has generated."""
         return [*self.state.prompt, *self.state.generated]
+
+    @property
+    def source(self) -> list[int]:
+        """What the slot's cache holds before the sequence decodes: its prompt, or, refilling after a preemption,
+        its tokens but the last (which the next decode step feeds)."""
+        return self.tokens[:-1] if self.state.generated else self.request.prompt

@@ -41,7 +41,7 @@ class GenerationRuntime:
     def load(cls, model_dir: Path, config: EngineConfig, settings: Settings, metrics: Metrics,
              metadata: BundleMetadata | None = None) -> GenerationRuntime:
         """settings: threads, max_queue, speculation, and the optional max_batch (slots), prefill_chunk,
-        prefix_cache_mb; metadata: whether the bundle carries a draft model."""
+        prefix_cache_mb, kv_cache_mb; metadata: whether the bundle carries a draft model."""
         engine = decoder_for(model_dir, config, settings.threads, settings.max_batch)
         method, draft = _speculation(model_dir, engine, settings, metadata)
         try:
@@ -66,7 +66,7 @@ class GenerationRuntime:
                               prefix_cache_bytes=settings.prefix_cache_mb << 20 if engine.in_place else 0,
                               speculation=Speculation(method, settings.num_speculative_tokens,
                                                       settings.prompt_lookup_min, settings.prompt_lookup_max),
-                              draft=draft)
+                              draft=draft, kv_cache_bytes=settings.kv_cache_mb << 20)
         tools = chosen_format(settings.tool_call_parser, template.source if template else None)
         harmony = None
         if template and detect_harmony(template.source):

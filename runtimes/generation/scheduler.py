@@ -14,12 +14,14 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.generation.batch import Batch
 from runtimes.generation.draft import DraftModel
+from runtimes.generation.kv_pool import KvPool
 from runtimes.generation.plan import StepPlan
 from runtimes.generation.prefix_cache import PrefixCache
 from runtimes.generation.requests import Event, Request
@@ -44,10 +46,12 @@ class Scheduler:
     def __init__(self, engine: DecoderEngine, eos_ids: tuple[int, ...], max_batch: int, max_queue: int,
                  metrics: Metrics, context: int, vocab: int, prefill_chunk: int = PREFILL_CHUNK,
                  prefix_cache_bytes: int = 0, speculation: Speculation | None = None, chunked: bool = True,
-                 draft: DraftModel | None = None) -> None:
+                 draft: DraftModel | None = None, kv_cache_bytes: int = 0) -> None:
+        """kv_cache_bytes: the KV pool's size (0: every slot's whole context)."""
         self.engine = engine
         self.max_batch, self.max_queue, self.context, self.vocab = max_batch, max_queue, context, vocab
         self.prefix = PrefixCache(prefix_cache_bytes)
+        self.pool = KvPool(engine, self.prefix, context, kv_cache_bytes)
         self.metrics = metrics
         self.waiting: collections.deque[Request] = collections.deque()
         self._ready = threading.Condition()
@@ -55,7 +59,7 @@ class Scheduler:
         if (speculation.method == "draft") != (draft is not None):
             raise ValueError(f"speculation {speculation.method!r} with{'out' if draft is None else ''} a draft model")
         self.batch = Batch(engine, eos_ids, max_batch, context, prefill_chunk, self.prefix, metrics, speculation,
-                           self.take_next, chunked, draft)
+                           self.take_next, self.pool, chunked, draft)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="generation", daemon=True)
         metrics.describe("batch_size", "Sequences per engine step", BATCH_BUCKETS)
@@ -65,6 +69,8 @@ class Scheduler:
         metrics.describe("spec_decode_draft_tokens_total", "Draft tokens verified")
         metrics.describe("spec_decode_accepted_tokens_total", "Draft tokens accepted")
         metrics.describe("spec_decode_accepted_per_position_total", "Draft tokens accepted, by their position")
+        metrics.describe("preemptions_total", "Sequences that gave their KV blocks up for an older one's (recomputed)")
+        metrics.inc("preemptions_total", 0)  # read as a rate: present from the start
 
     # --- the asyncio side -----------------------------------------------------------------
     def check(self, request: Request) -> None:
@@ -75,6 +81,10 @@ class Scheduler:
         if params.max_tokens < 1 or len(prompt) + params.max_tokens > self.context:
             raise Inadmissible(f"{len(prompt)} prompt tokens plus max_tokens {params.max_tokens} exceed the "
                                f"context of {self.context}")
+        if len(prompt) + 1 > self.pool.capacity_tokens:
+            raise Inadmissible(f"the prompt's {len(prompt)} tokens do not fit the KV cache pool of "
+                               f"{self.pool.capacity_tokens} tokens; shorten it, or serve with a larger "
+                               "MBUILD_KV_CACHE_MB")
         if min(prompt) < 0 or max(prompt) >= self.vocab:
             raise Inadmissible(f"prompt token ids must lie in 0..{self.vocab - 1}")
         if len(params.stop_token_ids) > MAX_STOP_TOKEN_IDS or len(params.logit_bias) > MAX_LOGIT_BIAS:
@@ -104,29 +114,37 @@ class Scheduler:
 
     def refresh_metrics(self) -> None:
         """Gauges from the state itself, so cancellations can never leave them stale."""
-        held = int(self.engine.lengths.sum())
-        capacity = self.max_batch * self.context
+        pool = self.pool.describe()
         self.metrics.set("queue_depth", self._live_waiting())
         self.metrics.set("running_sequences", len(self.batch.running))
         self.metrics.set("kv_cache_sequences", len(self.batch.rows))
         self.metrics.set("kv_cache_capacity_sequences", self.max_batch)
-        self.metrics.set("kv_cache_tokens", held)
-        self.metrics.set("kv_cache_capacity_tokens", capacity)
-        self.metrics.set("kv_cache_usage_ratio", held / capacity)
+        self.metrics.set("kv_cache_tokens", int(self.engine.lengths.sum()))
+        self.metrics.set("kv_cache_capacity_tokens", pool["tokens_capacity"])
+        self.metrics.set("kv_cache_free_tokens", pool["tokens_free"])
+        self.metrics.set("kv_cache_blocks", pool["blocks_total"])
+        self.metrics.set("kv_cache_used_blocks", pool["blocks_used"])
+        self.metrics.set("kv_cache_block_tokens", pool["block_tokens"])
+        self.metrics.set("kv_cache_usage_ratio", min(pool["blocks_used"] / pool["blocks_total"], 1.0))
         self.metrics.set("prefix_cache_bytes", self.prefix.bytes)
         self.metrics.set("prefix_cache_capacity_bytes", self.prefix.capacity)
         self.metrics.set("prefix_cache_entries", len(self.prefix.entries))
 
     # --- decisions (the engine thread calls them; tests may drive them directly) -----------
-    def take_next(self) -> Request | None:
-        """The next live waiting request (the batch asks only when a slot is free); cancelled ones leave with
-        their event. It never waits: the engine loop waits for work itself."""
+    def take_next(self, fits: Callable[[Request], bool] = lambda _: True) -> Request | None:
+        """The next live waiting request, if it fits (the batch asks only when a slot is free; it fits when the KV
+        pool holds its prompt): else it stays first in the queue. Cancelled ones leave with their event. It never
+        waits: the engine loop waits for work itself."""
         with self._ready:
             while self.waiting:
-                request = self.waiting.popleft()
-                if not request.cancelled:
-                    return request
-                request.emit(Event(finish="cancelled"))
+                request = self.waiting[0]
+                if request.cancelled:
+                    self.waiting.popleft()
+                    request.emit(Event(finish="cancelled"))
+                    continue
+                if not fits(request):
+                    return None
+                return self.waiting.popleft()
         return None
 
     def plan_step(self) -> StepPlan:

@@ -39,10 +39,22 @@ class FakeEngine:
         self.steps = 0
         self.slots: list[list[int]] = [[] for _ in range(slots)]
         self.works: list[Work] = []  # every work run, in order
+        self.reach = np.zeros(slots, np.int64)  # per slot, how far its positions have reached (the pages' extent)
+        self.forgotten: list[tuple[int, int]] = []  # every forget, in order
 
     @property
     def lengths(self) -> np.ndarray:
         return np.array([len(s) for s in self.slots], np.int64)
+
+    @property
+    def written(self) -> np.ndarray:
+        return np.maximum(self.reach, self.lengths)
+
+    def forget(self, slot: int, keep: int) -> None:
+        """The KV pool hands back pages past `keep`: never a position the slot still holds."""
+        assert keep >= len(self.slots[slot]), f"slot {slot} holds {len(self.slots[slot])} positions, not {keep}"
+        self.reach[slot] = min(self.reach[slot], keep)
+        self.forgotten.append((slot, keep))
 
     def step(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
         self.steps += 1
@@ -55,6 +67,7 @@ class FakeEngine:
                 continue
             self.works.append(work)
             held += work.tokens
+            self.reach[work.slot] = max(self.reach[work.slot], len(held))
             logits = np.zeros((work.logits, VOCAB), np.float32)
             for row, end in enumerate(range(len(held) - work.logits + 1, len(held) + 1)):
                 logits[row, self.rule(held[:end])] = 10.0

@@ -46,6 +46,11 @@ class ScriptedEngine:
     def lengths(self) -> np.ndarray:
         return np.array([len(s) for s in self.held], np.int64)
 
+    written = lengths  # the KV pool's view of the pages: exactly what the slot holds
+
+    def forget(self, slot: int, keep: int) -> None:
+        assert keep >= len(self.held[slot]), f"slot {slot} holds {len(self.held[slot])} positions, not {keep}"
+
     def warm_up(self) -> None:
         self.run(0, np.array([[0, 1, 2]], np.int64))
         self.release(0)

@@ -7,6 +7,7 @@ steps of other rows' decodes, and a multi-token verify row taken back past its r
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import mmap
 from pathlib import Path
 
@@ -103,13 +104,32 @@ def _resident_share(buffer: np.ndarray) -> float:
     return sum(flag & 1 for flag in flags) / pages
 
 
-def test_every_slot_is_committed_at_start(tmp_path: Path) -> None:
-    """A slot first used mid-burst would stall its request while the kernel commits its pages (the attention
-    touches a slot's whole context): the server commits them all before it is ready."""
+def test_cache_pages_follow_the_written_positions(tmp_path: Path) -> None:
+    """The cache is reserved for every slot's whole context, but a ready engine holds none of its pages; a prompt
+    commits the pages of the positions it writes, in its own slot only (with transparent huge pages one token had
+    committed 2 MB a head), and forget hands back those past a position: its tokens before it still answer."""
     engine = _engine(_model("llama", tmp_path / "model"), tmp_path, grown_cache=False)
-    wide = DecoderEngine(tmp_path / "engine", engine.config, threads=1, slots=256)  # buffers of MBs, mmap'd
-    assert wide.cache[0].nbytes >= 4 << 20
-    assert [round(_resident_share(buffer), 2) for buffer in wide.cache] == [1.0] * len(wide.cache)
+    longer = dataclasses.replace(engine.config, max_seq_length=4096)  # within the rotary table: 96 used
+    wide = DecoderEngine(tmp_path / "engine", longer, threads=1, slots=16)
+    wide.warm_up()
+    region = wide.context * wide.head_dim * wide.kv_dtype.itemsize  # one head of one slot
+    assert region >= 4 * mmap.PAGESIZE and wide.cache[0].nbytes >= 1 << 20
+    assert max(_resident_share(buffer) for buffer in wide.cache) == 0.0  # the warm-up's pages went back
+    prompt = [5, 9, 2, 7] * 24  # 96 positions
+    first = wide.run(3, np.array([prompt], np.int64))
+    reach = -(-len(prompt) * wide.head_dim * wide.kv_dtype.itemsize // mmap.PAGESIZE) * mmap.PAGESIZE
+    for buffer in wide.cache:
+        assert _resident_share(buffer[3]) == pytest.approx(reach / region, abs=1 / 64)
+        assert _resident_share(buffer[:3]) == _resident_share(buffer[4:]) == 0.0
+    assert wide.written[3] == len(prompt)
+    wide.forget(3, 32)
+    assert wide.written[3] == 32 and all(_resident_share(b[3]) < reach / region for b in wide.cache)
+    wide.truncate(3, 32)
+    again = wide.run(3, np.array([prompt[32:]], np.int64))  # the kept positions still hold the prompt's start
+    assert np.allclose(again, first, atol=1e-5)
+    wide.release(3)
+    wide.forget(3, 0)
+    assert max(_resident_share(buffer) for buffer in wide.cache) == 0.0
 
 
 def test_longrope_is_served_to_its_original_length() -> None:
