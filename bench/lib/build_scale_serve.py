@@ -1,6 +1,7 @@
 """The serving half of build_scale: the engine a scale build made, served by `mbuild serve` on this host, its
 memory at ready and through one streamed answer (chat where the model has a template), against what `mbuild plan`
-predicts at ready (memory.start_gb: weights as stored, the KV cache of max_batch slots, the serving processes).
+predicts at ready (memory.start_gb: weights as stored and the serving processes; a CPU server commits KV pages as
+sequences fill them).
 Random weights fail the quantized gates, so the engine is served with --allow-failed-gate.
 """
 

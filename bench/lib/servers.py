@@ -44,10 +44,13 @@ def uvicorn_app(app: str, port: int, python: Path | None = None) -> list[str]:
 
 @contextmanager
 def server(command: list[str], ready_path: str, port: int, env: dict[str, str] | None = None,
-           cpus: set[int] | None = None, cwd: Path | None = None) -> Iterator[int]:
-    """`command` serving on `port`, optionally pinned to `cpus` (its threads inherit the mask)."""
+           cpus: set[int] | None = None, cwd: Path | None = None, started: list[int] | None = None) -> Iterator[int]:
+    """`command` serving on `port`, optionally pinned to `cpus` (its threads inherit the mask); `started` gets its
+    process id (the root of the tree a memory reading sums)."""
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, **(env or {})}, cwd=cwd)
+    if started is not None:
+        started.append(proc.pid)
     if cpus:
         os.sched_setaffinity(proc.pid, cpus)
     try:

@@ -15,6 +15,7 @@ from builder.model.shape import billions
 from builder.planning.memory import kv_bytes_per_token, kv_bytes_per_value, served_context
 from builder.planning.plan import BuildPlan
 from builder.progress import Reporter
+from runtimes.bundle.engine import KV_BLOCK_TOKENS
 
 
 def _shape(facts: ModelFacts) -> str:
@@ -44,6 +45,11 @@ def memory_lines(plan: BuildPlan) -> list[str]:
         lines.append(f"KV cache: {kv_bytes_per_token(facts, profile):.0f} B a token (2 x {facts.layers} layers x "
                      f"{facts.kv_heads} KV heads x {facts.head_dim} x {per_value:g} B) x "
                      f"{served_context(facts, profile)} tokens x {profile.limits.max_batch} sequences")
+        if profile.device == "cpu":
+            lines.append(f"  one pool of {need.kv_tokens:,.0f} tokens in {KV_BLOCK_TOKENS}-token blocks, shared by "
+                         "the sequences and the prefix cache; its pages are committed as sequences fill them, so "
+                         f"a ready server holds {need.start_gb:.2f} GB (the weights and the serving processes); "
+                         "MBUILD_KV_CACHE_MB sets a smaller pool")
         if need.kv_window_gb < need.kv_cache_gb:
             lines.append(f"  {facts.sliding_layers} of {facts.layers} layers attend to {facts.sliding_window} "
                          "tokens, but the runtime caches the whole context for every layer; caching the window "

@@ -1,17 +1,17 @@
 """How much memory a model needs under a profile, to serve and to build.
 
-Serving: weights as the engine stores them (a mixture of experts': every expert's), the KV cache the profile
-reserves (max_batch sequences x context tokens, committed when the server starts, as llama.cpp and vLLM reserve
-theirs), and headroom (an encoder's with its longest sequence's attention scores past the engine's budget);
-divided by tensor parallelism. start_gb is what a ready server holds: weights, the whole KV cache and the serving
-processes (on a GPU, its overhead). Speed: a decode step reads the weights of the experts a token is routed to,
-not all of them (decode_read_gb).
-The runtime caches the whole context for every layer, sliding-window layers too (runtimes/engines/decoder.py), so
-that is what is planned; kv_window_gb is what a cache holding only the window there would take.
-Building: CPU language-model engines are written from the checkpoint a block at a time and gated
-against a reference that holds one decoder layer (builder/engine/checkpoint.py, reference.py), so the
-build needs the engine (the gate runs it) or one fp32 layer, whichever is larger, beside the build
-process itself; other builds load the whole model in PyTorch (torch.onnx, sentence-transformers).
+Serving: weights as the engine stores them (a mixture of experts': every expert's), the KV pool (by default
+max_batch sequences x context tokens: runtimes/generation/kv_pool.py), and headroom (an encoder's with its longest
+sequence's attention scores past the engine's budget); divided by tensor parallelism. start_gb is what a ready
+server holds: weights and the serving processes, and on a GPU the KV cache and its overhead; a CPU server commits
+the pool's pages as sequences fill them (runtimes/engines/kv_memory.py), so its KV is not held at start. Speed: a
+decode step reads the weights of the experts a token is routed to, not all of them (decode_read_gb). The runtime
+caches the whole context for every layer, sliding-window layers too (runtimes/engines/decoder.py), so that is what
+is planned; kv_window_gb is what a cache holding only the window there would take. Building: CPU language-model
+engines are written from the checkpoint a block at a time and gated against a reference that holds one decoder
+layer (builder/engine/checkpoint.py, reference.py), so the build needs the engine (the gate runs it) or one fp32
+layer, whichever is larger, beside the build process itself; other builds load the whole model in PyTorch
+(torch.onnx, sentence-transformers).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from builder.model.catalog import ModelFacts
 from builder.planning.engine_options import ort_options, trt_options
 from builder.planning.precisions import PRECISIONS, TABLE_BITS, TABLE_BLOCK
 from builder.planning.profiles import Profile
-from runtimes.bundle.engine import ATTENTION_BUDGET_BYTES, attention_bytes
+from runtimes.bundle.engine import ATTENTION_BUDGET_BYTES, KV_BLOCK_TOKENS, attention_bytes
 
 GPU_OVERHEAD_GB = 2.0  # CUDA context, TensorRT workspace and activations, per GPU
 CPU_OVERHEAD_GB = 1.0  # interpreter, runtime, activations
@@ -40,7 +40,7 @@ TORCH_BUILD_FACTOR = 2.5  # torch.onnx holds the fp32 model and the graph it wri
 @dataclass(frozen=True)
 class MemoryNeed:
     weights_gb: float
-    kv_cache_gb: float
+    kv_cache_gb: float  # the KV pool: the most its sequences' keys and values and the prefix cache hold together
     overhead_gb: float
     per_device_gb: float  # per GPU, or for the whole host on CPU
     start_gb: float = 0.0  # per device at ready: weights, every slot's KV cache, the serving processes
@@ -48,6 +48,8 @@ class MemoryNeed:
     build_disk_gb: float = 0.0  # disk the build writes: the engine, and the checkpoint if not cached
     decode_read_gb: float = 0.0  # weights one decode step reads: the routed experts', the LM head, no token table
     kv_window_gb: float = 0.0  # the KV cache if sliding-window layers kept only their window (not done yet)
+    kv_tokens: float = 0.0  # the tokens the KV pool holds (in 16-token blocks)
+    kv_start_gb: float = 0.0  # of the KV pool, what a ready server holds (a GPU's whole cache; none on a CPU)
 
     @property
     def rounded_gb(self) -> float:
@@ -62,9 +64,11 @@ class MemoryNeed:
         headroom once) and built after it (the larger build's RAM; both engines' disk)."""
         held = draft.weights_gb + draft.kv_cache_gb
         return MemoryNeed(self.weights_gb + draft.weights_gb, self.kv_cache_gb + draft.kv_cache_gb,
-                          self.overhead_gb, self.per_device_gb + held, self.start_gb + held,
+                          self.overhead_gb, self.per_device_gb + held,
+                          self.start_gb + draft.weights_gb + draft.kv_start_gb,
                           max(self.build_gb, draft.build_gb), self.build_disk_gb + draft.build_disk_gb,
-                          self.decode_read_gb, self.kv_window_gb + draft.kv_window_gb)
+                          self.decode_read_gb, self.kv_window_gb + draft.kv_window_gb, self.kv_tokens,
+                          self.kv_start_gb + draft.kv_start_gb)
 
 
 def kv_bytes_per_value(profile: Profile) -> float:
@@ -121,9 +125,10 @@ def _build_need(facts: ModelFacts, profile: Profile, engine_gb: float) -> tuple[
 
 def memory_need(facts: ModelFacts, profile: Profile) -> MemoryNeed:
     weights = _weight_bytes(facts, profile) / 1e9
-    kv = window_kv = 0.0
+    kv = window_kv = tokens = 0.0
     if facts.task == "text-generation":
         context = served_context(facts, profile)
+        tokens = float(profile.limits.max_batch * -(-context // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS)
         per_layer = kv_bytes_per_token(facts, profile) / facts.layers * profile.limits.max_batch / 1e9
         kv = per_layer * facts.layers * context
         window = min(facts.sliding_window or context, context)
@@ -132,9 +137,10 @@ def memory_need(facts: ModelFacts, profile: Profile) -> MemoryNeed:
     if facts.task != "text-generation" and profile.engine == "onnxruntime":
         overhead += attention_gb(facts, profile)
     build, disk = _build_need(facts, profile, weights)
-    start = (weights + kv) / profile.tp + (RUNTIME_BASE_GB if profile.device == "cpu" else overhead)
+    kv_start = 0.0 if profile.device == "cpu" else kv  # a CPU server commits the pool's pages as they fill
+    start = (weights + kv_start) / profile.tp + (RUNTIME_BASE_GB if profile.device == "cpu" else overhead)
     return MemoryNeed(weights, kv, overhead, (weights + kv) / profile.tp + overhead, start, build, disk,
-                      _decode_read_bytes(facts, profile) / 1e9, window_kv)
+                      _decode_read_bytes(facts, profile) / 1e9, window_kv, tokens, kv_start)
 
 
 def attention_gb(facts: ModelFacts, profile: Profile) -> float:

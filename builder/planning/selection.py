@@ -143,7 +143,8 @@ def _explain(verdict: Verdict, task: Task, mode: str, asked: dict[str, str | Non
     need = verdict.need
     lines.append(f"memory: needs {verdict.needs_gb:g} GB {where} (weights {need.weights_gb:.1f}, "
                  f"KV cache {need.kv_cache_gb:.1f}, headroom {need.overhead_gb:.1f}); {need.start_gb:.1f} GB held from "
-                 "start" + (", the KV cache of max_batch sequences reserved then" if need.kv_cache_gb else ""))
+                 "start" + ((", the KV cache of max_batch sequences reserved then" if need.kv_start_gb else
+                             ", the KV pool's pages committed as sequences fill them") if need.kv_cache_gb else ""))
     lines.append(f"build: needs {need.build_gb:.1f} GB of RAM and {need.build_disk_gb:.1f} GB of disk on the "
                  "build host (the checkpoint's download included)")
     return lines

@@ -16,6 +16,7 @@ from runtimes.bundle.codec import ContractError, bounds, check_format, decode, e
 ENGINE_FILE = "engine.json"
 ENGINE_FORMAT = 1
 DEFAULT_MAX_BATCH = 32  # sequences per engine call (decoders: KV cache slots); the profiles' default
+KV_BLOCK_TOKENS = 16  # a decoder's KV pool counts, and its prefix cache reuses, blocks of this many (vLLM's default)
 Task = Literal["embedding", "rerank", "text-generation"]
 # The tasks the encoder engine serves: one batched pass a request, no KV cache (runtimes/engines/encoder.py).
 ENCODER_TASKS: frozenset[str] = frozenset({"embedding", "rerank"})

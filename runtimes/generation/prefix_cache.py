@@ -22,9 +22,10 @@ from typing import Protocol
 
 import numpy as np
 
+from runtimes.bundle.engine import KV_BLOCK_TOKENS
 from runtimes.metrics import Metrics
 
-BLOCK = 16  # tokens: the reuse granularity, as vLLM's default block (llama.cpp reuses per token)
+BLOCK = KV_BLOCK_TOKENS  # the reuse granularity (llama.cpp reuses per token)
 
 
 class SlotCache(Protocol):

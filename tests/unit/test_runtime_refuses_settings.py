@@ -24,6 +24,8 @@ def _start(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(("env", "line"), [
     ({"NIM_SERVER_PORT": "99999"}, "mbuild runtime: NIM_SERVER_PORT (read as MBUILD_PORT)=99999 is outside 1..65535"),
     ({"MBUILD_API_KEY": ""}, "mbuild runtime: MBUILD_API_KEY is set but empty"),
+    ({"MBUILD_KV_CACHE_MB": "-1"}, "mbuild runtime: MBUILD_KV_CACHE_MB=-1 is outside 0..16777216"),
+    ({"MBUILD_KV_CACHE_MB": "1.5GB"}, "mbuild runtime: MBUILD_KV_CACHE_MB='1.5GB' is not an integer"),
 ])
 def test_a_setting_it_cannot_honour_exits_3_with_one_line(tmp_path: Path, env: dict[str, str], line: str) -> None:
     result = _start(tmp_path, **env)
