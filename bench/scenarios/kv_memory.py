@@ -1,19 +1,20 @@
 """What a language-model server holds in memory, ready and under a burst, beside llama.cpp's server on the same weights.
 
-The llm_peer shape (a random ~100M Llama on the Llama SPM vocabulary), 16 slots of 2,048 tokens on every server:
-`mbuild serve` (MBUILD_MAX_BATCH=16, MBUILD_THREADS=1) and llama-server (`--parallel 16 -c 32768`, its default f16
-KV cache), each alone on the server core, one after another. Per arm: the RSS of the server's process tree once it
-is ready (its health route answers, then a 3 s settle), and its peak, sampled every 50 ms, through two bursts of 16
-streamed completions sent at once, 64 new tokens each (ignore_eos): short prompts of 64 tokens, then long ones of
-1,000 (17,024 tokens in all: more than a quarter pool holds at once, so there it queues and preempts); the requests
-not answered in full are counted. mbuild arms: fp32 (what `mbuild package` picks for this model: its int8 fails the
-gate on random weights), int8 (the CPU profiles' first choice, served past its gate), and int8 with a KV pool of a
-quarter of 16 x 2,048 tokens (MBUILD_KV_CACHE_MB), which must still serve the 16 at once. llama.cpp arms: its f32
-and q8_0 GGUFs.
+An llm_peer shape (a random ~100M Llama on the Llama SPM vocabulary, or with `--shape 1b` Llama-3.2-1B's shape), 16
+slots of 2,048 tokens on every server: `mbuild serve` (MBUILD_MAX_BATCH=16, MBUILD_THREADS=1) and llama-server
+(`--parallel 16 -c 32768`, its default f16 KV cache), each alone on the server core, one after another. Per arm:
+the RSS of the server's process tree once it is ready (its health route answers, then a 3 s settle), and its peak,
+sampled every 50 ms, through two bursts of 16 streamed completions sent at once, 64 new tokens each (ignore_eos):
+short prompts of 64 tokens, then long ones of 1,000 (17,024 tokens in all: more than a quarter pool holds at once,
+so there it queues and preempts); the requests not answered in full are counted. mbuild arms: fp32 (what `mbuild
+package` picks for this model: its int8 fails the gate on random weights), int8 (the CPU profiles' first choice,
+served past its gate), and int8 with a KV pool of a quarter of 16 x 2,048 tokens (MBUILD_KV_CACHE_MB), which must
+still serve the 16 at once. llama.cpp arms: its f32 and q8_0 GGUFs.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import threading
@@ -30,7 +31,7 @@ import psutil
 from bench.lib import llamacpp
 from bench.lib.harness import OUT, machine, work_folder, write
 from bench.lib.llm_client import stream_one
-from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY, make_llama_spm
+from bench.lib.llm_models import LLAMA_1B, LLAMA_100M, LLAMA_TINY, make_llama_spm
 from bench.lib.llm_peer_checks import PROMPT_TOKENS, Texts
 from bench.lib.mbuild import build_or_engine
 from bench.lib.rss import tree_memory
@@ -38,6 +39,7 @@ from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name
 from runtimes.bundle.engine import KV_BLOCK_TOKENS
 
 SLOTS, CONTEXT, NEW, LONG_PROMPT = 16, 2048, 64, 1000
+SHAPES: dict[str, dict[str, Any]] = {"100m": LLAMA_100M, "1b": LLAMA_1B}
 SETTLE_S, SAMPLE_S = 3.0, 0.05
 MB = 1 << 20
 
@@ -144,18 +146,27 @@ def _markdown(results: dict[str, Any], doc: str, quick: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(repeats: int = 1, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
-    """`python -m bench kv_memory` (one pass: memory is not a rate; --repeats is not used)."""
-    work = work or work_folder("kv_memory", quick)
+def parse_options(argv: list[str]) -> dict[str, Any]:
+    """This scenario's own options, after `python -m bench kv_memory`."""
+    parser = argparse.ArgumentParser(prog="python -m bench kv_memory")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="100m",
+                        help="llm_peer's model shape (default: %(default)s); another reports to kv_memory-SHAPE.md")
+    return {"shape": parser.parse_args(argv).shape}
+
+
+def main(repeats: int = 1, quick: bool = False, out: Path = OUT, work: Path | None = None, shape: str = "100m"
+         ) -> Path:
+    """`python -m bench kv_memory [--shape 100m|1b]` (one pass: memory is not a rate; --repeats is not used)."""
+    work = work or work_folder(f"kv_memory-{shape}", quick)
     llamacpp.ensure_source()
     peer = llamacpp.peer(quick)
-    model = make_llama_spm(work / "llama-spm", LLAMA_TINY if quick else LLAMA_100M, llamacpp.SPM_VOCAB)
+    model = make_llama_spm(work / "llama-spm", LLAMA_TINY if quick else SHAPES[shape], llamacpp.SPM_VOCAB)
     files = llamacpp.ggufs(llamacpp.spm_ready(model), work / "gguf", kinds=("f32", "q8_0")) if peer else {}
     texts = Texts(model)
     long = 100 if quick else LONG_PROMPT
     bursts = {"short": [texts.text(PROMPT_TOKENS, seed) for seed in range(SLOTS)],
               "long": [texts.text(long, 100 + seed) for seed in range(SLOTS)]}
-    results: dict[str, Any] = {"machine": machine(), "slots": SLOTS, "context": CONTEXT, "arms": {},
+    results: dict[str, Any] = {"machine": machine(), "shape": shape, "slots": SLOTS, "context": CONTEXT, "arms": {},
                                "long_prompt": 100 if quick else LONG_PROMPT}
     client, servers = split_cores()
     core = {min(servers)}
@@ -184,6 +195,6 @@ def main(repeats: int = 1, quick: bool = False, out: Path = OUT, work: Path | No
                 results["arms"][name] = {"error": str(exc).splitlines()[0][:300]}
             print(f"  {name}: {results['arms'][name]}")
     markdown = _markdown(results, __doc__ or "", quick)
-    path = write("kv_memory", results, markdown, out)
+    path = write("kv_memory" if shape == "100m" else f"kv_memory-{shape}", results, markdown, out)
     print(markdown)
     return path

@@ -8,12 +8,16 @@ one per-tensor scale (`k_quant_type`/`v_quant_type`, `kv_cache_bit_width` 8, int
 quantized symmetrically with scales from its own range (as a build would calibrate them); the error column is the
 attention output's largest difference from the fp32 cache's. Shapes: the ~100M Llama of llm_peer (10 heads, 5 KV
 heads of 64) and Llama-3.1-8B's attention (32 heads, 8 KV heads of 128). Median of 30 calls after 3 warm-ups.
-This is the attention alone; a whole decode step adds the layers' matmuls (docs/benchmarks/llm_context.md).
+Then whole decode steps: the runtime's DecoderEngine on mbuild's int8 build of the ~100M Llama (llm_peer's random
+weights), its fp32 cache against the same engine with an int8 cache (builder/engine/kv_cache_quant.py), B
+sequences at C cached positions decoding one token each, one thread, the arms' rounds interleaved (--repeats).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,10 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from bench.lib.harness import OUT, machine, write
+from bench.lib import decode_steps, llamacpp
+from bench.lib.harness import OUT, interleave, machine, work_folder, write
+from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY, make_llama_spm
+from bench.lib.mbuild import build_or_engine
 from bench.lib.servers import pinned, split_cores
 
 SHAPES = {"100m": (10, 5, 64), "8b": (32, 8, 128)}  # heads, KV heads, head dim
@@ -31,6 +38,7 @@ ARMS = {"fp32": (TensorProto.FLOAT, None, 32), "int8 per-channel": (TensorProto.
         "int8 per-tensor": (TensorProto.INT8, "PER_TENSOR", 8),
         "int4 per-channel": (TensorProto.UINT8, "PER_CHANNEL", 4)}
 CALLS = 30
+STEP_BATCHES, STEP_CONTEXTS = (1, 16), (128, 512, 1024, 2047)
 
 
 def _model(shape: tuple[int, int, int], batch: int, length: int, arm: str) -> bytes:
@@ -132,16 +140,50 @@ def _markdown(results: dict[str, Any], doc: str, quick: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(repeats: int = 1, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
-    """`python -m bench kv_quant`: one sweep (each cell is already a median of CALLS calls)."""
+def _steps(work: Path, quick: bool, repeats: int) -> dict[str, Any]:
+    """Whole decode steps, fp32 cache against int8 cache, per (batch, context): median ms over the rounds."""
+    model = make_llama_spm(work / "llama-spm", LLAMA_TINY if quick else LLAMA_100M, llamacpp.SPM_VOCAB)
+    built, _ = build_or_engine(model, work, "int8")  # a gate failed on random weights: timed anyway
+    if isinstance(built, str):
+        return {"error": f"the int8 engine did not build: {built[:300]}"}
+    batches, contexts = ((1, 2), (64,)) if quick else (STEP_BATCHES, STEP_CONTEXTS)
+    engines = {"fp32 cache": decode_steps.engine(built / "model", max(batches)),
+               "int8 cache": decode_steps.int8_cache_engine(built / "model", work / f"{built.name}-int8-cache",
+                                                            max(batches))}
+    cases: list[tuple[str, Callable[[], float]]] = [(f"{arm} b{b} ctx{c}", partial(decode_steps.step_ms, e, b, c))
+             for arm, e in engines.items() for b in batches for c in contexts]
+    series = interleave(cases, repeats)
+    return {"build": str(built), "batches": list(batches), "contexts": list(contexts),
+            "ms": {name: s.median for name, s in series.items()}}
+
+
+def _steps_markdown(steps: dict[str, Any]) -> list[str]:
+    if "error" in steps:
+        return ["", f"Whole decode steps: {steps['error']}"]
+    lines = ["", "## Whole decode steps, the int8 build of the ~100M Llama", "",
+             "| batch | context | fp32 cache ms | int8 cache ms | int8 / fp32 |",
+             "| ---: | ---: | ---: | ---: | ---: |"]
+    for b in steps["batches"]:
+        for c in steps["contexts"]:
+            fp32, int8 = steps["ms"][f"fp32 cache b{b} ctx{c}"], steps["ms"][f"int8 cache b{b} ctx{c}"]
+            lines.append(f"| {b} | {c} | {fp32:.2f} | {int8:.2f} | {int8 / fp32:.2f}x |")
+    return lines
+
+
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None) -> Path:
+    """`python -m bench kv_quant`: the attention sweep (each cell a median of CALLS calls), then the whole steps'
+    rounds."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     results: dict[str, Any] = {"machine": machine(), "onnxruntime": ort.__version__, "shapes": {}}
+    work = work or work_folder("kv_quant", quick)
+    llamacpp.ensure_source()  # the Llama SPM vocabulary the model is made with
     with pinned({min(split_cores()[1])}):
         for key, shape in (list(SHAPES.items())[:1] if quick else SHAPES.items()):
             results["shapes"][key] = {f"{b} x {c}": _case(shape, b, c, options)
                                       for b, c in (QUICK_CASES if quick else CASES)}
-    markdown = _markdown(results, __doc__ or "", quick)
+        results["steps"] = _steps(work, quick, 1 if quick else repeats)
+    markdown = _markdown(results, __doc__ or "", quick) + "\n".join(_steps_markdown(results["steps"])) + "\n"
     path = write("kv_quant", results, markdown, out)
     print(markdown)
     return path

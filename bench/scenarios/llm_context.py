@@ -5,6 +5,8 @@ mbuild's arms run the runtime's own DecoderEngine, one intra-op thread, pinned t
   fp32 / int8   the engines `mbuild package --precision fp32` and `--precision int8` (int8 is the default CPU
                 precision) build: ONNX Runtime graphs with GroupQueryAttention, past and present bound to one
                 buffer per slot, so a step writes one position per sequence
+  int8, int8 cache  the int8 engine with an 8-bit KV cache (builder/engine/kv_cache_quant.py: scales calibrated on
+                its own fp32 cache for random token ids, the graph told to keep int8 keys and values)
   grown cache   (~100M only) the fp32 graph mbuild gives TensorRT (past in, past + 1 out, as the engine worked
                 before), run on ONNX Runtime through the same slots: every step copies each sequence's cache
 Each mbuild row holds `context` cached positions (their values do not matter for timing) and decodes one token.
@@ -21,26 +23,22 @@ ONNX Runtime's CPU GroupQueryAttention runs an f16 cache slower than an fp32 one
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from bench.lib import llamacpp
+from bench.lib import decode_steps, llamacpp
 from bench.lib.harness import OUT, Series, interleave, machine, read_rate_gbs, work_folder, write
 from bench.lib.llm_models import LLAMA_1B, LLAMA_100M, LLAMA_TINY, make_llama_spm
 from bench.lib.mbuild import build_or_engine
 from builder.engine.compile_ort import optimize
 from builder.engine.export_decoder import export_decoder_tensorrt
-from runtimes.bundle import Batching, load_engine_config
+from runtimes.bundle import Batching
 from runtimes.engines.decoder import DecoderEngine
 
 CONTEXTS = (128, 512, 1024, 2047)  # cached positions; the step's token is the next one (2048 at most)
 BATCHES = (1, 8)
-STEPS = 10
 TG = 16  # llama-batched-bench's decode steps per row
 SHAPES: dict[str, tuple[str, dict[str, Any]]] = {"100m": ("random ~100M Llama", LLAMA_100M),
                                                "1b": ("random Llama-3.2-1B-shaped", LLAMA_1B),
@@ -57,7 +55,7 @@ def _cache_bytes(shape: dict[str, Any], batch: int, context: int, element: int) 
 
 
 def _engine(folder: Path) -> DecoderEngine:
-    return DecoderEngine(folder, load_engine_config(folder), threads=1, slots=max(BATCHES))
+    return decode_steps.engine(folder, max(BATCHES))
 
 
 def _grown_cache_engine(model: Path, out: Path) -> DecoderEngine:
@@ -68,18 +66,6 @@ def _grown_cache_engine(model: Path, out: Path) -> DecoderEngine:
     return DecoderEngine(out / "engine", config, threads=1)
 
 
-def _step_ms(engine: DecoderEngine, batch: int, context: int) -> float:
-    tokens = np.full((batch, 1), 5, np.int64)
-    times = []
-    for _ in range(STEPS + 2):
-        engine.lengths[:] = 0
-        engine.lengths[:batch] = context
-        started = time.perf_counter()
-        engine.run(0, tokens)
-        times.append(time.perf_counter() - started)
-    return float(np.median(times[2:]) * 1000)
-
-
 def _measure_shape(key: str, work: Path, repeats: int, peer: bool) -> dict[str, Series]:
     title, shape = SHAPES[key]
     model = make_llama_spm(work / f"llama-{key}-spm", shape, llamacpp.SPM_VOCAB)
@@ -88,10 +74,14 @@ def _measure_shape(key: str, work: Path, repeats: int, peer: bool) -> dict[str, 
         built, _ = build_or_engine(model, work, precision)  # a gate failed on random weights: timed anyway
         if isinstance(built, Path):
             engines[f"mbuild {precision}"] = _engine(built / "model")
+            if precision == "int8":
+                cached = work / f"{built.name}-int8-cache"
+                engines["mbuild int8, int8 cache"] = decode_steps.int8_cache_engine(built / "model", cached,
+                                                                                   max(BATCHES))
     if key != "1b":
         engines["mbuild fp32 grown cache"] = _grown_cache_engine(model, work / "grown-cache")
     cases: list[tuple[str, Callable[[], float]]] = [
-        (f"{name} b{batch} ctx{context}", partial(_step_ms, engine, batch, context))
+        (f"{name} b{batch} ctx{context}", partial(decode_steps.step_ms, engine, batch, context))
         for name, engine in engines.items() for batch in BATCHES for context in CONTEXTS]
     print(f"{title}: {', '.join(engines)}" + (f"; then llama.cpp {', '.join(PEER)}" if peer else ""))
     results = interleave(cases, repeats)
@@ -128,7 +118,8 @@ def _floor_rows(key: str, series: dict[str, Series], names: list[str], rate: flo
     shape, short, long = SHAPES[key][1], CONTEXTS[0], CONTEXTS[-1]
     rows = []
     for name in (n for n in names if "grown" not in n):  # the grown-cache arm copies; its floor is not the read
-        element = 2 if name.startswith("llama.cpp") else 4  # llama.cpp's default cache is f16, mbuild's fp32
+        # llama.cpp's default cache is f16, mbuild's fp32 unless the arm keeps an int8 one
+        element = 2 if name.startswith("llama.cpp") else 1 if name.endswith("int8 cache") else 4
         for batch in BATCHES:
             first, last = series[f"{name} b{batch} ctx{short}"].median, series[f"{name} b{batch} ctx{long}"].median
             added = _cache_bytes(shape, batch, long, element) - _cache_bytes(shape, batch, short, element)

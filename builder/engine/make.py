@@ -15,7 +15,7 @@ from builder.progress import Reporter
 from runtimes.bundle import EngineConfig
 from runtimes.bundle.codec import write_contract
 from runtimes.bundle.engine import ENGINE_FILE, OrtBuild
-from runtimes.bundle.report import REPORT_FILE, GateReport
+from runtimes.bundle.report import REPORT_FILE, DecoderReport, GateReport
 
 
 @dataclass(frozen=True)
@@ -99,5 +99,10 @@ def make_engine(plan: BuildPlan, snapshot: Path, work: Path, engine_dir: Path, b
     gate = load_stage(stages.gate, "validating against the PyTorch reference")
     with reporter.stage("validate", stages.validating):
         report: GateReport = gate.run_gate(snapshot, engine_dir, plan.profile.tolerance, build_dir / REPORT_FILE)
+    if built and isinstance(report, DecoderReport) and ort_options(plan.profile.engine_options).kv_cache == "int8":
+        quant = load_stage("builder.engine.kv_cache_quant", "an int8 KV cache")
+        with reporter.stage("validate", "the same engine with an int8 KV cache, calibrated and gated"):
+            report = quant.int8_cache_gate(snapshot, engine_dir, plan.profile.tolerance, build_dir / REPORT_FILE,
+                                           report)
     shutil.copy2(build_dir / REPORT_FILE, engine_dir / REPORT_FILE)
     return report

@@ -95,8 +95,8 @@ def _compare(engine: list[np.ndarray], reference: list[np.ndarray]) -> dict[str,
 
 
 def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_path: Path) -> DecoderReport:
-    # The gate's sequences are short: a small context keeps its KV cache small (each slot in use commits its
-    # whole context; an 8B model's is 1 GB a slot at 4096 tokens).
+    # The gate's sequences are short: a small context keeps the KV cache's reservation small (its pages are
+    # committed as positions are written, but an 8B model's slot reserves 1 GB of address space at 4096 tokens).
     config = dataclasses.replace(load_engine_config(engine_dir), max_seq_length=GATE_CONTEXT)
     settings = dataclasses.replace(Settings.from_env({}), model_dir=engine_dir, max_batch=max(len(PROMPTS), 1))
     started = time.perf_counter()  # the load as the image does it: deploy sizes its startup probe from this

@@ -26,6 +26,9 @@ class OrtOptions(_Options):
     reduce_range: bool = False  # dynamic int8: 7-bit weights, for CPUs without VNNI that saturate otherwise
     block_size: Literal[16, 32, 64, 128, 256] = 32  # blocks: weights per block, the sizes ORT's packer takes
     accuracy_level: int | None = Field(None, ge=0, le=4)  # int8/int4 language models: MatMulNBits compute type
+    # Language models' KV cache: int8 is calibrated at build time (builder/engine/kv_cache_quant.py) and gated; a
+    # build whose int8 cache fails the gate fails, since the plan sized the pool for it
+    kv_cache: Literal["fp32", "int8"] = "fp32"
 
     def block_bits(self, precision: str) -> int | None:
         """Bits of a language model's MatMulNBits weights at `precision`; None: fp32, or int8 kept dynamic."""

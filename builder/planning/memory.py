@@ -72,8 +72,8 @@ class MemoryNeed:
 
 
 def kv_bytes_per_value(profile: Profile) -> float:
-    if profile.device == "cpu":
-        return 4.0  # ONNX Runtime keeps the CPU KV cache in fp32
+    if profile.device == "cpu":  # ONNX Runtime's CPU cache: fp32, or int8 where the profile asks
+        return 1.0 if ort_options(profile.engine_options).kv_cache == "int8" else 4.0
     return 1.0 if profile.engine == "tensorrt" and trt_options(profile.engine_options).kv_cache == "fp8" else 2.0
 
 

@@ -110,6 +110,15 @@ class RerankReport(_Gate):
         return f"passed={self.passed} max_score_error={self.max_score_error:.6f}"
 
 
+@dataclass(frozen=True)
+class CacheCheck:
+    """The gate's numbers for the same engine with an fp32 KV cache, beside one that keeps it in int8."""
+
+    greedy_equal: int
+    top1_agreement: float
+    max_logit_error: float
+
+
 @dataclass(frozen=True, kw_only=True)
 class DecoderReport(_Gate):
     """Greedy decode against transformers, then the logits along the engine's tokens (teacher-forced)."""
@@ -124,6 +133,8 @@ class DecoderReport(_Gate):
     max_logit_error: float
     mean_logit_error: float
     positions: int
+    kv_cache: Literal["fp32", "int8"] = "fp32"  # what the engine keeps its keys and values in
+    fp32_cache: CacheCheck | None = None  # an int8 cache's engine: the same gate with the fp32 cache
 
     @property
     def label(self) -> str:

@@ -47,7 +47,8 @@ class DecoderEngine:
                               f"{sorted(expected)}")
         self.present = [name.replace("past", "present") for name in self.past]
         kv_type = next(i.type for i in self.session.get_inputs() if i.name == self.past[0])
-        self.kv_dtype = np.dtype(np.float16 if kv_type == "tensor(float16)" else np.float32)
+        # an 8-bit cache (builder/engine/kv_cache_quant.py) is int8 in and out; the graph holds its scales
+        self.kv_dtype = np.dtype({"tensor(float16)": np.float16, "tensor(int8)": np.int8}.get(kv_type, np.float32))
         self._bindings: dict[tuple[int, int], Any] = {}
         shape = (self.slots, self.kv_heads, self.context, self.head_dim)
         self._buffers = [KvBuffer(shape, self.kv_dtype) for _ in self.past]

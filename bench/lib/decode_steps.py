@@ -1,0 +1,46 @@
+"""Decode steps of the runtime's DecoderEngine timed at a given cached context, and the int8-cache engine of a
+build (builder/engine/kv_cache_quant.py), shared by `bench llm_context` and `bench kv_quant`."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from builder.engine.kv_cache_quant import calibrate, quantize_graph
+from runtimes.bundle import load_engine_config
+from runtimes.engines.decoder import DecoderEngine
+
+STEPS = 10
+
+
+def engine(folder: Path, slots: int) -> DecoderEngine:
+    return DecoderEngine(folder, load_engine_config(folder), threads=1, slots=slots)
+
+
+def int8_cache_engine(built: Path, out: Path, slots: int) -> DecoderEngine:
+    """The build's engine copied to `out` with an 8-bit cache, calibrated on seeded random ids (timing needs no
+    text; made once)."""
+    if not (out / "model.onnx").is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(built, out)
+        vocab = load_engine_config(out).decoder.vocab_size
+        ids = np.random.default_rng(0).integers(0, vocab, (4, 256)).tolist()
+        quantize_graph(out / "model.onnx", calibrate(out, ids, threads=1))
+    return engine(out, slots)
+
+
+def step_ms(decoder: DecoderEngine, batch: int, context: int) -> float:
+    """Median ms of one decode token in each of `batch` slots holding `context` positions (their values do not
+    matter for timing), after two warm-up steps."""
+    tokens = np.full((batch, 1), 5, np.int64)
+    times = []
+    for _ in range(STEPS + 2):
+        decoder.lengths[:] = 0
+        decoder.lengths[:batch] = context
+        started = time.perf_counter()
+        decoder.run(0, tokens)
+        times.append(time.perf_counter() - started)
+    return float(np.median(times[2:]) * 1000)
