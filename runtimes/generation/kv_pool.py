@@ -8,7 +8,7 @@ the process holds the pool's used blocks, not its size, and never more than its 
 
 Making room takes, in order: pages past each slot's length (a free slot's all: kept warm for its next sequence until
 then), then the prefix cache's least recently used entries. What it cannot find there the scheduler takes from the
-youngest sequence (batch.py: it is preempted and recomputed later) or waits for.
+youngest sequence (preemption.py: it is preempted and recomputed later) or waits for.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def blocks(tokens: int) -> int:
 
 class KvPool:
     def __init__(self, engine: PoolEngine, prefix: PrefixCache, context: int, capacity_bytes: int = 0) -> None:
-        """capacity_bytes 0: every slot's whole context; never less than one block."""
+        """capacity_bytes 0: every slot's whole context, which is also the most a larger size gets (the slots could
+        use no more); never less than one block."""
         self.engine, self.prefix, self.slots = engine, prefix, len(engine.lengths)
         whole = self.slots * blocks(context)
         per_block = BLOCK * engine.bytes_per_token
