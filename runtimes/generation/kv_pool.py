@@ -42,12 +42,14 @@ def blocks(tokens: int) -> int:
 
 class KvPool:
     def __init__(self, engine: PoolEngine, prefix: PrefixCache, context: int, capacity_bytes: int = 0) -> None:
-        """capacity_bytes 0: every slot's whole context, which is also the most a larger size gets (the slots could
-        use no more); never less than one block."""
+        """capacity_bytes 0: every slot's whole context, where the prefix cache's entries take what the slots leave;
+        a larger size gives them room of their own, up to the prefix cache's cap (no more could be used); never less
+        than one block."""
         self.engine, self.prefix, self.slots = engine, prefix, len(engine.lengths)
-        whole = self.slots * blocks(context)
         per_block = BLOCK * engine.bytes_per_token
-        self.total = max(1, min(whole, capacity_bytes // per_block)) if capacity_bytes else whole
+        whole = self.slots * blocks(context)
+        most = whole + prefix.capacity // per_block
+        self.total = max(1, min(most, capacity_bytes // per_block)) if capacity_bytes else whole
         self.reserved = np.zeros(self.slots, np.int64)  # per slot, the positions it was admitted to fill
 
     @property

@@ -103,3 +103,14 @@ def test_a_prompt_the_pool_can_never_hold_is_refused_and_a_lone_sequence_that_fi
         made, finish = tokens_and_finish(seen[lone.id])
         assert finish == "length" and made == expected([2] * 10, len(made)) and len(made) == 3 * BLOCK - 10 + 1
     asyncio.run(go())
+
+
+def test_a_pool_past_every_slot_s_context_gives_the_prefix_cache_room_of_its_own_up_to_its_cap() -> None:
+    def total(asked_blocks: int, prefix_blocks: int) -> int:
+        scheduler = make(FakeEngine(slots=4), max_batch=4, context=4 * BLOCK, kv_cache_bytes=asked_blocks * BLOCK_BYTES,
+                         prefix_cache_bytes=prefix_blocks * BLOCK_BYTES)
+        return scheduler.pool.total
+
+    assert total(0, 3) == 16  # the default: every slot's whole context, the prefix entries within it
+    assert total(18, 3) == 18 and total(1000, 3) == 19 and total(1000, 0) == 16  # no more than could be used
+    assert total(5, 3) == 5
