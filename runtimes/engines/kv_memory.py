@@ -9,7 +9,9 @@ an implementation for PagedAttention(1)"; its schema takes fp16 and bf16 only), 
 unit of account (runtimes/generation/kv_pool.py), and this is the memory behind them.
 
 Transparent huge pages are turned off for these mappings: with THP on ("always" on common hosts), the first token a
-head wrote committed a 2 MB page, so a one-token sequence held 40 MB of a 100M model's fp32 cache (measured here).
+head wrote committed a 2 MB page (measured on one attention node: 16 tokens in each of 2 slots committed 42 MB, 2 MB
+for each of 5 heads, 2 slots, keys and values), so on the ~100M Llama's 512 KB head ranges a slot's first token would
+commit its whole context (test_decoder_graph holds a slot to the pages it writes).
 """
 
 from __future__ import annotations
