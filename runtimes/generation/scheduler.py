@@ -52,6 +52,7 @@ class Scheduler:
         self.max_batch, self.max_queue, self.context, self.vocab = max_batch, max_queue, context, vocab
         self.prefix = PrefixCache(prefix_cache_bytes)
         self.pool = KvPool(engine, self.prefix, context, kv_cache_bytes)
+        self._describe_pool(kv_cache_bytes, context)
         self.metrics = metrics
         self.waiting: collections.deque[Request] = collections.deque()
         self._ready = threading.Condition()
@@ -71,6 +72,19 @@ class Scheduler:
         metrics.describe("spec_decode_accepted_per_position_total", "Draft tokens accepted, by their position")
         metrics.describe("preemptions_total", "Sequences that gave their KV blocks up for an older one's (recomputed)")
         metrics.inc("preemptions_total", 0)  # read as a rate: present from the start
+
+    def _describe_pool(self, asked: int, context: int) -> None:
+        """The pool at start, in the log; a size that is capped, or too small for one whole sequence, said so."""
+        pool = self.pool
+        log.info("KV pool: %d tokens in %d blocks (%.0f MB)", pool.capacity_tokens, pool.total,
+                 pool.capacity_bytes / (1 << 20))
+        if asked > pool.capacity_bytes + pool.capacity_bytes // pool.total:
+            log.info("MBUILD_KV_CACHE_MB asks %.1f MB; the slots and the prefix cache can use no more than the pool's "
+                     "%.1f MB", asked / (1 << 20), pool.capacity_bytes / (1 << 20))
+        if pool.capacity_tokens < context:
+            log.warning("the KV pool holds %d tokens, less than one sequence's context (%d): a sequence that fills "
+                        "it alone ends early (finish_reason length); raise MBUILD_KV_CACHE_MB",
+                        pool.capacity_tokens, context)
 
     # --- the asyncio side -----------------------------------------------------------------
     def check(self, request: Request) -> None:

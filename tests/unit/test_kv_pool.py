@@ -92,9 +92,11 @@ def test_prefix_entries_give_their_blocks_up_before_a_prompt_waits() -> None:
     asyncio.run(go())
 
 
-def test_a_prompt_the_pool_can_never_hold_is_refused_and_a_lone_sequence_that_fills_it_ends_at_its_length() -> None:
+def test_a_prompt_the_pool_can_never_hold_is_refused_and_a_lone_sequence_that_fills_it_ends_at_its_length(
+        caplog: pytest.LogCaptureFixture) -> None:
     async def go() -> None:
         scheduler, _ = pooled(3, context=8 * BLOCK)  # 48 tokens
+        assert "less than one sequence's context (128): a sequence that fills it alone ends early" in caplog.text
         with pytest.raises(Inadmissible, match="MBUILD_KV_CACHE_MB"):
             scheduler.submit([request([1] * 48, max_tokens=4)])
         lone = request([2] * 10, max_tokens=100)
@@ -105,12 +107,16 @@ def test_a_prompt_the_pool_can_never_hold_is_refused_and_a_lone_sequence_that_fi
     asyncio.run(go())
 
 
-def test_a_pool_past_every_slot_s_context_gives_the_prefix_cache_room_of_its_own_up_to_its_cap() -> None:
+def test_a_pool_past_every_slot_s_context_gives_the_prefix_cache_room_of_its_own_up_to_its_cap(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", "mbuild.runtime")
     def total(asked_blocks: int, prefix_blocks: int) -> int:
         scheduler = make(FakeEngine(slots=4), max_batch=4, context=4 * BLOCK, kv_cache_bytes=asked_blocks * BLOCK_BYTES,
                          prefix_cache_bytes=prefix_blocks * BLOCK_BYTES)
         return scheduler.pool.total
 
     assert total(0, 3) == 16  # the default: every slot's whole context, the prefix entries within it
+    assert "can use no more" not in caplog.text
     assert total(18, 3) == 18 and total(1000, 3) == 19 and total(1000, 0) == 16  # no more than could be used
+    assert "MBUILD_KV_CACHE_MB asks 0.1 MB; the slots and the prefix cache can use no more" in caplog.text
     assert total(5, 3) == 5
