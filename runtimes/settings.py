@@ -83,7 +83,7 @@ class Settings:
     max_batch_delay_ms: float | None = None
     prefill_chunk: int = PREFILL_CHUNK
     prefix_cache_mb: int = 1024  # host memory for cached prompt prefixes (0: off)
-    kv_cache_mb: int = 0  # the KV pool (slots' caches and prefix entries); 0: every slot's whole context
+    kv_cache_mb: int = 0  # the KV pool (slots' caches and prefix entries); 0: the plan's (engine.json's batching)
     protect_metrics: bool = False
     access_log: bool = True
     tracing: bool = False

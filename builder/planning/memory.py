@@ -87,6 +87,19 @@ def kv_bytes_per_token(facts: ModelFacts, profile: Profile) -> float:
     return 2 * facts.layers * facts.kv_heads * facts.head_dim * kv_bytes_per_value(profile)
 
 
+def kv_pool_tokens(facts: ModelFacts, profile: Profile) -> int:
+    """The tokens the KV pool is planned to hold: every slot's whole context, in whole blocks."""
+    return profile.limits.max_batch * -(-served_context(facts, profile) // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+
+
+def kv_pool_bytes(facts: ModelFacts, profile: Profile) -> int:
+    """The KV pool's planned memory, engine.json's batching.kv_cache_bytes (0: not a language model). In bytes, not
+    tokens: an engine whose int8 cache failed its gate keeps fp32 in the same memory, a quarter of the tokens."""
+    if facts.task != "text-generation":
+        return 0
+    return int(kv_pool_tokens(facts, profile) * kv_bytes_per_token(facts, profile))
+
+
 def _param_bytes(facts: ModelFacts, profile: Profile) -> tuple[float, float | None]:
     """Bytes a linear layer's weight takes as the engine stores it, and a token table's (None: the same)."""
     per_param = PRECISIONS[profile.precision].bytes_per_param
@@ -128,7 +141,7 @@ def memory_need(facts: ModelFacts, profile: Profile) -> MemoryNeed:
     kv = window_kv = tokens = 0.0
     if facts.task == "text-generation":
         context = served_context(facts, profile)
-        tokens = float(profile.limits.max_batch * -(-context // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS)
+        tokens = float(kv_pool_tokens(facts, profile))
         per_layer = kv_bytes_per_token(facts, profile) / facts.layers * profile.limits.max_batch / 1e9
         kv = per_layer * facts.layers * context
         window = min(facts.sliding_window or context, context)

@@ -14,7 +14,7 @@ from builder.hashing import sha256_json, tree_digest
 from builder.model.catalog import ModelFacts, Task
 from builder.model.ref import ModelRef
 from builder.plan_record import PLAN_FORMAT, PlannedContent, PlannedLimits, PlannedModel, PlannedProfile, PlanRecord
-from builder.planning.memory import MemoryNeed
+from builder.planning.memory import MemoryNeed, kv_pool_bytes
 from builder.planning.profiles import Profile
 from builder.planning.target import Target
 from builder.resources import resource_dir, runtimes_dir
@@ -114,8 +114,9 @@ class BuildPlan:
 
     @property
     def batching(self) -> Batching:
-        """engine.json's batching: the profile's limits."""
-        return Batching(self.profile.limits.max_batch, self.profile.limits.max_batch_delay_ms)
+        """engine.json's batching: the profile's limits, and the KV pool's planned bytes."""
+        return Batching(self.profile.limits.max_batch, self.profile.limits.max_batch_delay_ms,
+                        kv_pool_bytes(self.facts, self.profile))
 
     def record(self) -> PlanRecord:
         """What `mbuild deploy` reads of a plan, at the same paths as in to_dict(): the image carries it as a

@@ -35,10 +35,13 @@ def attention_bytes(heads: int, length: int) -> float:
 
 @dataclass(frozen=True)
 class Batching:
-    """What the runtime batches by: the profile's limits."""
+    """What the runtime batches by: the profile's limits, and a language model's KV pool as the plan sized it."""
 
     max_batch: int = field(metadata=bounds(1, 4096))
     max_batch_delay_ms: float = field(metadata=bounds(0, 1000))
+    # The KV pool's bytes (builder/planning/memory.py kv_pool_bytes); MBUILD_KV_CACHE_MB overrides it. 0: every
+    # slot's whole context (an encoder, or an engine written before the plan recorded it).
+    kv_cache_bytes: int = field(default=0, metadata=bounds(0, 1 << 50))
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,8 @@ class RerankReport(_Gate):
 
 @dataclass(frozen=True)
 class CacheCheck:
-    """The gate's numbers for the same engine with an fp32 KV cache, beside one that keeps it in int8."""
+    """The gate's numbers for the same engine with the other KV cache: the fp32 one beside an int8 cache that
+    passed, or the int8 one that failed beside the fp32 cache the engine kept."""
 
     greedy_equal: int
     top1_agreement: float
@@ -135,6 +136,7 @@ class DecoderReport(_Gate):
     positions: int
     kv_cache: Literal["fp32", "int8"] = "fp32"  # what the engine keeps its keys and values in
     fp32_cache: CacheCheck | None = None  # an int8 cache's engine: the same gate with the fp32 cache
+    int8_cache: CacheCheck | None = None  # an engine whose int8 cache failed the gate (it kept fp32): that gate
 
     @property
     def label(self) -> str:

@@ -66,7 +66,8 @@ class GenerationRuntime:
                               prefix_cache_bytes=settings.prefix_cache_mb << 20 if engine.in_place else 0,
                               speculation=Speculation(method, settings.num_speculative_tokens,
                                                       settings.prompt_lookup_min, settings.prompt_lookup_max),
-                              draft=draft, kv_cache_bytes=settings.kv_cache_mb << 20)
+                              draft=draft,
+                              kv_cache_bytes=settings.kv_cache_mb << 20 or config.batching.kv_cache_bytes)
         tools = chosen_format(settings.tool_call_parser, template.source if template else None)
         harmony = None
         if template and detect_harmony(template.source):

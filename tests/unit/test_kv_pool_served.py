@@ -5,13 +5,17 @@ from their tokens on the graph. The metrics speak in the pool's terms, parsed as
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from runtimes.bundle import load_engine_config
-from runtimes.bundle.engine import KV_BLOCK_TOKENS
+from runtimes.bundle.codec import write_contract
+from runtimes.bundle.engine import ENGINE_FILE, KV_BLOCK_TOKENS
+from runtimes.engines.decoder import DecoderEngine
 from tests.unit.test_generation_service import serving
 
 PROMPTS = ["The quick brown fox jumps over the lazy dog.", "Hello, world! How are you today?",
@@ -27,20 +31,32 @@ def _answers(client: Any) -> list[list[str]]:
     return [c["logprobs"]["tokens"] for c in sorted(response.json()["choices"], key=lambda c: c["index"])]
 
 
-def test_sequences_that_outgrow_a_small_pool_come_back_as_with_the_whole_one(tiny_llm_build: Path) -> None:
-    model = tiny_llm_build / "model"
-    options = load_engine_config(model).decoder
-    per_token = 2 * options.layers * options.kv_heads * options.head_dim * 4
-    pool_tokens = (1 << 20) // per_token // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS  # MBUILD_KV_CACHE_MB=1
+def _metrics(client: Any) -> dict[str, float]:
+    return {s.name: s.value for f in text_string_to_metric_families(client.get("/metrics").text) for s in f.samples}
+
+
+def test_sequences_that_outgrow_a_small_pool_come_back_as_with_the_whole_one(tiny_llm_build: Path,
+                                                                             tmp_path: Path) -> None:
+    """The small pool is the plan's (engine.json's batching.kv_cache_bytes, as an fp32 cache that failed its int8
+    gate gets); MBUILD_KV_CACHE_MB set over it wins."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llm_build / "model", model)
+    config = load_engine_config(model)
+    per_token = DecoderEngine(model, config, threads=1, slots=1).bytes_per_token  # at its cache's type
+    pool_tokens = 2048
     assert pool_tokens < SLOTS * (NEW + 16), "the pool must be too small for the eight at once"
     with serving(model, served_name="tiny", max_batch=SLOTS) as client:
         whole = _answers(client)
-    with serving(model, served_name="tiny", max_batch=SLOTS, kv_cache_mb=1) as client:
+        assert _metrics(client)["mbuild_kv_cache_capacity_tokens"] >= SLOTS * (NEW + 16)
+    small = dataclasses.replace(config.batching, kv_cache_bytes=pool_tokens * per_token)
+    write_contract(model / ENGINE_FILE, config.with_batching(small))
+    with serving(model, served_name="tiny", max_batch=SLOTS) as client:
         pooled = _answers(client)
-        found = {s.name: s.value for f in text_string_to_metric_families(client.get("/metrics").text)
-                 for s in f.samples}
+        found = _metrics(client)
     assert pooled == whole and all(len(tokens) == NEW for tokens in pooled)
     assert found["mbuild_kv_cache_capacity_tokens"] == pool_tokens
     assert found["mbuild_kv_cache_blocks"] == pool_tokens // KV_BLOCK_TOKENS
     assert found["vllm:num_preemptions_total"] >= 1
     assert found["vllm:kv_cache_usage_perc"] <= 1.0
+    with serving(model, served_name="tiny", max_batch=SLOTS, kv_cache_mb=1) as client:
+        assert _metrics(client)["mbuild_kv_cache_capacity_tokens"] > pool_tokens  # the operator's size
