@@ -29,7 +29,7 @@ def config_of(alias: str) -> dict[str, Any]:
     return config
 
 
-def by_hand(config: dict[str, Any], batch: int, context: int, block: int) -> dict[str, float]:
+def by_hand(config: dict[str, Any], batch: int, context: int, block: int, kv_value: int) -> dict[str, float]:
     """GB, as docs/usage.md's worked example computes them."""
     h, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
     heads, kv_heads, head_dim = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
@@ -44,12 +44,12 @@ def by_hand(config: dict[str, Any], batch: int, context: int, block: int) -> dic
     active = layers * (attention + routed * expert + h * experts) + 2 * table
     int8 = 1 + 4 / block  # a byte a weight, an fp32 scale a block
     weights = (total - table) * int8 + table * (1 + 4 / 32)  # the gathered table: int8 blocks of 32
-    kv = 2 * layers * kv_heads * head_dim * 4 * context * batch  # K and V, fp32 on CPUs
+    kv = 2 * layers * kv_heads * head_dim * kv_value * context * batch  # K and V: int8 (1 B), or fp32 (4 B)
     stored_experts = layers * experts * expert if config.get("quantization_config") else 0
     return {"params": total / 1e9, "active": active / 1e9, "weights": weights / 1e9, "kv": kv / 1e9,
             "need": (weights + kv) / 1e9 + 1.0, "read": (active - table) * int8 / 1e9,  # 1.0: the CPU headroom
             "download": ((total - stored_experts) * 2 + stored_experts * MXFP4) / 1e9,
-            "kv_token": 2 * layers * kv_heads * head_dim * 4}
+            "kv_token": 2 * layers * kv_heads * head_dim * kv_value}
 
 
 @pytest.mark.parametrize("alias", ["qwen3-30b-a3b", "gpt-oss-20b"])
@@ -61,8 +61,9 @@ def test_the_plans_memory_is_what_the_config_gives_by_hand(alias: str, monkeypat
     plan = json.loads(CliRunner().invoke(cli, ["plan", alias, "--gpu", "cpu", "--json"]).output)
     profile = plan["profile"]["content"]
     assert plan["profile"]["name"] == "onnxruntime-cpu.vnni-int8-tp1-throughput"
+    assert profile["engine_options"]["kv_cache"] == "int8"  # a quantized CPU profile keeps an int8 KV cache
     want = by_hand(config_of(alias), profile["limits"]["max_batch"], profile["limits"]["context"],
-                   profile["engine_options"]["block_size"])
+                   profile["engine_options"]["block_size"], 1)
     memory = plan["memory"]
     assert memory["weights_gb"] == pytest.approx(want["weights"], abs=0.01)
     assert memory["kv_cache_gb"] == pytest.approx(want["kv"], abs=0.01)
