@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from builder.engine.kv_cache_quant import calibrate, quantize_graph
 from runtimes.bundle import load_engine_config
@@ -20,15 +21,29 @@ def engine(folder: Path, slots: int) -> DecoderEngine:
     return DecoderEngine(folder, load_engine_config(folder), threads=1, slots=slots)
 
 
+def cache_type(folder: Path) -> str:
+    """What an engine keeps keys and values in ("float32", "int8"): its graph's cache inputs say."""
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    kind = next(i.type.tensor_type.elem_type for i in graph.input if i.name.startswith("past_"))
+    return str(onnx.helper.tensor_dtype_to_np_dtype(kind))
+
+
+def give_int8_cache(folder: Path) -> None:
+    """Rewrite an engine folder in place to keep an 8-bit cache, calibrated on seeded random ids (timing needs no
+    text); one that keeps it already is left as it is."""
+    if cache_type(folder) == "int8":
+        return
+    vocab = load_engine_config(folder).decoder.vocab_size
+    ids = np.random.default_rng(0).integers(0, vocab, (4, 256)).tolist()
+    quantize_graph(folder / "model.onnx", calibrate(folder, ids, threads=1))
+
+
 def int8_cache_engine(built: Path, out: Path, slots: int) -> DecoderEngine:
-    """The build's engine copied to `out` with an 8-bit cache, calibrated on seeded random ids (timing needs no
-    text; made once)."""
+    """The build's engine copied to `out` with an 8-bit cache (made once)."""
     if not (out / "model.onnx").is_file():
         shutil.rmtree(out, ignore_errors=True)
         shutil.copytree(built, out)
-        vocab = load_engine_config(out).decoder.vocab_size
-        ids = np.random.default_rng(0).integers(0, vocab, (4, 256)).tolist()
-        quantize_graph(out / "model.onnx", calibrate(out, ids, threads=1))
+        give_int8_cache(out)
     return engine(out, slots)
 
 

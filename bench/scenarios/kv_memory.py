@@ -8,8 +8,9 @@ sampled every 50 ms, through two bursts of 16 streamed completions sent at once,
 short prompts of 64 tokens, then long ones of 1,000 (17,024 tokens in all: more than a quarter pool holds at once,
 so there it queues and preempts); the requests not answered in full are counted. mbuild arms: fp32 (what `mbuild
 package` picks for this model: its int8 fails the gate on random weights), int8 (the CPU profiles' first choice,
-served past its gate), and int8 with a KV pool of a quarter of 16 x 2,048 tokens (MBUILD_KV_CACHE_MB), which must
-still serve the 16 at once. llama.cpp arms: its f32 and q8_0 GGUFs.
+served past its gate, with the int8 KV cache a build that passes keeps: bench/lib/mbuild.py), and int8 with a KV
+pool of a quarter of 16 x 2,048 tokens (MBUILD_KV_CACHE_MB), which must still serve the 16 at once. llama.cpp
+arms: its f32 and q8_0 GGUFs.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import psutil
 
-from bench.lib import llamacpp
+from bench.lib import decode_steps, llamacpp
 from bench.lib.harness import OUT, machine, work_folder, write
 from bench.lib.llm_client import stream_one
 from bench.lib.llm_models import LLAMA_1B, LLAMA_100M, LLAMA_TINY, make_llama_spm
@@ -45,9 +47,10 @@ MB = 1 << 20
 
 
 def _per_token(build: Path) -> int:
-    """The engine's fp32 keys and values of one token, from its shape."""
+    """The engine's keys and values of one token, from its shape and its cache's type."""
     options = json.loads((build / "model" / "engine.json").read_text())["options"]
-    return int(2 * options["layers"] * options["kv_heads"] * options["head_dim"] * 4)
+    return int(2 * options["layers"] * options["kv_heads"] * options["head_dim"]
+               * np.dtype(decode_steps.cache_type(build / "model")).itemsize)
 
 
 def _pool_mb(build: Path) -> int:
@@ -132,13 +135,14 @@ def _markdown(results: dict[str, Any], doc: str, quick: bool) -> str:
                          f"{a['long']['peak_mb'] / b['long']['peak_mb']:.2f}x |")
     if results.get("pool_mb"):
         lines += ["", f"The pool arm: MBUILD_KV_CACHE_MB={results['pool_mb']} (a quarter of 16 x 2,048 tokens of "
-                  "its fp32 keys and values)."]
+                  "its keys and values)."]
     per_token = results.get("kv_bytes_per_token")
     if per_token:
         held = SLOTS * (results["long_prompt"] + NEW)
         cached = SLOTS * (results["long_prompt"] // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS)
         lines += ["", f"What the long burst holds: {held:,} tokens of keys and values, {held * per_token / MB:.0f} MB "
-                  f"at mbuild's fp32 ({per_token:,} B a token; llama.cpp's f16 cache takes half), and the prefix "
+                  f"in mbuild's {results.get('kv_cache_type', 'float32')} cache ({per_token:,} B a token; llama.cpp's "
+                  "f16 cache takes 2 B a value), and the prefix "
                   f"cache's copy of each prompt's whole blocks ({cached:,} tokens, {cached * per_token / MB:.0f} MB), "
                   "both inside the pool, which the quarter pool bounds: it preempted "
                   f"{arms.get('mbuild int8, pool 1/4', {}).get('preemptions', 0):.0f} sequences on the way (recomputed "
@@ -181,6 +185,7 @@ def main(repeats: int = 1, quick: bool = False, out: Path = OUT, work: Path | No
         arms[f"mbuild {precision}"] = (partial(_mbuild_command, build, flags), env, True)
         if precision == "int8":
             results["pool_mb"], results["kv_bytes_per_token"] = _pool_mb(build), _per_token(build)
+            results["kv_cache_type"] = decode_steps.cache_type(build / "model")
             arms["mbuild int8, pool 1/4"] = (arms["mbuild int8"][0],
                                              {**env, "MBUILD_KV_CACHE_MB": str(results["pool_mb"])}, True)
     for kind, gguf in files.items():

@@ -3,10 +3,12 @@
 The random Llamas of `bench llm_peer` (real Llama SPM tokenizer): the ~100M one and the Llama-3.2-1B-shaped one.
 mbuild's arms run the runtime's own DecoderEngine, one intra-op thread, pinned to one core:
   fp32 / int8   the engines `mbuild package --precision fp32` and `--precision int8` (int8 is the default CPU
-                precision) build: ONNX Runtime graphs with GroupQueryAttention, past and present bound to one
-                buffer per slot, so a step writes one position per sequence
-  int8, int8 cache  the int8 engine with an 8-bit KV cache (builder/engine/kv_cache_quant.py: scales calibrated on
-                its own fp32 cache for random token ids, the graph told to keep int8 keys and values)
+                precision) build, with their fp32 KV caches (what the int8 build gates first): ONNX Runtime graphs
+                with GroupQueryAttention, past and present bound to one buffer per slot, so a step writes one
+                position per sequence
+  int8, int8 cache  the int8 engine with an 8-bit KV cache, as the int8 profile ships it where its gate passes
+                (builder/engine/kv_cache_quant.py: scales calibrated on its own fp32 cache, here for random token
+                ids, the graph told to keep int8 keys and values)
   grown cache   (~100M only) the fp32 graph mbuild gives TensorRT (past in, past + 1 out, as the engine worked
                 before), run on ONNX Runtime through the same slots: every step copies each sequence's cache
 Each mbuild row holds `context` cached positions (their values do not matter for timing) and decodes one token.
@@ -71,7 +73,7 @@ def _measure_shape(key: str, work: Path, repeats: int, peer: bool) -> dict[str, 
     model = make_llama_spm(work / f"llama-{key}-spm", shape, llamacpp.SPM_VOCAB)
     engines: dict[str, DecoderEngine] = {}
     for precision in ("fp32", "int8"):
-        built, _ = build_or_engine(model, work, precision)  # a gate failed on random weights: timed anyway
+        built, _ = build_or_engine(model, work, precision, planned_cache=False)  # fp32 caches: a gate failed or not
         if isinstance(built, Path):
             engines[f"mbuild {precision}"] = _engine(built / "model")
             if precision == "int8":
