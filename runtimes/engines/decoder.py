@@ -181,9 +181,19 @@ class DecoderEngine:
         return [buffer[row, :, :count].copy() for buffer in self.cache]
 
     def write(self, row: int, blocks: list[np.ndarray], count: int) -> None:
-        """Fill a slot's first `count` positions from a prefix cache entry."""
+        """Fill a slot's first `count` positions from a prefix cache entry's copy."""
         for buffer, block in zip(self.cache, blocks, strict=True):
             buffer[row, :, :count] = block[:, :count]
+        self.keep(row, count)
+
+    def copy(self, source: int, row: int, count: int) -> None:
+        """Fill a slot's first `count` positions from another slot's (a prefix resident there)."""
+        for buffer in self.cache:
+            buffer[row, :, :count] = buffer[source, :, :count]
+        self.keep(row, count)
+
+    def keep(self, row: int, count: int) -> None:
+        """The slot holds its first `count` positions as they are (a prefix left in it, or just written)."""
         self.lengths[row] = count
         self.written[row] = max(self.written[row], count)
 

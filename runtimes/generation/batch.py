@@ -2,7 +2,8 @@
 
 plan_step() returns a StepPlan under one token budget: every running sequence's decode token or verify row first
 (never stalled by prompts), then prompt chunks in what is left, the prompts already filling first, then new ones
-in free slots, each new one taking what the prefix cache holds of it. A slot keeps its id from a sequence's first
+in free slots, each new one taking what the prefix cache holds of it (in place, in the slot its prefix was left in,
+when there is one). A slot keeps its id from a sequence's first
 prompt token to its end; nothing moves when one ends. A sequence whose reader has fallen MAX_UNREAD events behind
 (a client that stopped reading) gets no work until it reads: it holds its slot, not more memory.
 
@@ -156,10 +157,16 @@ class Batch:
         return SlotPlan(row.slot, row.request.id, "prefill", piece, len(piece) if each is not None else int(last))
 
     def _start(self) -> Row | None:
-        """The next waiting request in the lowest free slot, with what the prefix cache has of its prompt, when the
-        pool holds its whole prompt (else it waits, first in the queue)."""
-        slot = self.slots.index(None)
-        while (request := self.take(lambda r: self.pool.make_room(slot, len(r.prompt) + 1))) is not None:
+        """The next waiting request in a free slot (_slot_for), with what the prefix cache has of its prompt, when
+        the pool holds its whole prompt (else it waits, first in the queue)."""
+        chosen = [0]
+
+        def fits(request: Request) -> bool:
+            chosen[0] = self._slot_for(request)
+            return self.pool.make_room(chosen[0], len(request.prompt) + 1)
+
+        while (request := self.take(fits)) is not None:
+            slot = chosen[0]
             try:  # one request's bad sampler settings end that request alone
                 state = SamplerState.start(request.params, request.prompt)
             except Exception as exc:
@@ -171,12 +178,20 @@ class Batch:
             row = Row(request, state, slot, spec)
             self.slots[slot] = row
             self.pool.reserve(slot, len(request.prompt) + 1)
-            # Prompt logprobs need every prompt position's logits: such a prompt takes nothing from the cache.
-            if request.params.prompt_logprobs is None:
-                row.filled = self.prefix.restore(self.engine, row.slot, request.prompt)
+            row.filled = self.room.restore(row)
             self.prefix.count(self.metrics, len(request.prompt), row.filled)
             return row
         return None
+
+    def _slot_for(self, request: Request) -> int:
+        """The free slot whose resident prefix holds most of the prompt (a conversation's next turn goes where its
+        last one ended), else an empty one, else the one whose resident prefix was used longest ago."""
+        free = [slot for slot, row in enumerate(self.slots) if row is None]
+        if request.params.prompt_logprobs is None:
+            best = self.prefix.best_slot(request.prompt, free)
+            if best is not None:
+                return best
+        return self.prefix.coldest(free)
 
     # --- applying ----------------------------------------------------------------------------
     def apply(self, plan: StepPlan, results: Sequence[np.ndarray | Exception]) -> None:
@@ -205,8 +220,7 @@ class Batch:
                                     for j in range(len(part.tokens)) if start + j + 1 < len(prompt)]
         if row.filled < len(prompt):
             return
-        if self.pool.room_for_prefix(len(prompt)):
-            self.prefix.store(self.engine, row.slot, prompt)
+        self.prefix.pin(row.slot, prompt)
         row.running = row.request.admitted = True
         self.metrics.observe("time_to_first_token_seconds", now - row.request.enqueued)
         self.metrics.inc("tokens_total", len(prompt), kind="prompt")
@@ -276,6 +290,7 @@ class Batch:
             event.drafted, event.accepted = row.speculation.drafted, row.speculation.accepted
         row.request.emit(event)
         self.slots[row.slot] = None
+        self.prefix.pin(row.slot, row.tokens[:int(self.engine.lengths[row.slot])])  # kept for a next turn
         self.engine.release(row.slot)
         self.pool.release(row.slot)
         if self.draft is not None:

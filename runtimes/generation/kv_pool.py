@@ -1,14 +1,15 @@
-"""One KV pool per server, counted in blocks of BLOCK tokens: the slots' caches and the prefix cache's entries.
+"""One KV pool per server, counted in blocks of BLOCK tokens: the slots' caches and the prefix cache's copies.
 
 The pool's size is the operator's (MBUILD_KV_CACHE_MB; by default every slot's whole context), not slots x context:
-a slot holds the blocks its sequence has filled and the prompt it was admitted with (its reservation), and gives
-them back when memory is wanted; the prefix cache's entries count by their tokens. Memory follows the count: a slot's
-pages are committed as its positions are written (runtimes/engines/kv_memory.py) and handed back by `forget`, so
-the process holds the pool's used blocks, not its size, and never more than its size beyond one run's padding.
+a slot holds the blocks its sequence has filled and the prompt it was admitted with (its reservation), and a free
+slot the blocks of its resident prefix-cache entry (prefix_cache.py: what its last sequence left, for the next one
+that starts the same way); the prefix cache's copies count by their tokens. Memory follows the count: a slot's pages
+are committed as its positions are written (runtimes/engines/kv_memory.py) and handed back by `forget`, so the process
+holds the pool's used blocks, not its size, and never more than its size beyond one run's padding.
 
-Making room takes, in order: pages past each slot's length (a free slot's all: kept warm for its next sequence until
-then), then the prefix cache's least recently used entries. What it cannot find there the scheduler takes from the
-youngest sequence (preemption.py: it is preempted and recomputed later) or waits for.
+Making room takes, in order: pages past what each slot holds, then the prefix cache's least recently used entries
+that free memory (copies, and free slots' resident entries, whose pages then go). What it cannot find there the
+scheduler takes from the youngest sequence (preemption.py: it is preempted and recomputed later) or waits for.
 """
 
 from __future__ import annotations
@@ -90,25 +91,43 @@ class KvPool:
 
     def make_room(self, slot: int, tokens: int) -> bool:
         """Whether the slot can take `tokens` more positions, after handing back stale pages and, if that is not
-        enough, the prefix cache's least recently used entries."""
+        enough, the prefix cache's least recently used entries (never the slot's own)."""
         if self.free >= self.need(slot, tokens):
             return True
-        lengths, written = self.engine.lengths, self.engine.written
         for other in range(self.slots):
-            keep = max(int(lengths[other]), int(self.reserved[other]))
-            if written[other] > blocks(keep) * BLOCK:
-                self.engine.forget(other, blocks(keep) * BLOCK)
-        while self.free < self.need(slot, tokens) and self.prefix.evict_oldest():
+            self._trim(other)
+        while self.free < self.need(slot, tokens) and self._evict(slot):
             pass
         return self.free >= self.need(slot, tokens)
 
-    def room_for_prefix(self, tokens: int) -> bool:
-        """Whether an entry of a `tokens`-token prompt (its whole blocks) fits beside what the slots hold, older
-        entries going first; a prefix never takes a slot's blocks."""
+    def room_for_prefix(self, tokens: int, spare: int | None = None) -> bool:
+        """Whether a copied entry of `tokens` tokens (its whole blocks) fits beside what the slots hold, older
+        entries going first (not slot `spare`'s); a prefix never takes a running sequence's blocks."""
         wanted = tokens // BLOCK
-        while self.free < wanted and self.prefix.evict_oldest():
+        while self.free < wanted and self._evict(spare):
             pass
         return self.free >= wanted
+
+    def _idle(self, slot: int) -> bool:
+        return not self.engine.lengths[slot] and not self.reserved[slot]
+
+    def _trim(self, slot: int) -> None:
+        """Hand back the slot's pages past its sequence (its length or reservation) or its resident entry."""
+        keep = blocks(max(int(self.engine.lengths[slot]), int(self.reserved[slot]),
+                          self.prefix.resident_tokens(slot))) * BLOCK
+        if self.engine.written[slot] > keep:
+            self.engine.forget(slot, keep)
+
+    def _evict(self, spare: int | None) -> bool:
+        """The least recently used entry whose going frees memory: a copy, or the resident entry of a free slot
+        other than `spare` (its pages go with it)."""
+        gone = self.prefix.evict_oldest(lambda entry: entry.slot is None or
+                                        (entry.slot != spare and self._idle(entry.slot)))
+        if gone is None:
+            return False
+        if gone.slot is not None:
+            self._trim(gone.slot)
+        return True
 
     def describe(self) -> dict[str, int]:
         """The pool in the metrics' terms."""

@@ -35,9 +35,19 @@ class Room:
         if not self.pool.make_room(row.slot, len(row.source) + 1):
             return False
         self.pool.reserve(row.slot, len(row.source) + 1)
-        if row.request.params.prompt_logprobs is None or row.state.generated:
-            row.filled = self.prefix.restore(self.engine, row.slot, row.source)
+        row.filled = self.restore(row)
         return True
+
+    def restore(self, row: Row) -> int:
+        """Fill the row's slot with what the prefix cache holds of its source (nothing for a prompt whose logprobs are
+        asked: they need every position's logits), keeping what the slot held before as a copy where the pool has
+        room; returns the tokens it now holds."""
+        def room(tokens: int) -> bool:
+            return self.pool.room_for_prefix(tokens, row.slot)
+        if row.request.params.prompt_logprobs is not None and not row.state.generated:
+            self.prefix.vacate(self.engine, row.slot, 0, room)
+            return 0
+        return self.prefix.restore(self.engine, row.slot, row.source, room)
 
     def grown(self, plans: list[SlotPlan], rows: list[Row], end: Callable[[Row, Event], None]) -> list[SlotPlan]:
         """The decode and verify rows the pool holds, oldest first: a verify row it cannot hold runs as a decode row;
@@ -76,6 +86,7 @@ class Room:
         log.info("request %d: preempted for KV pool room (%d tokens); it is recomputed when room is made",
                  row.request.id, len(row.tokens))
         row.running, row.filled, row.prompt_logprobs = False, 0, [None]
+        self.prefix.unpin(row.slot)
         self.engine.release(row.slot)
         self.engine.forget(row.slot, 0)
         self.pool.release(row.slot)

@@ -50,7 +50,7 @@ class Scheduler:
         """kv_cache_bytes: the KV pool's size (0: every slot's whole context)."""
         self.engine = engine
         self.max_batch, self.max_queue, self.context, self.vocab = max_batch, max_queue, context, vocab
-        self.prefix = PrefixCache(prefix_cache_bytes)
+        self.prefix = PrefixCache(prefix_cache_bytes, engine)
         self.pool = KvPool(engine, self.prefix, context, kv_cache_bytes)
         self._describe_pool(kv_cache_bytes, context)
         self.metrics = metrics

@@ -26,9 +26,11 @@ def by_sum(held: list[int]) -> int:
 
 
 class FakeEngine:
-    """Slots of token lists, as the real engine's KV cache holds positions; a row's next token is rule(its tokens),
-    whatever else the step holds. The default rule, (7 * sum + 3 * len) % VOCAB, changes a sequence's output if its
-    cache is lost, mixed with another's, or taken back wrong."""
+    """Slots of token positions, as the real engine's KV cache holds them: each slot's buffer keeps what was written
+    until it is overwritten or its pages are forgotten, and its length is what the slot holds now (a released slot
+    holds nothing, its buffer still there). A row's next token is rule(its tokens), whatever else the step holds. The
+    default rule, (7 * sum + 3 * len) % VOCAB, changes a sequence's output if its cache is lost, mixed with another's,
+    or taken back wrong; reusing positions that were forgotten or never written fails an assertion."""
 
     bytes_per_token = 8
 
@@ -37,14 +39,21 @@ class FakeEngine:
         self.fail_prefill: Callable[[list[int]], bool] = lambda tokens: False  # on a slot's first tokens
         self.fail_decode_at: int | None = None  # the step whose one-token works on held slots fail
         self.steps = 0
-        self.slots: list[list[int]] = [[] for _ in range(slots)]
+        self.buffers: list[list[int]] = [[] for _ in range(slots)]  # what each slot's positions hold
+        self.held = np.zeros(slots, np.int64)  # per slot, the positions it holds now
         self.works: list[Work] = []  # every work run, in order
         self.reach = np.zeros(slots, np.int64)  # per slot, how far its positions have reached (the pages' extent)
         self.forgotten: list[tuple[int, int]] = []  # every forget, in order
+        self.copies: list[tuple[str, int, int]] = []  # every prefix restore: ("write" | "copy" | "keep", slot, count)
+
+    @property
+    def slots(self) -> list[list[int]]:
+        """What each slot holds now."""
+        return [buffer[:length] for buffer, length in zip(self.buffers, self.held.tolist(), strict=True)]
 
     @property
     def lengths(self) -> np.ndarray:
-        return np.array([len(s) for s in self.slots], np.int64)
+        return self.held.copy()
 
     @property
     def written(self) -> np.ndarray:
@@ -52,21 +61,23 @@ class FakeEngine:
 
     def forget(self, slot: int, keep: int) -> None:
         """The KV pool hands back pages past `keep`: never a position the slot still holds."""
-        assert keep >= len(self.slots[slot]), f"slot {slot} holds {len(self.slots[slot])} positions, not {keep}"
+        assert keep >= self.held[slot], f"slot {slot} holds {self.held[slot]} positions, not {keep}"
         self.reach[slot] = min(self.reach[slot], keep)
+        del self.buffers[slot][keep:]
         self.forgotten.append((slot, keep))
 
     def step(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
         self.steps += 1
         out: list[np.ndarray | Exception] = []
         for work in works:
-            held = self.slots[work.slot]
-            if (not held and self.fail_prefill(list(work.tokens))) or \
-                    (held and len(work.tokens) == 1 and self.fail_decode_at == self.steps):
+            length = int(self.held[work.slot])
+            if (not length and self.fail_prefill(list(work.tokens))) or \
+                    (length and len(work.tokens) == 1 and self.fail_decode_at == self.steps):
                 out.append(RuntimeError("the engine exploded"))
                 continue
             self.works.append(work)
-            held += work.tokens
+            held = self.buffers[work.slot] = [*self.buffers[work.slot][:length], *work.tokens]
+            self.held[work.slot] = len(held)
             self.reach[work.slot] = max(self.reach[work.slot], len(held))
             logits = np.zeros((work.logits, VOCAB), np.float32)
             for row, end in enumerate(range(len(held) - work.logits + 1, len(held) + 1)):
@@ -75,17 +86,36 @@ class FakeEngine:
         return out
 
     def truncate(self, slot: int, length: int) -> None:
-        assert length <= len(self.slots[slot])
-        del self.slots[slot][length:]
+        assert length <= self.held[slot]
+        self.held[slot] = length
 
     def release(self, row: int) -> None:
-        self.slots[row] = []
+        self.held[row] = 0
 
     def read(self, row: int, count: int) -> list[np.ndarray]:
-        return [np.array(self.slots[row][:count])]
+        assert count <= len(self.buffers[row]), f"slot {row}: {count} positions read, {len(self.buffers[row])} kept"
+        return [np.array(self.buffers[row][:count])]
 
     def write(self, row: int, blocks: list[np.ndarray], count: int) -> None:
-        self.slots[row] = blocks[0][:count].tolist()
+        self.buffers[row][:count] = blocks[0][:count].tolist()
+        self.copies.append(("write", row, count))
+        self._hold(row, count)
+
+    def copy(self, source: int, row: int, count: int) -> None:
+        assert count <= len(self.buffers[source]), f"slot {source}'s {count} positions were not kept"
+        self.buffers[row][:count] = self.buffers[source][:count]
+        self.copies.append(("copy", row, count))
+        self._hold(row, count)
+
+    def keep(self, row: int, count: int) -> None:
+        assert count <= len(self.buffers[row]), f"slot {row}'s {count} positions were not kept"
+        if count:
+            self.copies.append(("keep", row, count))
+        self._hold(row, count)
+
+    def _hold(self, row: int, count: int) -> None:
+        self.held[row] = count
+        self.reach[row] = max(self.reach[row], count)
 
 
 def make(engine: FakeEngine | None = None, max_batch: int = 4, max_queue: int = 16, context: int = CONTEXT,

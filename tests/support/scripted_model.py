@@ -41,6 +41,7 @@ class ScriptedEngine:
         self.marker: tuple[int, ...] = ()
         self.prompts: list[list[int]] = []  # each prompt prefilled, in order
         self.fresh = [True] * slots  # the slot's next run is a prompt's (the prefix cache may have written a part)
+        self.kept: list[list[int]] = [[] for _ in range(slots)]  # what a released slot's pages still hold
 
     @property
     def lengths(self) -> np.ndarray:
@@ -50,6 +51,7 @@ class ScriptedEngine:
 
     def forget(self, slot: int, keep: int) -> None:
         assert keep >= len(self.held[slot]), f"slot {slot} holds {len(self.held[slot])} positions, not {keep}"
+        del self.kept[slot][keep:]
 
     def warm_up(self) -> None:
         self.run(0, np.array([[0, 1, 2]], np.int64))
@@ -88,13 +90,24 @@ class ScriptedEngine:
         del self.held[slot][length:]
 
     def release(self, row: int) -> None:
-        self.held[row], self.fresh[row] = [], True
+        self.kept[row], self.held[row], self.fresh[row] = self.held[row], [], True  # the pages stay, as the real ones
+
+    def _content(self, row: int, count: int) -> list[int]:
+        content = self.held[row] if len(self.held[row]) >= count else self.kept[row]
+        assert len(content) >= count, f"slot {row}'s {count} positions were not kept"
+        return content[:count]
 
     def read(self, row: int, count: int) -> list[np.ndarray]:
-        return [np.array(self.held[row][:count], np.int64)]
+        return [np.array(self._content(row, count), np.int64)]
 
     def write(self, row: int, blocks: list[np.ndarray], count: int) -> None:
         self.held[row] = blocks[0][:count].tolist()
+
+    def copy(self, source: int, row: int, count: int) -> None:
+        self.held[row] = self._content(source, count)
+
+    def keep(self, row: int, count: int) -> None:
+        self.held[row] = self._content(row, count)
 
 
 def write_bundle(folder: Path, tokenizer_json: str, vocab_size: int, template: str, eos: tuple[int, ...],

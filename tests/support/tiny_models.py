@@ -130,12 +130,15 @@ TRAINING_TEXT = ("The quick brown fox jumps over the lazy dog. Containers packag
                  "def add(a, b):\n    return a + b\n") * 3
 
 
-def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0, family: str = "llama") -> Path:
+def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0, family: str = "llama",
+                    text: str = TRAINING_TEXT) -> Path:
     """A 2-layer Llama (GQA) with a byte-level BPE tokenizer, a Llama-3-style chat template and eos ids; another
     family's layers (tests/support/family_configs.py) when `family` names one.
 
     Random weights give near-flat logits, on which any rounding flips the argmax; a second of training
-    on a short text makes its predictions decisive, as a real model's are (train_steps=0 keeps it random).
+    on a short text makes its predictions decisive, as a real model's are (train_steps=0 keeps it random). The
+    tokenizer is always TRAINING_TEXT's; `text` is what the model learns (another text: a model that speaks the same
+    tokens but continues some phrases otherwise, as a draft model that is sometimes wrong).
     """
     folder.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())
@@ -163,7 +166,7 @@ def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0, family:
         config.update({**sizes, "pad_token_id": eos})  # the matrix's pad 0 is this tokenizer's BOS
     model = AutoModelForCausalLM.from_config(config)
     if train_steps:
-        ids = torch.tensor([fast(TRAINING_TEXT).input_ids[:256]])
+        ids = torch.tensor([fast(text).input_ids[:256]])
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
         model.train()
         for _ in range(train_steps):

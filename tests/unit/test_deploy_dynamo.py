@@ -11,7 +11,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from builder.cli import cli as main_cli
 from tests.support.deploy_cases import (
     Deployed,
     assert_each_refused,
@@ -23,14 +25,19 @@ from tests.support.deploy_cases import (
     kubectl_reads,
 )
 from tests.support.golden import assert_golden
+from tests.support.hosts import CPU_FLAGS, pin_cpu_host
 
 FIXTURE = Path(__file__).parent / "fixtures" / "dynamo-graphdeployment-v1alpha1.json"
 CASES = {"llama-8b-cpu": ("llama-3.1-8b", "cpu"), "llama-8b-h100x2": ("llama-3.1-8b", "h100x2")}
 
 
 def plan_with(folder: Path, model: str, gpu: str, *extra: str) -> Path:
-    plan = cli("plan", model, "--gpu", gpu, *extra, "--json")
-    assert plan.returncode == 0, plan.stderr
+    """The plan, made in this process on a pinned host (an AVX-512 VNNI CPU): `--gpu cpu` plans for the host's own
+    CPU class, which would make the golden graph the machine's, not the code's."""
+    with pytest.MonkeyPatch.context() as patch:
+        pin_cpu_host(patch, CPU_FLAGS | {"avx512_vnni"})
+        plan = CliRunner().invoke(main_cli, ["plan", model, "--gpu", gpu, *extra, "--json"])
+    assert plan.exit_code == 0, plan.output
     path = folder / "plan.json"
     path.write_text(plan.stdout)
     return path

@@ -83,24 +83,28 @@ class Slots:
     def read(self, row: int, count: int) -> list[np.ndarray]:
         return [np.zeros(count)]
 
-    def write(self, row: int, blocks: list[np.ndarray], count: int) -> None:
-        pass
-
 
 def test_the_journal_records_new_blocks_with_their_parent_and_what_eviction_removes() -> None:
-    cache = PrefixCache(capacity_bytes=6 * BLOCK * Slots.bytes_per_token)  # room for two entries of three blocks
+    cache = PrefixCache(capacity_bytes=6 * BLOCK * Slots.bytes_per_token)  # room for two copies of three blocks
     cache.journal = collections.deque()
     shared = list(range(2 * BLOCK))
-    cache.store(Slots(), 0, [*shared, *range(100, 100 + BLOCK), 1])
-    cache.store(Slots(), 0, [*shared, *range(200, 200 + BLOCK), 1])  # shares two blocks: only its third is new
+    first_prompt = [*shared, *range(100, 100 + BLOCK), 1]
+    cache.adopt(first_prompt, Slots().read(0, 3 * BLOCK), 3 * BLOCK * Slots.bytes_per_token)
+    cache.pin(2, [*shared, *range(200, 200 + BLOCK), 1])  # shares two blocks: only its third is new
     first, second = cache.journal.popleft(), cache.journal.popleft()
     assert first[0] == "stored" and len(first[2]) == 3 and first[3] is None and len(first[1]) == 3 * BLOCK
     assert second[0] == "stored" and len(second[2]) == 1 and second[3] == first[2][1]  # parent: the shared block
     assert second[1] == tuple(range(200, 200 + BLOCK))
-    cache.store(Slots(), 0, [*range(300, 300 + 3 * BLOCK), 1])  # needs room: the oldest entry goes
-    removed = cache.journal.popleft()
-    assert removed == ("removed", (), (first[2][2],), None)  # only the block no other entry holds
+    cache.adopt([*range(300, 300 + 3 * BLOCK), 1], Slots().read(0, 3 * BLOCK), 3 * BLOCK * Slots.bytes_per_token)
+    assert cache.journal.popleft()[0] == "stored"
+    cache.adopt([*range(400, 400 + 3 * BLOCK), 1], Slots().read(0, 3 * BLOCK), 3 * BLOCK * Slots.bytes_per_token)
+    removed = cache.journal.popleft()  # needs room: the oldest copy goes; the resident entry holds the shared blocks
+    assert removed == ("removed", (), (first[2][2],), None)
     assert cache.journal.popleft()[0] == "stored" and not cache.journal
+    cache.pin(2, [*shared, 7])  # the slot's sequence is now two blocks long: its third block goes, then the rest
+    assert cache.journal.popleft() == ("removed", (), (second[2][0],), None) and not cache.journal
+    cache.unpin(2)
+    assert cache.journal.popleft() == ("removed", (), tuple(first[2][:2]), None) and not cache.journal
 
 
 def test_every_replica_registers_the_same_card(tiny_llm_build: Path, tmp_path: Path) -> None:

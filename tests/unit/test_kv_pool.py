@@ -79,16 +79,18 @@ def test_a_sequence_that_outgrows_the_pool_takes_the_youngest_one_s_blocks_and_b
 
 def test_prefix_entries_give_their_blocks_up_before_a_prompt_waits() -> None:
     async def go() -> None:
-        scheduler, _ = pooled(5, context=4 * BLOCK, prefix_cache_bytes=1 << 20)
+        scheduler, engine = pooled(5, context=4 * BLOCK, prefix_cache_bytes=1 << 20)
         first = request([7] * (2 * BLOCK + 1), max_tokens=2)
         scheduler.submit([first])
         await drive(scheduler, [first])
-        assert scheduler.prefix.entries and scheduler.pool.prefix_blocks == 2
+        # the sequence's whole blocks stay in its slot as its entry, counted as that slot's pages, copied nowhere
+        assert scheduler.prefix.resident_tokens(0) == 2 * BLOCK and scheduler.pool.prefix_blocks == 0
+        assert scheduler.pool.used == 3  # its pages: the prompt's 33 positions and one generated
         other = request([8] * 50, max_tokens=2)  # 4 blocks: only with the entry gone
         scheduler.submit([other])
         seen, _ = await drive(scheduler, [other])
         assert tokens_and_finish(seen[other.id]) == (expected([8] * 50, 2), "length")
-        assert not scheduler.prefix.entries
+        assert scheduler.prefix.resident_tokens(0) == 0 and (0, 0) in engine.forgotten  # its pages handed back
     asyncio.run(go())
 
 

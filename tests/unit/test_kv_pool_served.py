@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from runtimes.bundle import load_engine_config
@@ -60,3 +61,24 @@ def test_sequences_that_outgrow_a_small_pool_come_back_as_with_the_whole_one(tin
     assert found["vllm:kv_cache_usage_perc"] <= 1.0
     with serving(model, served_name="tiny", max_batch=SLOTS, kv_cache_mb=1) as client:
         assert _metrics(client)["mbuild_kv_cache_capacity_tokens"] > pool_tokens  # the operator's size
+
+
+def test_a_prefix_left_in_a_slot_or_copied_from_another_gives_the_logits_it_gave_in_its_own_slot(
+        tiny_llm_build: Path) -> None:
+    """The real engine's two ways of reusing a prefix without a copy entry (prefix_cache.py): in place, in the slot a
+    sequence left it in after release, and copied from another slot. Either way the rest of the prompt gives the
+    logits it gives on the slot that computed the prefix and kept it (a quantized build's activations are scaled per
+    call, so a prefill cut elsewhere rounds otherwise: the reference is cut where the reuse is)."""
+    model = tiny_llm_build / "model"
+    engine = DecoderEngine(model, load_engine_config(model), threads=1, slots=4)
+    prompt = np.arange(3, 3 + 2 * KV_BLOCK_TOKENS + 5)[None, :]
+    held = 2 * KV_BLOCK_TOKENS
+    engine.run(3, prompt[:, :held + 3])
+    engine.truncate(3, held)
+    want = engine.run(3, prompt[:, held:])
+    engine.run(0, prompt[:, :held + 3])
+    engine.release(0)  # the sequence left: its positions stay in the slot
+    engine.keep(0, held)
+    engine.copy(0, 1, held)
+    for slot in (0, 1):
+        np.testing.assert_allclose(engine.run(slot, prompt[:, held:]), want, atol=1e-5)

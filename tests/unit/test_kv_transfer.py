@@ -38,11 +38,18 @@ class Slots:
         for buffer, block in zip(self.cache, blocks, strict=True):
             buffer[row, :, :count] = block[:, :count]
 
+    def copy(self, source: int, row: int, count: int) -> None:
+        self.write(row, self.read(source, count), count)
+
+    def keep(self, row: int, count: int) -> None:
+        pass
+
 
 @pytest.fixture
 def prefill() -> Iterator[tuple[KvServer, Slots, list[int]]]:
-    slots, cache, prompt = Slots(1), PrefixCache(1 << 30), list(range(3, 3 + 3 * BLOCK + 5))
-    cache.store(slots, 0, prompt)  # what the prefill worker's scheduler does when the prompt's prefill ends
+    slots, prompt = Slots(1), list(range(3, 3 + 3 * BLOCK + 5))
+    cache = PrefixCache(1 << 30, slots)
+    cache.pin(0, prompt)  # what the prefill worker's scheduler does when the prompt's prefill ends: read in place
     server = KvServer("127.0.0.1", 0, cache.export, CONTEXT)
     yield server, slots, prompt
     server.close()

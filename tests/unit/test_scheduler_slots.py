@@ -57,19 +57,66 @@ def test_a_shared_prefix_is_restored_instead_of_prefilled_and_the_output_is_unch
     asyncio.run(go())
 
 
-def test_the_prefix_cache_stays_within_its_bytes_and_drops_the_least_recently_used() -> None:
+def test_a_conversation_s_next_turn_goes_on_in_the_slot_its_last_turn_left_copying_nothing() -> None:
+    """Turn 2's prompt is turn 1's prompt, its answer and a question: it is placed in turn 1's slot (not the lowest
+    free one) and holds turn 1's positions, answer included, as they were; the prefix cache copied nothing."""
+    async def go() -> None:
+        engine = FakeEngine()
+        scheduler = make(engine, max_batch=4, prefix_cache_bytes=1 << 20, context=8 * BLOCK)
+        other = request([9] * 5, max_tokens=2 * BLOCK)  # keeps slot 0 busy: turn 1 goes to slot 1
+        scheduler.submit([other])
+        scheduler.tick()
+        turn1 = request([4] * (2 * BLOCK + 3), max_tokens=BLOCK)
+        scheduler.submit([turn1])
+        seen = await run_until_idle(scheduler, [turn1])
+        answer, _ = tokens_and_finish(seen[turn1.id])
+        assert scheduler.prefix.resident_tokens(1) == 3 * BLOCK  # its prompt and answer, whole blocks
+        turn2 = request([*turn1.prompt, *answer, 6, 6, 6], max_tokens=4)
+        scheduler.submit([turn2])
+        seen.update(await run_until_idle(scheduler, [turn2, other]))
+        assert tokens_and_finish(seen[turn2.id]) == (expected(turn2.prompt, 4), "length")
+        assert tokens_and_finish(seen[other.id]) == (expected(other.prompt, 2 * BLOCK), "length")
+        assert engine.copies == [("keep", 1, 3 * BLOCK)] and scheduler.prefix.bytes == 0
+        assert [w.tokens for w in engine.works if len(w.tokens) > 1][-1] == tuple(turn2.prompt[3 * BLOCK:])
+    asyncio.run(go())
+
+
+def test_a_prompt_sharing_a_running_sequence_s_prefix_copies_it_from_that_slot() -> None:
+    async def go() -> None:
+        engine = FakeEngine()
+        scheduler = make(engine, max_batch=4, prefix_cache_bytes=1 << 20, context=8 * BLOCK)
+        system = [5] * (2 * BLOCK)
+        first = request([*system, 1], max_tokens=3 * BLOCK)
+        scheduler.submit([first])
+        for _ in range(3):
+            scheduler.tick()  # its prompt is in: pinned where it runs
+        second = request([*system, 2, 3], max_tokens=4)
+        scheduler.submit([second])
+        seen = await run_until_idle(scheduler, [first, second])
+        assert ("copy", 1, 2 * BLOCK) in engine.copies
+        for req in (first, second):
+            assert tokens_and_finish(seen[req.id]) == (expected(req.prompt, req.params.max_tokens), "length")
+    asyncio.run(go())
+
+
+def test_a_re_let_slot_s_prefix_becomes_a_copy_within_the_byte_bound_the_least_recently_used_going_first() -> None:
+    """One slot: each prompt takes it from the last one, whose prefix (resident in it) is kept as a copy; copies stay
+    within MBUILD_PREFIX_CACHE_MB's bytes, the oldest going first."""
     async def go() -> None:
         engine = FakeEngine()
         one_entry = BLOCK * engine.bytes_per_token
-        scheduler = make(engine, prefix_cache_bytes=2 * one_entry, context=4 * BLOCK)
+        scheduler = make(engine, max_batch=1, prefix_cache_bytes=one_entry, context=4 * BLOCK)
         prompts = [[t] * (BLOCK + 1) for t in (1, 2, 3)]
         for prompt in prompts:
             req = request(prompt, max_tokens=1)
             scheduler.submit([req])
             await run_until_idle(scheduler, [req])
-        assert scheduler.prefix.bytes <= 2 * one_entry
+        assert scheduler.prefix.bytes <= one_entry
         assert scheduler.prefix.lookup(prompts[0])[1] == 0  # the oldest went
-        assert scheduler.prefix.lookup(prompts[2])[1] == BLOCK
+        second, _ = scheduler.prefix.lookup(prompts[1])
+        third, _ = scheduler.prefix.lookup(prompts[2])
+        assert second is not None and second.slot is None and len(second.blocks[0]) == BLOCK  # a copy
+        assert third is not None and third.slot == 0 and not third.blocks  # in its slot, where it was left
     asyncio.run(go())
 
 

@@ -2,7 +2,9 @@
 (export, int8, each gated), the bundle names the draft, and the server drafts with it by default.
 
 The target is the tiny Llama trained on a short text (tests/support/tiny_models.py); the draft is the same shape
-with the same tokenizer, trained less from another seed, so it agrees with the target often but not always. With
+with the same tokenizer, trained less, from another seed, on the same text with two phrases changed, so it agrees
+with the target often and is wrong where the answers pass those phrases (chosen, not left to training's rounding:
+how often two such models agree otherwise varies with the CPU that trains them). With
 the draft on, every greedy answer must equal speculation off token for token, alone and several at once, with a
 prefix-cache hit; its drafts must have been both accepted and refused. A draft that does not speak the target's
 tokens, or is no language model, is refused with a clear error before anything is built for it.
@@ -28,13 +30,14 @@ from runtimes.generation import draft as draft_module
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
-from tests.support.tiny_models import make_tiny_llama
+from tests.support.tiny_models import TRAINING_TEXT, make_tiny_llama
 from tests.unit.test_speculative_served import same_greedy_answers
 
 
 @pytest.fixture(scope="module")
 def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_llama(tmp_path_factory.mktemp("tiny-draft"), train_steps=40, seed=1)
+    changed = TRAINING_TEXT.replace("lazy dog", "lazy cat").replace("Hello, world", "Hello, there")
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-draft"), train_steps=40, seed=1, text=changed)
 
 
 @pytest.fixture(scope="module")
