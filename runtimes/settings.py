@@ -169,6 +169,11 @@ def export_harmony_vocabulary(folder: Path) -> None:
     os.environ[HARMONY_VOCABULARY] = str(folder)
 
 
+def export_default(name: str, value: str) -> None:
+    """Set another program's variable (Dynamo's, for its frontend run in this process) unless the operator did."""
+    os.environ.setdefault(name, value)
+
+
 def child_env(**changes: str) -> dict[str, str]:
     """This process's environment with `changes`, for a child process (the server the supervisor starts)."""
     return {**os.environ, **changes}

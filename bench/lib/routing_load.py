@@ -3,8 +3,9 @@ and a plain round-robin proxy (what a Kubernetes Service does) for the arm witho
 
 A user's every turn is a completion whose prompt is their document (DOC_TOKENS words of the word-level vocabulary,
 one token each), the conversation so far, and a new question; its answer (ANSWER_TOKENS, greedy, exactly) joins the
-history. User u starts at u x START_GAP seconds and sends each next turn THINK seconds after its answer. With
-`shared=False` every turn is a fresh prompt of the same length instead: nothing to reuse, the control.
+history. User u starts at u x START_GAP seconds and sends each next turn a pause after its answer, drawn from THINK
+with the user's seeded generator (the schedule is the same in every arm). With `shared=False` every turn is a fresh
+prompt of the same length instead: nothing to reuse, the control.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from bench.lib.llm_client import streamed
 from bench.lib.llm_models import VOCAB
 
 DOC_TOKENS, QUESTION_TOKENS, ANSWER_TOKENS = 1024, 16, 32
-START_GAP, THINK = 1.0, 1.0  # a user arrives every second; a second between an answer and the next turn
+START_GAP = 1.0  # a user arrives every second
+THINK = (0.5, 2.5)  # seconds between an answer and the next turn, drawn per turn from the user's seeded generator:
+# a constant pause kept users in step (answers of one length end together), so their next turns arrived at once
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Turn:
     ttft: float
     latency: float
     tokens: int
+    sent: float = 0.0  # seconds from the run's start
 
     @property
     def tpot(self) -> float:
@@ -81,10 +85,11 @@ async def _user(client: httpx.AsyncClient, url: str, model: str, load: Workload,
             prompt = f"{document} {history} {question}".replace("  ", " ")
         else:
             prompt = _words(rng, DOC_TOKENS + turn * (QUESTION_TOKENS + ANSWER_TOKENS) + QUESTION_TOKENS)
+        sent = time.perf_counter() - start
         ttft, latency, tokens, answer = await _turn(client, url, model, prompt)
-        out.append(Turn(user, turn, len(prompt.split()), ttft, latency, tokens))
+        out.append(Turn(user, turn, len(prompt.split()), ttft, latency, tokens, sent))
         history = f"{history} {question} {answer}"
-        await asyncio.sleep(THINK)
+        await asyncio.sleep(rng.uniform(*THINK))
 
 
 def run(url: str, model: str, load: Workload, seed: int) -> tuple[list[Turn], float]:

@@ -91,12 +91,13 @@ def pinned(cpus: set[int]) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def dynamo_frontend(stack: contextlib.ExitStack, build: Path, *args: str, ready_seconds: float = 300) -> str:
-    """`mbuild serve BUILD --replicas ... ARGS` up in `stack` until its workers have registered the model (the
-    frontend answers before they do); its base URL."""
+def dynamo_frontend(stack: contextlib.ExitStack, build: Path, *args: str, ready_seconds: float = 300,
+                    env: dict[str, str] | None = None) -> str:
+    """`mbuild serve BUILD --replicas ... ARGS` up in `stack` (with `env` added) until its workers have registered the
+    model (the frontend answers before they do); its base URL."""
     port = free_port()
     stack.enter_context(server([*MBUILD, "serve", str(build), "--host", HOST, "--port", str(port), *args],
-                               "/v1/models", port))
+                               "/v1/models", port, env))
     base, deadline = f"http://{HOST}:{port}", time.monotonic() + ready_seconds
     while not httpx.get(f"{base}/v1/models", timeout=10).json()["data"]:
         if time.monotonic() > deadline:

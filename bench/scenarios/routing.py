@@ -1,18 +1,22 @@
 """Routing across replicas: Dynamo's KV router against round-robin, on users chatting over their own documents.
 
 Model: the ~100M random Llama on its word-level tokenizer (bench/lib/llm_models.py; every "w<id>" one token), the
-default build (`mbuild package --gpu cpu`). Load (bench/lib/routing_load.py): 16 users, each with their own
-1024-token document, 6 turns each unless `--turns N` (document + history + a 16-token question, 32 greedy answer
-tokens), user u starting at u s, 1 s between an answer and the next turn; and the control, the same schedule with every
-prompt fresh (nothing to reuse). Arms, each alone on the host, two replicas on one core each (the client shares
-the host's two cores with them: there is no third):
+default build (`mbuild package --gpu cpu`). Load (bench/lib/routing_load.py): 32 users unless `--users U`, each with
+their own 1024-token document, 12 turns each unless `--turns N` (document + history + a 16-token question, 32 greedy
+answer tokens), user u starting at u s, a pause of 0.5-2.5 s (seeded per user, the same in every arm) between an
+answer and the next turn. 32 users' documents and histories (about 48k tokens by the last turns) outgrow one replica's
+KV pool (32,768 tokens: 16 slots of 2,048) and fit two: what a router that sends each conversation where it is held
+is for. The control: the same schedule with every prompt fresh (nothing to reuse), 4 turns a user. Arms, each alone
+on the host, two replicas on one core each (the client shares the host's two cores with them: there is no third):
   dynamo kv           `mbuild serve BUILD --replicas 2 --router kv`: Dynamo's frontend and KV router, the replicas'
-                      prefix caches published as KV events
+                      prefix caches published as KV events; the image's frontend weighs a CPU replica's prompt
+                      blocks to prefill 16 times the blocks its running sequences hold (runtimes/dynamo/frontend.py)
+  dynamo kv 1:1       the same with Dynamo's own weighing (DYN_ROUTER_PREFILL_LOAD_SCALE=1), documents only
   dynamo round-robin  the same with `--router round-robin`
   proxy round-robin   two `mbuild serve` (one core, MBUILD_THREADS=1 each) behind a plain round-robin proxy
-                      (bench/lib/routing_load.py's app), as a Kubernetes Service spreads requests
-  one replica         one `mbuild serve` on one core
-Every replica has mbuild's default prefix cache (1024 MB).
+                      (bench/lib/routing_load.py's app), as a Kubernetes Service spreads requests; documents only
+  one replica         one `mbuild serve` on one core; documents only
+Every replica has mbuild's default prefix cache (a sequence's prefix kept in its slot; copies up to 1024 MB).
 """
 
 from __future__ import annotations
@@ -32,8 +36,12 @@ from bench.lib.mbuild import MBUILD, build_mbuild, source_hash
 from bench.lib.routing_load import Workload, run, summarize
 from bench.lib.servers import HOST, dynamo_frontend, free_port, served_name, server, uvicorn_app
 
-ARMS = ("dynamo kv", "dynamo round-robin", "proxy round-robin", "one replica")
-TURNS = 6  # turns per user by default
+ARMS = ("dynamo kv", "dynamo kv 1:1", "dynamo round-robin", "proxy round-robin", "one replica")
+SCALE_1_1 = {"DYN_ROUTER_PREFILL_LOAD_SCALE": "1"}  # Dynamo's own weighing of prefill against load
+CONTROL_ARMS = ("dynamo kv", "dynamo round-robin")  # the control's one question: nothing shared, nothing lost
+CONTROL_TURNS = 4  # its prompts are all prefilled, in every arm: fewer turns keep its run as long as the documents'
+
+TURNS, USERS = 12, 32  # by default; 32 users' documents and histories outgrow one replica's KV pool, not two
 COUNTERS = {"hit": "mbuild_prefix_cache_hit_tokens_total", "query": "mbuild_prefix_cache_query_tokens_total",
             "routed": "dynamo_component_router_kv_selected_cached_prefix_tokens_total"}
 
@@ -48,8 +56,9 @@ def _up(stack: ExitStack, arm: str, build: Path) -> tuple[str, list[str]]:
     port = free_port()
     base = f"http://{HOST}:{port}"
     if arm.startswith("dynamo"):
-        front = dynamo_frontend(stack, build, "--replicas", "2", "--router", arm.split()[1])
-        return f"{front}/v1/completions", [f"{front}/metrics"] if arm.endswith("kv") else []
+        front = dynamo_frontend(stack, build, "--replicas", "2", "--router", arm.split()[1],
+                                env=SCALE_1_1 if arm.endswith("1:1") else None)
+        return f"{front}/v1/completions", [f"{front}/metrics"] if " kv" in arm else []
     backends = []
     for core in ([0, 1] if arm.startswith("proxy") else [1]):
         own = free_port()
@@ -67,9 +76,13 @@ def _hit_rate(arm: str, metrics: list[str], before: dict[str, float], prompt_tok
     if not metrics:
         return None
     now = {key: sum(_counter(url, name) for url in metrics) for key, name in COUNTERS.items()}
-    if arm == "dynamo kv":
+    if arm.startswith("dynamo kv"):
         return (now["routed"] - before["routed"]) / prompt_tokens
     return (now["hit"] - before["hit"]) / max(now["query"] - before["query"], 1)
+
+
+def arms_of(load: Workload) -> tuple[str, ...]:
+    return ARMS if load.shared else CONTROL_ARMS
 
 
 def measure(build: Path, loads: tuple[Workload, ...], repeats: int) -> dict[str, Any]:
@@ -78,7 +91,7 @@ def measure(build: Path, loads: tuple[Workload, ...], repeats: int) -> dict[str,
         with ExitStack() as stack:
             url, metrics = _up(stack, arm, build)
             model = served_name(int(url.split(":")[2].split("/")[0]))
-            for load in loads:
+            for load in (load for load in loads if arm in arms_of(load)):
                 for round_ in range(repeats):
                     before = {key: sum(_counter(u, name) for u in metrics) for key, name in COUNTERS.items()}
                     turns, wall = run(url, model, load, seed=round_)
@@ -101,7 +114,7 @@ def report(results: dict[str, Any], loads: tuple[Workload, ...], repeats: int, c
              "| prefix hit rate |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     ratios: dict[str, Any] = {}
     for load in loads:
-        for arm in ARMS:
+        for arm in arms_of(load):
             rounds = results[f"{load.key} {arm}"]
             cells = [_median(rounds, k) for k in ("ttft_p50_ms", "ttft_p90_ms", "later_turns_ttft_p50_ms",
                                                    "tpot_p50_ms", "output_tok_s", "prefix_hit_rate")]
@@ -109,23 +122,28 @@ def report(results: dict[str, Any], loads: tuple[Workload, ...], repeats: int, c
                                                                   else f"{c:.0f}" if i < 4 else f"{c:.1f}"
                                                                   for i, c in enumerate(cells)) + " |")
         kv, rr = results[f"{load.key} dynamo kv"], results[f"{load.key} dynamo round-robin"]
-        proxy = results[f"{load.key} proxy round-robin"]
+        proxy = results.get(f"{load.key} proxy round-robin", [])
         ratios[load.key] = {
             "kv_over_rr_ttft_p90": _ratio(kv, rr, "ttft_p90_ms"), "kv_over_rr_tok_s": _ratio(kv, rr, "output_tok_s"),
             "kv_over_proxy_ttft_p90": _ratio(kv, proxy, "ttft_p90_ms"),
             "kv_over_proxy_tok_s": _ratio(kv, proxy, "output_tok_s")}
     docs, fresh = ratios["documents"], ratios["fresh"]
+    even = results["documents dynamo kv 1:1"]
     targets = [f"- documents: KV router's TTFT p90 / Dynamo round-robin's {docs['kv_over_rr_ttft_p90']:.2f} (target "
                f"<= 0.5), / the proxy's {docs['kv_over_proxy_ttft_p90']:.2f}; output tokens/s "
                f"{docs['kv_over_rr_tok_s']:.2f}x round-robin's (target >= 1.2), {docs['kv_over_proxy_tok_s']:.2f}x "
                "the proxy's.",
+               f"- documents, Dynamo's 1:1 weighing: TTFT p90 / round-robin's "
+               f"{_ratio(even, results['documents dynamo round-robin'], 'ttft_p90_ms'):.2f}, output tokens/s "
+               f"{_ratio(even, results['documents dynamo round-robin'], 'output_tok_s'):.2f}x.",
                f"- fresh prompts: KV router's output tokens/s {fresh['kv_over_rr_tok_s']:.2f}x round-robin's "
                f"(target >= 0.95), TTFT p90 ratio {fresh['kv_over_rr_ttft_p90']:.2f}."]
     m = machine()
     markdown = "\n".join(["# Routing across replicas: Dynamo's KV router against round-robin"
                           + (" (quick smoke run)" if quick else ""), "", (__doc__ or "").strip(), "",
                           f"Machine: {m['cores']} cores ({m['cpu']}), {m['date']}; {loads[0].users} users of "
-                          f"{loads[0].turns} turns; {repeats} round(s) of each workload per arm, medians shown.", "",
+                          f"{loads[0].turns} turns (the control: {loads[1].turns}); {repeats} round(s) of each "
+                          "workload per arm, medians shown.", "",
                           "## Targets", "", *targets, "", "## Results", "",
                           *lines, "", "Prefix hit rate: the replicas' prefix-cache hit tokens over the prompt tokens "
                           "they looked up; for the KV router, the cached prefix tokens it routed to over all prompt "
@@ -144,26 +162,32 @@ def parse_options(argv: list[str]) -> dict[str, Any]:
     """This scenario's own options, after `python -m bench routing`."""
     parser = argparse.ArgumentParser(prog="python -m bench routing")
     parser.add_argument("--turns", type=int, default=TURNS, choices=range(2, 21), metavar="2..20",
-                        help="turns per user (default: %(default)s); another count reports to routing-N-turns.md")
-    return {"turns": parser.parse_args(argv).turns}
+                        help="turns per user (default: %(default)s)")
+    parser.add_argument("--users", type=int, default=USERS, choices=range(2, 129), metavar="2..128",
+                        help="users (default: %(default)s); another count or turns reports to routing-Uu-Tt.md")
+    options = parser.parse_args(argv)
+    return {"turns": options.turns, "users": options.users}
 
 
-def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None, turns: int = TURNS
-         ) -> Path:
-    """`python -m bench routing [--turns N]`. Quick: the tiny Llama, 4 users of 2 turns, one round, into a scratch
-    folder."""
+def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None, turns: int = TURNS,
+         users: int = USERS) -> Path:
+    """`python -m bench routing [--turns N] [--users U]`. Quick: the tiny Llama, 4 users of 2 turns, one round, into a
+    scratch folder."""
     work = work or work_folder("routing", quick)
     work.mkdir(parents=True, exist_ok=True)
     key, shape = ("tiny", LLAMA_TINY) if quick else ("100m", LLAMA_100M)
     model = make_llama_words(work / f"llama-{key}-words", shape)
     build = build_mbuild(model, work / f"mbuild-{model.name}-{source_hash()}", precision=None).parent
-    loads = tuple(Workload(users=4 if quick else 16, turns=2 if quick else turns, shared=s) for s in (True, False))
+    count = 4 if quick else users
+    loads = (Workload(users=count, turns=2 if quick else turns, shared=True),
+             Workload(users=count, turns=2 if quick else min(turns, CONTROL_TURNS), shared=False))
     rounds = 1 if quick else repeats
     print(f"routing: {model.name}, build {build}, {rounds} round(s)", flush=True)
     results = measure(build, loads, rounds)
+    usual = quick or (turns, users) == (TURNS, USERS)
     command = f"python -m bench routing {'--quick' if quick else f'--repeats {repeats}'}" + (
-        f" --turns {turns}" if turns != TURNS and not quick else "")
+        "" if usual else f" --turns {turns} --users {users}")
     data, markdown = report(results, loads, rounds, command, quick)
-    path = write("routing" if turns == TURNS or quick else f"routing-{turns}-turns", data, markdown, out)
+    path = write("routing" if usual else f"routing-{users}u-{turns}t", data, markdown, out)
     print(markdown)
     return path

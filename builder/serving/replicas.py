@@ -1,8 +1,9 @@
 """`mbuild serve BUILD --replicas N`: N copies of a build's runtime behind NVIDIA Dynamo's frontend and router, on
 this host, as one OpenAI endpoint.
 
-The frontend (`python -m dynamo.frontend`) tokenizes, routes (`--router kv`: to the replica whose prefix cache holds
-the longest part of the prompt, by the KV events each publishes; `round-robin`) and detokenizes; each replica is
+The frontend (`python -m runtimes.dynamo.frontend`: Dynamo's, with the image's card and router defaults) tokenizes,
+routes (`--router kv`: to the replica whose prefix cache holds the longest part of the prompt, by the KV events each
+publishes, weighed against its load; `round-robin`) and detokenizes; each replica is
 `python -m runtimes.dynamo` (runtimes/dynamo/engine.py), pinned to its own share of this process's cores. Discovery
 is a folder made for the run (Dynamo's file backend), requests go over TCP and events over ZMQ: no etcd, no NATS.
 One process group: when any of them ends, or on Ctrl+C or SIGTERM, all are stopped.
@@ -24,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from builder.errors import InputError, MbuildError
-from runtimes.dynamo import PLANES, WORKER_MODULE
+from runtimes.dynamo import FRONTEND_MODULE, PLANES, WORKER_MODULE
 
 ROUTERS = ("kv", "round-robin")
 READY_SECONDS = 300  # a replica loads and warms its engine before the frontend lists the model
@@ -55,9 +56,10 @@ class Replicas:
         """(argv, environment, cores) of the frontend, then of each replica."""
         base = {**self.env, "DYN_FILE_KV": str(discovery), "PYTHONUNBUFFERED": "1"}
         planes = ["--discovery-backend", "file", *PLANES]
-        front = [sys.executable, "-m", "dynamo.frontend", "--http-host", self.host, "--http-port", str(self.port),
-                 "--router-mode", self.router, *planes]
-        found: list[tuple[list[str], dict[str, str], list[int] | None]] = [(front, base, None)]
+        front = [sys.executable, "-m", FRONTEND_MODULE, "--http-host", self.host, "--http-port", str(self.port),
+                 "--router-mode", self.router, *planes]  # the image's frontend: its card, its router defaults
+        found: list[tuple[list[str], dict[str, str], list[int] | None]] = [
+            (front, {**base, "MBUILD_MODEL_DIR": str(self.model_dir)}, None)]
         for n, share in enumerate(core_shares(sorted(os.sched_getaffinity(0)), self.replicas)):
             env = {**base, "MBUILD_MODEL_DIR": str(self.model_dir), "MBUILD_SERVED_MODEL_NAME": self.served_name,
                    "MBUILD_THREADS": str(len(share))}

@@ -4,7 +4,9 @@ by name, hostile values bounded; and the prefix cache's journal, which the worke
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +15,12 @@ import pytest
 
 from runtimes.bundle import load_engine_config
 from runtimes.dynamo.card import write_card
+from runtimes.dynamo.frontend import CPU_PREFILL_LOAD_SCALE, router_defaults
 from runtimes.dynamo.requests import TOOL_PARSERS, Refused, chunk, guide_of, parsers, sampling_params
 from runtimes.generation.logprobs import TokenLogprob
 from runtimes.generation.prefix_cache import BLOCK, PrefixCache
 from runtimes.generation.requests import Event
+from runtimes.settings import export_default
 from tests.support.tiny_models import CHAT_TEMPLATE
 
 
@@ -137,3 +141,13 @@ def test_every_parser_name_is_one_dynamo_has() -> None:
     core = pytest.importorskip("dynamo._core", reason="the dynamo extra is not installed (tests/run.sh installs it)")
     assert set(TOOL_PARSERS.values()) | {"harmony"} <= set(core.get_tool_parser_names())
     assert {"basic", "gpt_oss"} <= set(core.get_reasoning_parser_names())
+
+
+def test_a_cpu_engine_s_frontend_weighs_prefill_above_its_load_unless_the_operator_says(
+        tiny_llm_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = load_engine_config(tiny_llm_build / "model")
+    assert router_defaults(config) == {"DYN_ROUTER_PREFILL_LOAD_SCALE": str(CPU_PREFILL_LOAD_SCALE)}
+    assert router_defaults(dataclasses.replace(config, engine="tensorrt")) == {}  # a GPU engine: Dynamo's 1:1
+    monkeypatch.setenv("DYN_ROUTER_PREFILL_LOAD_SCALE", "3")
+    export_default("DYN_ROUTER_PREFILL_LOAD_SCALE", "16")
+    assert os.environ["DYN_ROUTER_PREFILL_LOAD_SCALE"] == "3"  # the operator's value stays
