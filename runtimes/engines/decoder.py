@@ -25,7 +25,7 @@ import numpy as np
 from runtimes.bundle import BundleError, EngineConfig
 from runtimes.engines.kv_memory import KvBuffer
 from runtimes.engines.sessions import open_session
-from runtimes.engines.step import Run, Work, pack
+from runtimes.engines.step import Run, Work, pack, start
 
 
 class DecoderEngine:
@@ -55,6 +55,7 @@ class DecoderEngine:
         self.cache = [buffer.array for buffer in self._buffers]
         self.lengths = np.zeros(self.slots, np.int64)
         self.written = np.zeros(self.slots, np.int64)  # per slot, the positions its pages may hold (padding too)
+        self.kept = np.zeros(self.slots, np.int64)  # per free slot, the positions its last sequence left (step.py)
         self.warmed = False
 
     @property
@@ -69,11 +70,14 @@ class DecoderEngine:
             if work.slot >= self.slots:
                 raise ValueError(f"slot {work.slot}: there are {self.slots}")
         got: dict[int, np.ndarray | Exception] = {}
-        for run in pack(works, self.lengths.tolist(), self.context):
-            span = slice(run.first, run.first + len(run.rows))  # every row of the run is written at its length
-            self.written[span] = np.maximum(self.written[span], self.lengths[span] + run.width)
+        for run in pack(works, self.lengths.tolist(), self.context, self.kept.tolist()):
+            span = slice(run.first, run.first + len(run.rows))
+            # where each row writes, now: an earlier run of the step may have advanced a slot
+            at = np.array([start(int(length), int(kept), work is not None) for work, length, kept
+                           in zip(run.rows, self.lengths[span], self.kept[span], strict=True)], np.int64)
+            self.written[span] = np.maximum(self.written[span], at + run.width)
             try:
-                got.update(self._run(run))
+                got.update(self._run(run, at))
             except Exception as exc:  # the caller ends the run's requests with it
                 got.update({work.slot: exc for work in run.rows if work is not None})
         return [got[work.slot] for work in works]
@@ -91,7 +95,7 @@ class DecoderEngine:
             logits.append(result)
         return np.concatenate(logits)
 
-    def _run(self, run: Run) -> dict[int, np.ndarray]:
+    def _run(self, run: Run, at: np.ndarray) -> dict[int, np.ndarray]:
         rows = slice(run.first, run.first + len(run.rows))
         ids = np.zeros((len(run.rows), run.width), np.int64)  # padding: token 0, past each row's real tokens
         picks: list[int] = []
@@ -99,14 +103,15 @@ class DecoderEngine:
             if work is not None:
                 ids[row, :len(work.tokens)] = work.tokens
                 picks += range(row * run.width + len(work.tokens) - work.logits, row * run.width + len(work.tokens))
-        at = np.array(picks, np.int64)
-        logits = self._in_place(rows, ids, at) if self.in_place else self._copying(rows, ids, at, run)
+        picked = np.array(picks, np.int64)
+        logits = self._in_place(rows, ids, picked, at) if self.in_place else self._copying(rows, ids, picked, run)
         out, taken = {}, 0
         for work in run.rows:
             if work is not None:
                 out[work.slot] = logits[taken:taken + work.logits]
                 taken += work.logits
                 self.lengths[work.slot] += len(work.tokens)
+                self.kept[work.slot] = 0  # it holds a live sequence (a draft engine's slots are never `keep`'s)
         return out
 
     def _binding(self, rows: slice) -> Any:
@@ -124,20 +129,21 @@ class DecoderEngine:
                 binding.bind_output(present, "cpu", 0, self.kv_dtype, list(view.shape), view.ctypes.data)
         return binding
 
-    def _in_place(self, rows: slice, ids: np.ndarray, at: np.ndarray) -> np.ndarray:
-        """Every row of the range takes the run's width at its length (the padding past its real tokens)."""
-        lengths = self.lengths[rows] + ids.shape[1]
+    def _in_place(self, rows: slice, ids: np.ndarray, picked: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Every row of the range takes the run's width from `at` (a work's at its length, the padding after its
+        real tokens; a row without work past what its slot holds or keeps)."""
+        lengths = at + ids.shape[1]
         binding = self._binding(rows)  # input_ids, seqlens_k, total_sequence_length, logits_at, logits: anew
         binding.bind_cpu_input("input_ids", ids)
         binding.bind_cpu_input("seqlens_k", (lengths - 1).astype(np.int32))
         binding.bind_cpu_input("total_sequence_length", np.array(int(lengths.max()), np.int32))
-        binding.bind_cpu_input("logits_at", at)
-        logits = np.empty((len(at), self.config.decoder.vocab_size), np.float32)
+        binding.bind_cpu_input("logits_at", picked)
+        logits = np.empty((len(picked), self.config.decoder.vocab_size), np.float32)
         binding.bind_output("logits", "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data)
         self.session.run_with_iobinding(binding)
         return logits  # copy_outputs_to_cpu would also copy every bound cache buffer
 
-    def _copying(self, rows: slice, ids: np.ndarray, at: np.ndarray, run: Run) -> np.ndarray:
+    def _copying(self, rows: slice, ids: np.ndarray, picked: np.ndarray, run: Run) -> np.ndarray:
         """The grown-cache graph: rows' caches are right-padded to the longest, masked, then each row's real new
         positions copied back."""
         new = ids.shape[1]
@@ -148,7 +154,7 @@ class DecoderEngine:
             mask[row, :length] = 1
         mask[:, width:] = 1
         positions = held[:, None] + np.arange(new)[None, :]
-        feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "logits_at": at,
+        feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "logits_at": picked,
                  **{name: buffer[rows, :, :width] for name, buffer in zip(self.past, self.cache, strict=True)}}
         outputs = self.session.run(None, feeds)
         for buffer, present in zip(self.cache, outputs[1:], strict=True):
@@ -165,12 +171,15 @@ class DecoderEngine:
         self.lengths[slot] = length
 
     def release(self, row: int) -> None:
-        """The slot is free; its pages stay committed, for its next sequence, until `forget` takes them."""
+        """The slot is free; its positions stay (kept: padding goes past them) and its pages committed, for its next
+        sequence, until `forget` takes them."""
+        self.kept[row] = self.lengths[row]
         self.lengths[row] = 0
 
     def forget(self, slot: int, keep: int) -> None:
         """Hand back the memory of the slot's positions from `keep` on (at most its length stays meaningful)."""
         keep = max(keep, 0)
+        self.kept[slot] = min(self.kept[slot], keep)
         if self.written[slot] > keep:
             for buffer in self._buffers:
                 buffer.forget(slot, keep, int(self.written[slot]))
@@ -193,8 +202,9 @@ class DecoderEngine:
         self.keep(row, count)
 
     def keep(self, row: int, count: int) -> None:
-        """The slot holds its first `count` positions as they are (a prefix left in it, or just written)."""
-        self.lengths[row] = count
+        """The slot's next sequence holds its first `count` positions as they are (a prefix left in it, or just
+        written); what lay past them is no longer kept."""
+        self.lengths[row], self.kept[row] = count, 0
         self.written[row] = max(self.written[row], count)
 
     def warm_up(self) -> None:

@@ -12,6 +12,10 @@ another run) are padded whole. ONNX Runtime's CPU GroupQueryAttention takes one 
 a 512-token chunk and sixteen decode rows are not one call: the decode rows would each compute 512 positions. The
 packing weighs that padding against one more pass over the weights (PASS_TOKENS).
 
+A slot with no work in a run is padded past what it holds (`starts`): its length, or, when free, the positions its
+last sequence left there (`kept`: a prefix the next one may go on from, runtimes/generation/prefix_cache.py), which
+padding at 0 would overwrite.
+
 And a run wider than one token spans one slot unless every slot in it is empty: ONNX Runtime 1.32's CPU
 GroupQueryAttention refuses more ("batch_size must be 1 when sequence_length > 1 and past context is given",
 measured). So decode rows share a run whatever their lengths, first chunks of new prompts share one when their
@@ -61,32 +65,43 @@ def _cost(works: Sequence[Work]) -> int:
     return PASS_TOKENS + (max(slots) - min(slots) + 1) * max(len(w.tokens) for w in works)
 
 
-def _fits(works: Sequence[Work], lengths: Sequence[int], context: int, worked: set[int]) -> bool:
-    """Every slot in the range has room for the padded width past its length, and a run wider than one token over
-    several slots finds them all empty (see the module docstring) when it runs: none may be worked by another run of
-    the step, which may run first and fill it."""
-    slots = [w.slot for w in works]
+def start(length: int, kept: int, worked: bool) -> int:
+    """Where a slot's row of a run writes: a work at the slot's length, padding past what it holds or keeps."""
+    return length if worked else max(length, kept)
+
+
+def _fits(works: Sequence[Work], base: Sequence[int], context: int, widths: dict[int, int]) -> bool:
+    """Every slot in the range has room for the padded width past where its row starts (`base`, after its own work
+    when another run of the step does it: that one may run first), and a run wider than one token over several slots
+    finds them all empty (see the module docstring) when it runs: none may be worked by another run, which may fill
+    it."""
+    slots = {w.slot for w in works}
     width = max(len(w.tokens) for w in works)
     span = range(min(slots), max(slots) + 1)
-    if width > 1 and len(span) > 1 and any(lengths[s] or (s in worked and s not in slots) for s in span):
+    at = [base[s] + (widths.get(s, 0) if s not in slots else 0) for s in span]
+    taken = [a or (s in widths and s not in slots) for s, a in zip(span, at, strict=True)]
+    if width > 1 and len(span) > 1 and any(taken):
         return False
-    return all(lengths[s] + width <= context for s in span)
+    return all(a + width <= context for a in at)
 
 
-def pack(works: Sequence[Work], lengths: Sequence[int], context: int) -> list[Run]:
+def pack(works: Sequence[Work], lengths: Sequence[int], context: int, kept: Sequence[int] | None = None) -> list[Run]:
     """Works into runs, narrowest first: a work joins the current run when the merged run costs no more than the
-    two apart and every slot it spans has room for the padding; else it starts a run. Each slot once per step."""
+    two apart and every slot it spans has room for the padding; else it starts a run. Each slot once per step.
+    kept: per slot, the positions a free slot keeps (none when not given)."""
     if len({w.slot for w in works}) != len(works):
         raise ValueError("a step holds at most one work per slot")
     groups: list[list[Work]] = []
-    worked = {w.slot for w in works}
+    widths = {w.slot: len(w.tokens) for w in works}
+    kept = kept or [0] * len(lengths)
+    base = [start(length, kept[slot], slot in widths) for slot, length in enumerate(lengths)]
     for work in sorted(works, key=lambda w: (len(w.tokens), w.slot)):
         if lengths[work.slot] + len(work.tokens) > context:
             raise ValueError(f"slot {work.slot} holds {lengths[work.slot]} tokens: {len(work.tokens)} more "
                              f"exceed the context {context}")
         if groups:
             merged = [*groups[-1], work]
-            if _cost(merged) <= _cost(groups[-1]) + _cost([work]) and _fits(merged, lengths, context, worked):
+            if _cost(merged) <= _cost(groups[-1]) + _cost([work]) and _fits(merged, base, context, widths):
                 groups[-1] = merged
                 continue
         groups.append([work])

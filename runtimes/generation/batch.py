@@ -290,7 +290,9 @@ class Batch:
             event.drafted, event.accepted = row.speculation.drafted, row.speculation.accepted
         row.request.emit(event)
         self.slots[row.slot] = None
-        self.prefix.pin(row.slot, row.tokens[:int(self.engine.lengths[row.slot])])  # kept for a next turn
+        # kept for a next turn: the positions that hold its tokens (not the last, never run; nor a verify row's
+        # rejected drafts, past it, when the sequence ended in one)
+        self.prefix.pin(row.slot, row.tokens[:min(int(self.engine.lengths[row.slot]), len(row.tokens) - 1)])
         self.engine.release(row.slot)
         self.pool.release(row.slot)
         if self.draft is not None:

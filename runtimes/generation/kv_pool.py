@@ -100,13 +100,10 @@ class KvPool:
             pass
         return self.free >= self.need(slot, tokens)
 
-    def room_for_prefix(self, tokens: int, spare: int | None = None) -> bool:
-        """Whether a copied entry of `tokens` tokens (its whole blocks) fits beside what the slots hold, older
-        entries going first (not slot `spare`'s); a prefix never takes a running sequence's blocks."""
-        wanted = tokens // BLOCK
-        while self.free < wanted and self._evict(spare):
-            pass
-        return self.free >= wanted
+    def room_for_prefix(self, tokens: int) -> bool:
+        """Whether a copied entry of `tokens` tokens (its whole blocks) fits in what the pool has free: a copy kept
+        of a re-let slot's prefix never takes a running sequence's blocks, nor newer entries' (it is the oldest)."""
+        return self.free >= tokens // BLOCK
 
     def _idle(self, slot: int) -> bool:
         return not self.engine.lengths[slot] and not self.reserved[slot]

@@ -42,10 +42,10 @@ class Room:
         """Fill the row's slot with what the prefix cache holds of its source (nothing for a prompt whose logprobs are
         asked: they need every position's logits), keeping what the slot held before as a copy where the pool has
         room; returns the tokens it now holds."""
-        def room(tokens: int) -> bool:
-            return self.pool.room_for_prefix(tokens, row.slot)
+        room = self.pool.room_for_prefix
         if row.request.params.prompt_logprobs is not None and not row.state.generated:
             self.prefix.vacate(self.engine, row.slot, 0, room)
+            self.engine.keep(row.slot, 0)
             return 0
         return self.prefix.restore(self.engine, row.slot, row.source, room)
 

@@ -63,7 +63,7 @@ class Entry:
 
 
 Journaled = tuple[str, tuple[int, ...], tuple[int, ...], int | None]  # kind, tokens, block keys, parent key
-Room = Callable[[int], bool]  # whether the KV pool holds a copy of this many tokens (it may evict to make it)
+Room = Callable[[int], bool]  # whether the KV pool has room for a copy of this many tokens
 
 
 def block_keys(tokens: list[int] | tuple[int, ...], limit: int) -> list[int]:
@@ -135,19 +135,22 @@ class PrefixCache:
 
     # --- the slots' own entries ------------------------------------------------------------
     def resident_tokens(self, slot: int) -> int:
-        ident = self.resident.get(slot)
-        return len(self.entries[ident].tokens) if ident is not None else 0
+        with self.lock:
+            ident = self.resident.get(slot)
+            return len(self.entries[ident].tokens) if ident is not None else 0
 
     def best_slot(self, prompt: list[int], free: list[int]) -> int | None:
         """Of the free slots, the one whose resident entry supplies most of the prompt (at least a block)."""
-        found = [(_common(self.entries[self.resident[s]].tokens, prompt), s) for s in free if s in self.resident]
+        with self.lock:
+            found = [(_common(self.entries[self.resident[s]].tokens, prompt), s) for s in free if s in self.resident]
         most = max(found, default=(0, 0))
         return most[1] if most[0] else None
 
     def coldest(self, slots: list[int]) -> int:
         """Of these slots, one without a resident entry, else the one whose entry was used longest ago."""
-        order = {ident: rank for rank, ident in enumerate(self.entries)}
-        return min(slots, key=lambda s: order.get(self.resident.get(s, -1), -1))
+        with self.lock:  # other threads reorder the entries (export, adopt)
+            order = {ident: rank for rank, ident in enumerate(self.entries)}
+            return min(slots, key=lambda s: order.get(self.resident.get(s, -1), -1))
 
     def pin(self, slot: int, tokens: list[int] | tuple[int, ...]) -> None:
         """The slot's cache holds `tokens` from position 0: their whole blocks become its resident entry."""
@@ -184,7 +187,7 @@ class PrefixCache:
         if len(held) - keep >= BLOCK and len(held) * cache.bytes_per_token <= self.capacity and room(len(held)):
             copy = cache.read(slot, len(held))
             with self.lock:
-                if self.resident.get(slot) == ident:  # making room may have taken it
+                if self.resident.get(slot) == ident:  # another thread's adopt may have evicted it meanwhile
                     entry = self.entries[self.resident.pop(slot)]
                     entry.blocks, entry.nbytes, entry.slot = copy, len(held) * cache.bytes_per_token, None
                     self.bytes += entry.nbytes

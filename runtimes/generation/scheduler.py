@@ -79,8 +79,9 @@ class Scheduler:
         log.info("KV pool: %d tokens in %d blocks (%.0f MB)", pool.capacity_tokens, pool.total,
                  pool.capacity_bytes / (1 << 20))
         if asked > pool.capacity_bytes + pool.capacity_bytes // pool.total:
-            log.info("MBUILD_KV_CACHE_MB asks %.1f MB; the slots and the prefix cache can use no more than the pool's "
-                     "%.1f MB", asked / (1 << 20), pool.capacity_bytes / (1 << 20))
+            log.info("the KV pool asked (MBUILD_KV_CACHE_MB, else the plan's batching.kv_cache_bytes) is %.1f MB; the "
+                     "slots and the prefix cache can use no more than the pool's %.1f MB", asked / (1 << 20),
+                     pool.capacity_bytes / (1 << 20))
         if pool.capacity_tokens < context:
             log.warning("the KV pool holds %d tokens, less than one sequence's context (%d): a sequence that fills "
                         "it alone ends early (finish_reason length); raise MBUILD_KV_CACHE_MB",

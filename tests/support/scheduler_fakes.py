@@ -12,13 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from runtimes.engines.step import Work
+from runtimes.engines.step import Work, pack, start
 from runtimes.generation.requests import Event, Request
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import Scheduler
 from runtimes.metrics import Metrics
 
 VOCAB, CONTEXT = 50, 64
+PAD = -1  # what padding writes in the fake's positions: never a token, so a rule that reads it answers otherwise
 
 
 def by_sum(held: list[int]) -> int:
@@ -41,6 +42,8 @@ class FakeEngine:
         self.steps = 0
         self.buffers: list[list[int]] = [[] for _ in range(slots)]  # what each slot's positions hold
         self.held = np.zeros(slots, np.int64)  # per slot, the positions it holds now
+        self.kept = np.zeros(slots, np.int64)  # per free slot, the positions its last sequence left
+        self.context = 1 << 20  # packing's bound: the scheduler keeps every work within its own context
         self.works: list[Work] = []  # every work run, in order
         self.reach = np.zeros(slots, np.int64)  # per slot, how far its positions have reached (the pages' extent)
         self.forgotten: list[tuple[int, int]] = []  # every forget, in order
@@ -63,34 +66,52 @@ class FakeEngine:
         """The KV pool hands back pages past `keep`: never a position the slot still holds."""
         assert keep >= self.held[slot], f"slot {slot} holds {self.held[slot]} positions, not {keep}"
         self.reach[slot] = min(self.reach[slot], keep)
+        self.kept[slot] = min(self.kept[slot], keep)
         del self.buffers[slot][keep:]
         self.forgotten.append((slot, keep))
 
     def step(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
+        """The works packed into runs as the real engine packs them (step.pack), each slot of a run without work
+        padded where the real engine's padding writes (step.start), with PAD tokens: a cache that padding could
+        overwrite is then lost here too."""
         self.steps += 1
-        out: list[np.ndarray | Exception] = []
-        for work in works:
-            length = int(self.held[work.slot])
-            if (not length and self.fail_prefill(list(work.tokens))) or \
-                    (length and len(work.tokens) == 1 and self.fail_decode_at == self.steps):
-                out.append(RuntimeError("the engine exploded"))
-                continue
-            self.works.append(work)
-            held = self.buffers[work.slot] = [*self.buffers[work.slot][:length], *work.tokens]
-            self.held[work.slot] = len(held)
-            self.reach[work.slot] = max(self.reach[work.slot], len(held))
-            logits = np.zeros((work.logits, VOCAB), np.float32)
-            for row, end in enumerate(range(len(held) - work.logits + 1, len(held) + 1)):
-                logits[row, self.rule(held[:end])] = 10.0
-            out.append(logits)
-        return out
+        results: dict[int, np.ndarray | Exception] = {}
+        for run in pack(works, self.lengths.tolist(), self.context, self.kept.tolist()):
+            for offset, work in enumerate(run.rows):
+                if work is not None:
+                    results[work.slot] = self._work(work)
+                    continue
+                slot = run.first + offset
+                at = start(int(self.held[slot]), int(self.kept[slot]), False)
+                self._write(slot, at, [PAD] * run.width)
+        return [results[work.slot] for work in works]
+
+    def _work(self, work: Work) -> np.ndarray | Exception:
+        length = int(self.held[work.slot])
+        if (not length and self.fail_prefill(list(work.tokens))) or \
+                (length and len(work.tokens) == 1 and self.fail_decode_at == self.steps):
+            return RuntimeError("the engine exploded")
+        self.works.append(work)
+        self._write(work.slot, length, list(work.tokens))
+        self.held[work.slot], self.kept[work.slot] = length + len(work.tokens), 0
+        held = self.buffers[work.slot][:length + len(work.tokens)]
+        logits = np.zeros((work.logits, VOCAB), np.float32)
+        for row, end in enumerate(range(len(held) - work.logits + 1, len(held) + 1)):
+            logits[row, self.rule(held[:end])] = 10.0
+        return logits
+
+    def _write(self, slot: int, at: int, tokens: list[int]) -> None:
+        buffer = self.buffers[slot]
+        buffer.extend([PAD] * (at - len(buffer)))  # positions never written: padding's, as far as anyone knows
+        buffer[at:at + len(tokens)] = tokens
+        self.reach[slot] = max(self.reach[slot], at + len(tokens))
 
     def truncate(self, slot: int, length: int) -> None:
         assert length <= self.held[slot]
         self.held[slot] = length
 
     def release(self, row: int) -> None:
-        self.held[row] = 0
+        self.kept[row], self.held[row] = self.held[row], 0
 
     def read(self, row: int, count: int) -> list[np.ndarray]:
         assert count <= len(self.buffers[row]), f"slot {row}: {count} positions read, {len(self.buffers[row])} kept"
@@ -114,7 +135,7 @@ class FakeEngine:
         self._hold(row, count)
 
     def _hold(self, row: int, count: int) -> None:
-        self.held[row] = count
+        self.held[row], self.kept[row] = count, 0
         self.reach[row] = max(self.reach[row], count)
 
 

@@ -23,6 +23,7 @@ from tests.support.deploy_cases import (
     deployed_beside_k8s,
     image_for,
     kubectl_reads,
+    schema_errors,
 )
 from tests.support.golden import assert_golden
 from tests.support.hosts import CPU_FLAGS, pin_cpu_host
@@ -160,3 +161,16 @@ def test_prefill_workers_make_a_disaggregated_graph(validator: jsonschema.Draft2
         "ports"]
     other = cli("deploy", str(plan), "--format", "k8s", "--prefill-workers", "1")
     assert other.returncode == 2 and "--prefill-workers splits a Dynamo graph" in other.stderr
+
+
+def test_the_schema_accepts_the_graphs_nvidia_ships_with_dynamo(validator: jsonschema.Draft202012Validator) -> None:
+    """The fixture is a transcription of the operator's Go types (its .md): NVIDIA's own v1alpha1 graphs, shipped in
+    the ai-dynamo wheel, must pass it, so it is not stricter than the operator (the refusals above: not laxer)."""
+    dynamo = pytest.importorskip("dynamo", reason="the dynamo extra is not installed (tests/run.sh installs it)")
+    graphs = [doc for path in sorted(Path(next(iter(dynamo.__path__))).rglob("*.yaml"))
+              for doc in yaml.safe_load_all(path.read_text())
+              if isinstance(doc, dict) and doc.get("kind") == "DynamoGraphDeployment"
+              and doc.get("apiVersion") == "nvidia.com/v1alpha1"]
+    assert len(graphs) >= 5  # ai-dynamo 1.6.1 ships 8 (its planner's test and profiling configurations)
+    for graph in graphs:
+        assert schema_errors(validator, graph) == [], graph["metadata"]["name"]

@@ -120,5 +120,5 @@ def test_a_pool_past_every_slot_s_context_gives_the_prefix_cache_room_of_its_own
     assert total(0, 3) == 16  # the default: every slot's whole context, the prefix entries within it
     assert "can use no more" not in caplog.text
     assert total(18, 3) == 18 and total(1000, 3) == 19 and total(1000, 0) == 16  # no more than could be used
-    assert "MBUILD_KV_CACHE_MB asks 0.1 MB; the slots and the prefix cache can use no more" in caplog.text
+    assert "batching.kv_cache_bytes) is 0.1 MB; the slots and the prefix cache can use no more" in caplog.text
     assert total(5, 3) == 5

@@ -17,6 +17,7 @@ from runtimes.bundle import load_engine_config
 from runtimes.bundle.codec import write_contract
 from runtimes.bundle.engine import ENGINE_FILE, KV_BLOCK_TOKENS
 from runtimes.engines.decoder import DecoderEngine
+from runtimes.engines.step import Work, pack
 from tests.unit.test_generation_service import serving
 
 PROMPTS = ["The quick brown fox jumps over the lazy dog.", "Hello, world! How are you today?",
@@ -68,7 +69,8 @@ def test_a_prefix_left_in_a_slot_or_copied_from_another_gives_the_logits_it_gave
     """The real engine's two ways of reusing a prefix without a copy entry (prefix_cache.py): in place, in the slot a
     sequence left it in after release, and copied from another slot. Either way the rest of the prompt gives the
     logits it gives on the slot that computed the prefix and kept it (a quantized build's activations are scaled per
-    call, so a prefill cut elsewhere rounds otherwise: the reference is cut where the reuse is)."""
+    call, so a prefill cut elsewhere rounds otherwise: the reference is cut where the reuse is), after a run over the
+    slots on both sides has padded the free one."""
     model = tiny_llm_build / "model"
     engine = DecoderEngine(model, load_engine_config(model), threads=1, slots=4)
     prompt = np.arange(3, 3 + 2 * KV_BLOCK_TOKENS + 5)[None, :]
@@ -76,9 +78,14 @@ def test_a_prefix_left_in_a_slot_or_copied_from_another_gives_the_logits_it_gave
     engine.run(3, prompt[:, :held + 3])
     engine.truncate(3, held)
     want = engine.run(3, prompt[:, held:])
-    engine.run(0, prompt[:, :held + 3])
-    engine.release(0)  # the sequence left: its positions stay in the slot
-    engine.keep(0, held)
-    engine.copy(0, 1, held)
-    for slot in (0, 1):
+    engine.run(1, prompt[:, :held + 3])
+    engine.release(1)  # the sequence left: its positions stay in the slot
+    for slot in (0, 2):
+        engine.run(slot, prompt[:, :4])
+    runs = pack([Work(0, (7,)), Work(2, (8,))], engine.lengths.tolist(), engine.context, engine.kept.tolist())
+    assert [(run.first, len(run.rows)) for run in runs] == [(0, 3)]  # one run over slots 0..2, the free one padded
+    engine.step([Work(0, (7,)), Work(2, (8,))])
+    engine.keep(1, held)
+    engine.copy(1, 0, held)
+    for slot in (1, 0):
         np.testing.assert_allclose(engine.run(slot, prompt[:, held:]), want, atol=1e-5)

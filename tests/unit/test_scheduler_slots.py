@@ -81,6 +81,30 @@ def test_a_conversation_s_next_turn_goes_on_in_the_slot_its_last_turn_left_copyi
     asyncio.run(go())
 
 
+def test_a_free_slot_s_prefix_survives_the_runs_that_pad_it() -> None:
+    """Slots 0 and 2 decode in one run, which pads the free slot between them: the padding goes past the prefix
+    that slot keeps, so the conversation that left it goes on there with its positions intact."""
+    async def go() -> None:
+        engine = FakeEngine()
+        scheduler = make(engine, max_batch=3, prefix_cache_bytes=1 << 20, context=8 * BLOCK)
+        outer = [request([1, 2], max_tokens=3 * BLOCK), None, request([3, 4], max_tokens=3 * BLOCK)]
+        middle = request([5] * (2 * BLOCK + 3), max_tokens=4)
+        scheduler.submit([outer[0], middle, outer[2]])  # type: ignore[list-item]
+        for _ in range(8):
+            scheduler.tick()
+        await run_until_idle(scheduler, [middle], limit=1)
+        assert scheduler.batch.slots[1] is None and scheduler.prefix.resident_tokens(1) == 2 * BLOCK
+        padded = [part for part in [scheduler.tick() for _ in range(4)] if len(part.of("decode")) == 2]
+        assert padded and engine.buffers[1][:2 * BLOCK] == [5] * (2 * BLOCK)  # the run spanned it; nothing lost
+        answer = expected(middle.prompt, 4)
+        turn2 = request([*middle.prompt, *answer, 7], max_tokens=4)
+        scheduler.submit([turn2])
+        seen = await run_until_idle(scheduler, [turn2, outer[0], outer[2]])  # type: ignore[list-item]
+        assert tokens_and_finish(seen[turn2.id]) == (expected(turn2.prompt, 4), "length")
+        assert ("keep", 1, 2 * BLOCK) in engine.copies
+    asyncio.run(go())
+
+
 def test_a_prompt_sharing_a_running_sequence_s_prefix_copies_it_from_that_slot() -> None:
     async def go() -> None:
         engine = FakeEngine()

@@ -21,12 +21,23 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from runtimes.engines.step import Work
+from runtimes.generation.batch import Batch
 from runtimes.generation.draft import DraftModel
-from runtimes.generation.requests import Request
+from runtimes.generation.requests import Event, Request, Row
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import Scheduler
 from runtimes.generation.speculative import RowSpeculation, Speculation, choose, propose
-from tests.support.scheduler_fakes import VOCAB, FakeEngine, by_sum, events, expected, make, request, tokens_and_finish
+from tests.support.scheduler_fakes import (
+    VOCAB,
+    FakeEngine,
+    by_sum,
+    events,
+    expected,
+    make,
+    request,
+    run_until_idle,
+    tokens_and_finish,
+)
 
 NGRAM = Speculation("ngram", num_speculative_tokens=4, prompt_lookup_min=1, prompt_lookup_max=3)
 DRAFT = Speculation("draft", num_speculative_tokens=4)
@@ -234,4 +245,51 @@ def test_a_full_batch_plans_no_verify_rows_and_a_lone_stream_does() -> None:
         off = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)
         off.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=30, speculative=False)])
         assert not any(plan.of("verify") for plan in (off.tick() for _ in range(5)))
+    asyncio.run(go())
+
+
+def test_a_conversation_goes_on_from_a_sequence_that_ended_in_a_verify_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sequence that stops on a token its verify row's draft got wrong leaves that draft's position, and the later
+    drafts', past its last kept token; the slot's prefix kept for its next turn must not count them. The next turns
+    (each with the stop token, as a chat template puts the end of a turn in the history) are placed in those slots
+    and must give what the rule gives the whole conversation: the fake's next token is a function of every position
+    it holds, and the real engine's padding is written into the fake's (scheduler_fakes.FakeEngine)."""
+    rule, stop = noisy(3), 11  # the cycle never makes 11; its shifted positions do, after a 3, where lookup drafts 10
+    ended: list[tuple[int, int]] = []  # (positions the slot holds, the sequence's tokens) as each ends
+    real_end = Batch.end
+
+    def end(batch: Batch, row: Row, event: Event) -> None:
+        if batch.slots[row.slot] is row:
+            ended.append((int(batch.engine.lengths[row.slot]), len(row.tokens)))
+        real_end(batch, row, event)
+    monkeypatch.setattr(Batch, "end", end)
+
+    def until_stop(prompt: list[int], count: int) -> list[int]:
+        out = expected(prompt, count, rule)
+        return out[:out.index(stop)] if stop in out else out
+
+    async def turns(scheduler: Scheduler, prompts: list[list[int]]) -> list[list[int]]:
+        """One after another: a row alone drafts (the cost model weighs verify rows against the batch's)."""
+        answers = []
+        for prompt in prompts:
+            alone = request(prompt, max_tokens=40, stop_token_ids=frozenset({stop}))
+            scheduler.submit([alone])
+            answers.append(tokens_and_finish((await run_until_idle(scheduler, [alone], limit=400))[alone.id])[0])
+        return answers
+
+    async def go() -> None:
+        engine = FakeEngine(rule=rule)
+        scheduler = make(engine, max_batch=4, context=256, speculation=NGRAM, prefix_cache_bytes=1 << 20)
+        # each stops on a rejected draft with more past it; the first three at their 16th token, so a block would
+        # hold a rejected draft's position if the prefix counted it
+        firsts = [[3, 0] * 4, [3, 5] * 6, [5, 3] * 5 + [5], [0, 3] * 8]
+        answers = await turns(scheduler, firsts)
+        assert answers == [until_stop(p, 40) for p in firsts]
+        assert all(held > tokens - 1 for held, tokens in ended)  # each ended with rejected drafts past its end
+        for slot, ident in scheduler.prefix.resident.items():  # what each slot's prefix claims is what it holds
+            claimed = list(scheduler.prefix.entries[ident].tokens)
+            assert engine.buffers[slot][:len(claimed)] == claimed, slot
+        seconds = [[*p, *a, stop, 6, 6] for p, a in zip(firsts, answers, strict=True)]
+        assert await turns(scheduler, seconds) == [until_stop(p, 40) for p in seconds]
+        assert any(kind == "keep" for kind, _, _ in engine.copies)  # next turns went on in place
     asyncio.run(go())
