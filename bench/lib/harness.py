@@ -64,8 +64,26 @@ def interleave(cases: list[tuple[str, Callable[[], float]]], repeats: int,
 
 
 def machine() -> dict[str, Any]:
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+    return {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d")}
+
+
+def _cpu() -> str:
+    """The CPU and its vector class: the machine a run lands on varies, and the int8 kernels (and so the profile the
+    CPU defaults pick) follow the class."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    vector = ("AVX-512 VNNI" if "avx512_vnni" in flags else "AVX-512, no VNNI" if "avx512f" in flags
+              else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2")
+    return f"{platform.machine()}, {model}, {vector}"
 
 
 def read_rate_gbs(size: int = 1 << 30, repeats: int = 5) -> float:

@@ -142,9 +142,8 @@ def _markdown(results: dict[str, Any], doc: str, quick: bool) -> str:
         cached = SLOTS * (results["long_prompt"] // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS)
         lines += ["", f"What the long burst holds: {held:,} tokens of keys and values, {held * per_token / MB:.0f} MB "
                   f"in mbuild's {results.get('kv_cache_type', 'float32')} cache ({per_token:,} B a token; llama.cpp's "
-                  "f16 cache takes 2 B a value), and the prefix "
-                  f"cache's copy of each prompt's whole blocks ({cached:,} tokens, {cached * per_token / MB:.0f} MB), "
-                  "both inside the pool, which the quarter pool bounds: it preempted "
+                  "f16 cache takes 2 B a value), inside the pool, which the quarter pool bounds; each prompt's "
+                  f"whole blocks ({cached:,} tokens) stay in their slot as the prefix cache, no copy: it preempted "
                   f"{arms.get('mbuild int8, pool 1/4', {}).get('preemptions', 0):.0f} sequences on the way (recomputed "
                   "after; requests not served are counted above)."]
     return "\n".join(lines) + "\n"
