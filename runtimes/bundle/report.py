@@ -96,7 +96,8 @@ class EncoderReport(_Gate):
 @dataclass(frozen=True, kw_only=True)
 class RerankReport(_Gate):
     """The classification head's logit against sentence-transformers' CrossEncoder, per gate pair; and how alike
-    each query's order of passages is to the reference's (Spearman's rank correlation; 1 is the same order)."""
+    each query's order of passages is to the reference's (Spearman's rank correlation; 1 is the same order;
+    passages the reference scores within twice the largest measured error of each other count as tied)."""
 
     HEADLINE: ClassVar[tuple[str, ...]] = ("max_score_error", "min_rank_correlation")
     task: Literal["rerank"] = "rerank"

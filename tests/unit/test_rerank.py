@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from sentence_transformers import CrossEncoder
 from transformers import AutoTokenizer
 
+from builder.engine.validate_reranker import rank_correlation
 from builder.model.facts import infer_task
 from runtimes.bundle import load_engine_config, load_report
 from runtimes.bundle.report import RerankReport
@@ -63,6 +64,17 @@ def test_a_one_label_encoder_head_is_a_reranker_built_and_gated(tiny_rerank_buil
     assert isinstance(report, RerankReport) and report.passed
     assert report.max_score_error < 1e-3 and report.min_rank_correlation > 0.9999
     assert len(report.pairs) == 30  # three queries against each gate text
+
+
+def test_the_order_check_counts_swaps_beyond_the_measured_error_only() -> None:
+    want = np.array([3.0, 1.0, 2.0, 2.0000004, 0.5])
+    near = want + np.array([0, 0, 3e-7, -3e-7, 0])  # the two near-tied passages swapped, within 3e-7 each
+    assert rank_correlation(near, want, tie=6e-7) == 1.0
+    assert rank_correlation(near, want, tie=0.0) < 1.0  # counted as a swap where nothing may tie
+    far = want.copy()
+    far[[0, 1]] = far[[1, 0]]  # the best and a poor passage swapped: a real disagreement
+    assert rank_correlation(far, want, tie=6e-7) < 0.5
+    assert rank_correlation(want + 1.0, np.full(5, 2.0), tie=1e-6) == 1.0  # the reference orders nothing
 
 
 def test_the_task_is_read_from_the_head_even_beside_sentence_transformers_files(tiny_cross_encoder: Path) -> None:
