@@ -1,5 +1,5 @@
-"""Decode steps of the runtime's DecoderEngine timed at a given cached context, and the int8-cache engine of a
-build (builder/engine/kv_cache_quant.py), shared by `bench llm_context` and `bench kv_quant`."""
+"""Decode steps of the runtime's DecoderEngine timed at a given cached context, and a build's engine with an int8
+and with an fp32 cache (builder/engine/kv_cache_quant.py), shared by `bench llm_context` and `bench kv_quant`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from builder.engine.kv_cache_quant import calibrate, quantize_graph
+from builder.engine.kv_cache_quant import calibrate, fp32_cache_graph, quantize_graph
 from runtimes.bundle import load_engine_config
 from runtimes.engines.decoder import DecoderEngine
 
@@ -44,6 +44,19 @@ def int8_cache_engine(built: Path, out: Path, slots: int) -> DecoderEngine:
         shutil.rmtree(out, ignore_errors=True)
         shutil.copytree(built, out)
         give_int8_cache(out)
+    return engine(out, slots)
+
+
+def fp32_cache_engine(built: Path, out: Path, slots: int) -> DecoderEngine:
+    """The build's engine with an fp32 cache: the build's own where it keeps one (its gate failed before the int8
+    cache, or its profile keeps fp32), else a copy in `out` with the int8 cache taken out (made once). A build whose
+    int8 weights pass the gate ships its int8 cache, as it does on an AVX2 host's profile with random weights."""
+    if cache_type(built) == "float32":
+        return engine(built, slots)
+    if not (out / "model.onnx").is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(built, out)
+        fp32_cache_graph(out / "model.onnx")
     return engine(out, slots)
 
 

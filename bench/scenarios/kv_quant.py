@@ -125,6 +125,7 @@ def _case(shape: tuple[int, int, int], batch: int, length: int, options: ort.Ses
 def _markdown(results: dict[str, Any], doc: str, quick: bool) -> str:
     lines = [f"# 8-bit KV cache in ONNX Runtime's CPU GroupQueryAttention{' (quick)' if quick else ''}", "",
              doc.strip(), "", "Reproduce: `python -m bench kv_quant`.", "",
+             f"Machine: {results['machine']['cpu']}, {results['machine']['date']}.", "",
              "| shape | sequences x cached tokens | arm | ms a step | speed vs fp32 | cache MB | max abs error |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
     for key, cases in results["shapes"].items():
@@ -143,11 +144,12 @@ def _markdown(results: dict[str, Any], doc: str, quick: bool) -> str:
 def _steps(work: Path, quick: bool, repeats: int) -> dict[str, Any]:
     """Whole decode steps, fp32 cache against int8 cache, per (batch, context): median ms over the rounds."""
     model = make_llama_spm(work / "llama-spm", LLAMA_TINY if quick else LLAMA_100M, llamacpp.SPM_VOCAB)
-    built, _ = build_or_engine(model, work, "int8", planned_cache=False)  # its fp32 cache, gate failed or not
+    built, _ = build_or_engine(model, work, "int8", planned_cache=False)
     if isinstance(built, str):
         return {"error": f"the int8 engine did not build: {built[:300]}"}
     batches, contexts = ((1, 2), (64,)) if quick else (STEP_BATCHES, STEP_CONTEXTS)
-    engines = {"fp32 cache": decode_steps.engine(built / "model", max(batches)),
+    engines = {"fp32 cache": decode_steps.fp32_cache_engine(built / "model", work / f"{built.name}-fp32-cache",
+                                                            max(batches)),
                "int8 cache": decode_steps.int8_cache_engine(built / "model", work / f"{built.name}-int8-cache",
                                                             max(batches))}
     cases: list[tuple[str, Callable[[], float]]] = [(f"{arm} b{b} ctx{c}", partial(decode_steps.step_ms, e, b, c))

@@ -56,10 +56,6 @@ def _cache_bytes(shape: dict[str, Any], batch: int, context: int, element: int) 
     return batch * context * shape["num_hidden_layers"] * 2 * shape["num_key_value_heads"] * head_dim * element
 
 
-def _engine(folder: Path) -> DecoderEngine:
-    return decode_steps.engine(folder, max(BATCHES))
-
-
 def _grown_cache_engine(model: Path, out: Path) -> DecoderEngine:
     exported = export_decoder_tensorrt(model, out / "export")
     if not (out / "engine" / "model.onnx").is_file():
@@ -73,9 +69,11 @@ def _measure_shape(key: str, work: Path, repeats: int, peer: bool) -> dict[str, 
     model = make_llama_spm(work / f"llama-{key}-spm", shape, llamacpp.SPM_VOCAB)
     engines: dict[str, DecoderEngine] = {}
     for precision in ("fp32", "int8"):
-        built, _ = build_or_engine(model, work, precision, planned_cache=False)  # fp32 caches: a gate failed or not
+        built, _ = build_or_engine(model, work, precision, planned_cache=False)
         if isinstance(built, Path):
-            engines[f"mbuild {precision}"] = _engine(built / "model")
+            engines[f"mbuild {precision}"] = decode_steps.fp32_cache_engine(built / "model",
+                                                                           work / f"{built.name}-fp32-cache",
+                                                                           max(BATCHES))
             if precision == "int8":
                 cached = work / f"{built.name}-int8-cache"
                 engines["mbuild int8, int8 cache"] = decode_steps.int8_cache_engine(built / "model", cached,

@@ -83,6 +83,31 @@ def quantize_graph(model_path: Path, scales: Sequence[np.ndarray]) -> None:
     onnx.save(model, str(model_path))
 
 
+def fp32_cache_graph(model_path: Path) -> None:
+    """Undo quantize_graph in place: the graph keeps an fp32 cache again. The build keeps the fp32 graph's bytes
+    itself; this is for a folder that shipped int8 and must be compared with its fp32 cache (bench)."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    graph = model.graph
+    scales = {i.name for i in graph.initializer if i.name.startswith("kv_scale.")}
+    for node in graph.node:
+        if node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft" and set(node.input) & scales:
+            inputs = list(node.input)[:GQA_SCALE_INPUTS]
+            while inputs and not inputs[-1]:  # the optional inputs quantize_graph padded with
+                inputs.pop()
+            del node.input[:]
+            node.input.extend(inputs)
+            kept = [a for a in node.attribute if a.name not in QUANT_ATTRIBUTES]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+    kept_initializers = [i for i in graph.initializer if i.name not in scales]
+    del graph.initializer[:]
+    graph.initializer.extend(kept_initializers)
+    for value in [*graph.input, *graph.output]:
+        if value.name.startswith(("past_", "present_")):
+            value.type.tensor_type.elem_type = TensorProto.FLOAT
+    onnx.save(model, str(model_path))
+
+
 # Calibration text: prose, a conversation, code and numbers, so each channel sees the ranges text of each kind gives.
 CALIBRATION = (
     "The committee met on Tuesday to review the budget, and after a long discussion it approved the plan.",

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 
 from builder.build.plan_package import PackageOptions, plan_package
 from builder.engine import kv_cache_quant
-from builder.engine.kv_cache_quant import quantize_graph
+from builder.engine.kv_cache_quant import fp32_cache_graph, quantize_graph
 from builder.engine.make import make_engine
 from builder.planning.memory import kv_pool_bytes, memory_need
 from builder.planning.plan import BuildPlan
@@ -91,6 +91,22 @@ def test_the_default_build_s_int8_cache_decodes_as_the_fp32_one_in_a_quarter_of_
         margin = max(margin, float(np.ptp(want_logits, axis=1).max()))
     print(f"largest logit difference along the greedy path: {worst:.4f} (logits span up to {margin:.1f})")
     assert 0 < worst < 0.05 * margin  # the cache is rounded, and only rounded
+
+
+def test_taking_the_int8_cache_out_gives_back_the_fp32_graph(tiny_llm_build: Path, fp32_cache_engine: Path,
+                                                             tmp_path: Path) -> None:
+    """A build that shipped int8 made to keep fp32 again (what the benchmarks compare it with): the same graph as
+    the profile's fp32-cache build, and the same logits."""
+    folder = tmp_path / "engine"
+    shutil.copytree(tiny_llm_build / "model", folder)
+    fp32_cache_graph(folder / "model.onnx")
+    restored = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    want = onnx.load(str(fp32_cache_engine / "model.onnx"), load_external_data=False)
+    assert restored.graph.SerializeToString() == want.graph.SerializeToString()
+    prompt = np.array([[1, 5, 9, 14]], np.int64)
+    plain = _engine(fp32_cache_engine).run(0, prompt)
+    assert _engine(folder).kv_dtype == np.float32
+    np.testing.assert_array_equal(_engine(folder).run(0, prompt), plain)
 
 
 def test_the_rewrite_refuses_scales_that_do_not_match_the_graph(fp32_cache_engine: Path, tmp_path: Path) -> None:
