@@ -7,10 +7,10 @@ the RSS of the server's process tree once it is ready (its health route answers,
 sampled every 50 ms, through two bursts of 16 streamed completions sent at once, 64 new tokens each (ignore_eos):
 short prompts of 64 tokens, then long ones of 1,000 (17,024 tokens in all: more than a quarter pool holds at once,
 so there it queues and preempts); the requests not answered in full are counted. mbuild arms: fp32 (what `mbuild
-package` picks for this model: its int8 fails the gate on random weights), int8 (the CPU profiles' first choice,
-served past its gate, with the int8 KV cache a build that passes keeps: bench/lib/mbuild.py), and int8 with a KV
-pool of a quarter of 16 x 2,048 tokens (MBUILD_KV_CACHE_MB), which must still serve the 16 at once. llama.cpp
-arms: its f32 and q8_0 GGUFs.
+package` picks for this model where its int8 fails the gate on random weights, as on the AVX-512 VNNI profile;
+the AVX2 profile's passes), int8 (the CPU profiles' first choice, served past its gate where it fails, with the
+int8 KV cache a build that passes keeps: bench/lib/mbuild.py), and int8 with a KV pool of a quarter of 16 x 2,048
+tokens (MBUILD_KV_CACHE_MB), which must still serve the 16 at once. llama.cpp arms: its f32 and q8_0 GGUFs.
 """
 
 from __future__ import annotations
