@@ -84,7 +84,12 @@ def prompts(kind: Kind, order: np.ndarray, count: int, seed: int) -> list[tuple[
 def lookup(ids: list[int], expected: list[int], drafts: int = DRAFTS) -> dict[str, int]:
     """Replay greedy decoding of `expected` after `ids` with prompt lookup drafting up to `drafts` tokens a step (fewer
     where fewer remain, as both servers cap a draft by the tokens left): verify steps, drafted and accepted tokens."""
-    return replay(ids, expected, lambda sequence, k: propose(sequence, k, LOOKUP_MIN, LOOKUP_MAX), drafts)
+    return replay(ids, expected, looked_up, drafts)
+
+
+def looked_up(sequence: list[int], k: int) -> tuple[int, ...]:
+    """Prompt lookup's drafts at the benchmark's sizes (mbuild's own propose())."""
+    return propose(sequence, k, LOOKUP_MIN, LOOKUP_MAX)
 
 
 def chained(successor: np.ndarray) -> Proposer:
@@ -99,13 +104,25 @@ def chained(successor: np.ndarray) -> Proposer:
 
 def replay(ids: list[int], expected: list[int], proposer: Proposer, drafts: int = DRAFTS) -> dict[str, int]:
     """Greedy decoding of `expected` after `ids`, `proposer` drafting up to `drafts` tokens a step."""
-    sequence, made = list(ids), 0
     steps = drafted = accepted = 0
+    for proposed, right in walk(ids, expected, proposer, drafts):
+        if proposed:
+            steps, drafted, accepted = steps + 1, drafted + proposed, accepted + right
+    return {"verify_steps": steps, "drafted": drafted, "accepted": accepted}
+
+
+def widths(ids: list[int], expected: list[int], proposer: Proposer, drafts: int = DRAFTS) -> list[int]:
+    """The tokens each step of that replay runs: 1 for a plain decode, 1 + drafts for a verify row."""
+    return [1 + proposed for proposed, _ in walk(ids, expected, proposer, drafts)]
+
+
+def walk(ids: list[int], expected: list[int], proposer: Proposer, drafts: int) -> list[tuple[int, int]]:
+    """Per step of greedy decoding `expected` after `ids`: (drafts proposed, drafts right)."""
+    sequence, made, found = list(ids), 0, []
     while made < len(expected):
         proposal = proposer(sequence, min(drafts, len(expected) - made - 1))
         right = next((i for i, token in enumerate(proposal) if token != expected[made + i]), len(proposal))
-        if proposal:
-            steps, drafted, accepted = steps + 1, drafted + len(proposal), accepted + right
+        found.append((len(proposal), right))
         sequence += expected[made:made + right + 1]
         made += right + 1
-    return {"verify_steps": steps, "drafted": drafted, "accepted": accepted}
+    return found

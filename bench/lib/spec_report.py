@@ -1,10 +1,12 @@
 """The speculative decoding benchmark's report: docs/benchmarks/speculative.{json,md,png} (n-gram lookup) or
 speculative_draft.{json,md,png} (a draft model) from bench/scenarios/speculative.py's runs. Every speedup is a ratio
-of medians of total output tokens/s in the same run, shown beside the acceptance (accepted / drafted tokens, summed
-over the rounds) the speculating arm reported."""
+of total output tokens/s in the same run (the median of the rounds' paired ratios), shown beside the acceptance
+(accepted / drafted tokens, summed over the rounds) the speculating arm reported, and beside the speedup that the
+target's own verify-row costs allow at that acceptance (bench/lib/verify_cost.py)."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from bench.lib.plots import save_speedup_plot
 from bench.lib.servers import split_cores
 from bench.lib.spec_arms import Plan
 from bench.lib.spec_prompts import DRAFTS, LOOKUP_MAX, LOOKUP_MIN, NEW_TOKENS, PROMPT_TOKENS
+from bench.lib.verify_cost import bound
 
 METRICS = ("total_tok_s", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms")
 # done-when: at c=1 where mbuild's acceptance >= ACCEPTED, mbuild on / off and / llama.cpp on at least these (on: the
@@ -35,8 +38,15 @@ def _acceptance(results: dict[str, Any], name: str) -> tuple[float | None, float
 
 
 def _ratio(results: dict[str, Any], ours: str, theirs: str) -> float | None:
+    """The median of the rounds' paired ratios: within a round a case's arms run back to back, so the drift between
+    rounds (seen here: one arm's median 30% apart from round to round) cancels in each pair."""
     a, b = _series(results, ours), _series(results, theirs)
-    return a["total_tok_s"].median / b["total_tok_s"].median if a and b else None
+    if not a or not b:
+        return None
+    mine, theirs_ = a["total_tok_s"].values, b["total_tok_s"].values
+    if len(mine) != len(theirs_):
+        return a["total_tok_s"].median / b["total_tok_s"].median
+    return statistics.median(x / y for x, y in zip(mine, theirs_, strict=True))
 
 
 def speedups(results: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
@@ -94,8 +104,10 @@ def kind_table(results: dict[str, Any], plan: Plan, key: str, data: dict[str, An
     return [*lines, ""]
 
 
-def targets(rows: list[dict[str, Any]], plan: Plan) -> tuple[dict[str, Any], list[str]]:
-    """The done-when targets against what was measured; a target with no row to judge says so."""
+def targets(rows: list[dict[str, Any]], plan: Plan, ceilings: dict[str, float] | None = None
+            ) -> tuple[dict[str, Any], list[str]]:
+    """The done-when targets against what was measured, beside what the engine's step costs allow (where measured);
+    a target with no row to judge says so."""
     top = max(plan.concurrency)
     high = [r for r in rows if r["concurrency"] == 1 and (r["mbuild"]["acceptance"] or 0) >= ACCEPTED]
     found: dict[str, Any] = {"c1": [{"kind": r["kind"], "acceptance": r["mbuild"]["acceptance"],
@@ -110,8 +122,14 @@ def targets(rows: list[dict[str, Any]], plan: Plan) -> tuple[dict[str, Any], lis
     on = plan.method
     lines = [f"- c=1 where mbuild's acceptance is at least {ACCEPTED}: mbuild {on} / mbuild off >= {C1_SPEEDUP}x and "
              f"mbuild {on} / llama.cpp {on} >= {C1_PEER}x."]
-    lines += [f"  - {r['kind']} (acceptance {r['acceptance']:.2f}): {verdict(r['speedup'], C1_SPEEDUP)} against off; "
-              f"{verdict(r['over_llama'], C1_PEER)} against llama.cpp {on}" for r in found["c1"]] or [
+    def allowed(kind: str) -> str:
+        if not ceilings or kind not in ceilings:
+            return ""
+        return f" (its replayed drafts at this engine's step costs give {ceilings[kind]:.2f}x, overhead left out)"
+
+    lines += [f"  - {r['kind']} (acceptance {r['acceptance']:.2f}): {verdict(r['speedup'], C1_SPEEDUP)} against off"
+              f"{allowed(r['kind'])}; {verdict(r['over_llama'], C1_PEER)} against llama.cpp {on}"
+              for r in found["c1"]] or [
         f"  - no prompt kind reached acceptance {ACCEPTED} at c=1: not judged"]
     lines.append(f"- c={top}: speculation costs at most {1 - TOP_FLOOR:.0%} (mbuild {on} / off >= {TOP_FLOOR}x) on "
                  "every prompt kind: " + "; ".join(f"{r['kind']} {verdict(r['speedup'], TOP_FLOOR)}"
@@ -142,11 +160,44 @@ def _checks(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def verify_section(found: dict[str, Any] | None, lookup: dict[str, float | None]) -> list[str]:
+    """What a verify row of each width cost mbuild's engine, and the c=1 speedup those costs allow."""
+    if not found:
+        return []
+    costs = {int(w): ms for w, ms in found["ms"].items()}
+    lines = ["## What a verify row costs", "",
+             "mbuild's engine (the served bundle, in the benchmark's process, one thread on the servers' core), one "
+             f"slot holding {found['context']} positions, a row of the last token and w - 1 drafts with logits at "
+             "every position, the median step:", "",
+             "| width | ms | x one token |", "| ---: | ---: | ---: |"]
+    lines += [f"| {w} | {ms:.2f} | {ms / costs[1]:.2f}x |" for w, ms in costs.items()]
+    rate = found["extra_gmacs"]
+    lines += ["", f"Each token past the first adds {found['extra_ms_per_token']:.2f} ms, "
+              f"{found['extra_share']:.0%} of a one-token step: its {found['macs_per_token'] / 1e6:.1f} M "
+              "multiply-adds over the weights" + (f" at {rate:.0f} G a second" if rate else "") + ", where the "
+              "one-token step is bound by reading the weights. So a verify row's tokens are not free, and what "
+              "speculation can give at c=1 is bounded by these costs as well as by acceptance."]
+    if ceilings := found.get("ceilings"):
+        lines += ["", "Each prompt kind's replayed steps (4 drafts a step, as replayed acceptance counts them) priced "
+                  "at these costs, against one-token steps: the decode-only speedup at c=1 with no per-step overhead "
+                  "and no prefill (both lower a server's):", "", "| prompt | replayed acceptance | speedup |",
+                  "| --- | ---: | ---: |"]
+        lines += [f"| {kind} | {_x(lookup.get(kind), unit='')} | {value:.2f}x |" for kind, value in ceilings.items()]
+    lines += ["", "Where each draft is accepted independently with probability a (while those before it were), k "
+              "drafts give (1 - a^(k+1)) / (1 - a) tokens a row; at these costs the best k gives:", "",
+              "| per-draft acceptance | speedup | drafts |", "| ---: | ---: | ---: |"]
+    for a in (0.5, ACCEPTED, 0.75, 0.9):
+        most, drafts = bound(a, costs)
+        lines.append(f"| {a:.2f} | {most:.2f}x | {drafts} |")
+    return [*lines, ""]
+
+
 NOTES = [
     "Notes:",
-    "- Speedup = the ratio of median total output tokens/s (all output tokens over the run's wall time) of two arms "
-    "in the same run; TPOT = (latency - TTFT) / (tokens - 1); acceptance = accepted / drafted tokens as each "
-    "response's `timings` reports them (llama.cpp's fields, which mbuild also sends), summed over the rounds; "
+    "- Speedup = the median over the rounds of the ratio of two arms' total output tokens/s (all output tokens over "
+    "the run's wall time), the arms of a case run back to back within a round; TPOT = (latency - TTFT) / (tokens - "
+    "1); acceptance = accepted / drafted tokens as each response's `timings` reports them (llama.cpp's fields, "
+    "which mbuild also sends), summed over the rounds; "
     "\"drafted a token\" = draft tokens verified per output token, which shows how often a server speculated at all.",
     "- \"replayed acceptance\" is what drafting 4 tokens at every step would see on the expected continuation "
     "(n-gram: mbuild's own propose(); a draft model: its known successor function), greedy acceptance: the ceiling. "
@@ -165,7 +216,8 @@ def report(results: dict[str, Any], plan: Plan, quick: bool, intro: str, command
            page: str = "speculative") -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
     client, servers = sorted(split_cores()[0]), [min(split_cores()[1])]
     rows = speedups(results, plan)
-    found, target_lines = targets(rows, plan)
+    costs = results.get("verify_cost")
+    found, target_lines = targets(rows, plan, costs.get("ceilings") if costs else None)
     data: dict[str, Any] = {"scenario": f"speculative decoding by {TITLES[plan.method]}, against llama.cpp",
                             "machine": machine(), "repeats": plan.repeats, "quick": quick, "command": command,
                             "cores": {"client": client, "servers": servers}, "prompt_tokens": PROMPT_TOKENS,
@@ -173,6 +225,7 @@ def report(results: dict[str, Any], plan: Plan, quick: bool, intro: str, command
                             "model": results["model"], "context": results["context"], "build": results["build"],
                             "follows": results["follows"], "metrics": results.get("metrics"),
                             "replayed_acceptance": results["lookup"], "speedups": rows, "targets": found,
+                            "verify_cost": costs,
                             "results": {}}
     sections = []
     for kind in plan.kinds:
@@ -190,6 +243,7 @@ def report(results: dict[str, Any], plan: Plan, quick: bool, intro: str, command
         f"{results['context']} tokens a sequence on both servers; {results['build']}.", "",
         *_checks(results), "## Targets", "", *target_lines, "## Speedups beside acceptance", "",
         *summary_table(rows, results["lookup"], plan.method), f"![Speedup against acceptance]({page}.png)", "",
+        *verify_section(costs, results["lookup"]),
         "## Each prompt kind", "", *sections, *NOTES, "",
         f"Reproduce: `{command}` (writes docs/benchmarks/{page}.json, .md and .png; `--quick` runs a tiny model "
         "of the same construction into a scratch folder instead).", ""])

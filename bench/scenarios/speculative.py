@@ -32,19 +32,21 @@ the target's with `--spec-type draft-simple -md DRAFT --spec-draft-n-max 4 --spe
 from __future__ import annotations
 
 import argparse
+import statistics
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.lib import llamacpp
+from bench.lib import llamacpp, verify_cost
 from bench.lib.harness import OUT, work_folder, write
 from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY
 from bench.lib.llm_peer_checks import Texts
 from bench.lib.mbuild import build_or_engine, context_of, plan
+from bench.lib.servers import split_cores
 from bench.lib.spec_arms import Peers, Plan, measure
 from bench.lib.spec_model import SCALE, greedy_follows, load_order, load_successor, make_agreeing_llama, margin
-from bench.lib.spec_prompts import Kind, chained, kinds, lookup, prompts, replay
+from bench.lib.spec_prompts import DRAFTS, Kind, chained, kinds, looked_up, lookup, prompts, replay, widths
 from bench.lib.spec_report import plot, report
 
 EDITS = (2, 3, 5, 10)  # edit prompts: every J-th chain token replaced
@@ -60,6 +62,18 @@ def _replayed(chosen: tuple[Kind, ...], order: np.ndarray, draft: Path | None) -
                   else [lookup(ids, expected) for ids, expected in pairs])
         drafted = sum(c["drafted"] for c in counts)
         found[kind.key] = sum(c["accepted"] for c in counts) / drafted if drafted else None
+    return found
+
+
+def _ceilings(chosen: tuple[Kind, ...], order: np.ndarray, costs: dict[int, float]) -> dict[str, float]:
+    """Per prompt kind, the c=1 decode-only speedup prompt lookup (4 drafts a step) gives at the engine's measured
+    step costs: the replayed steps' widths priced by verify_cost, against one-token steps; no overhead counted."""
+    found = {}
+    for kind in chosen:
+        pairs = prompts(kind, order, REPLAYS, 7)
+        found[kind.key] = statistics.mean(len(expected) * costs[1] / sum(costs[w] for w in widths(ids, expected,
+                                                                                                     looked_up))
+                                          for ids, expected in pairs)
     return found
 
 
@@ -127,6 +141,10 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     results["build"] = _build_note(precision, build, gate, gguf)
     if draft is not None:
         results["draft"] = {"error": draft_error, "shape": LLAMA_TINY}
+    if isinstance(build, Path):  # before the servers are up, on the core they will take
+        results["verify_cost"] = verify_cost.summary(build, model, DRAFTS + 1, {min(split_cores()[1])})
+        if draft is None:
+            results["verify_cost"]["ceilings"] = _ceilings(chosen, order, results["verify_cost"]["ms"])
     measure(run_plan, Peers(build, gguf, results["context"], gate is not None, draft_gguf), Texts(model), order,
             results)
     command = f"python -m bench speculative {'--quick' if quick else f'--repeats {repeats}'}" + (

@@ -10,7 +10,18 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from bench.lib.spec_model import agreeing_weights, cycles, with_errors
-from bench.lib.spec_prompts import NEW_TOKENS, PROMPT_TOKENS, Kind, chained, kinds, lookup, prompts, replay
+from bench.lib.spec_prompts import (
+    NEW_TOKENS,
+    PROMPT_TOKENS,
+    Kind,
+    chained,
+    kinds,
+    looked_up,
+    lookup,
+    prompts,
+    replay,
+    widths,
+)
 
 
 def test_f_is_a_permutation_with_one_cycle_through_the_text_tokens() -> None:
@@ -58,6 +69,9 @@ def test_each_prompt_kind_gives_the_lookup_acceptance_it_is_built_for(key: str, 
                             for i in range(NEW_TOKENS)]
         counts = lookup(ids, expected)
         assert (counts["accepted"] / counts["drafted"] if counts["drafted"] else None) == acceptance
+        steps = widths(ids, expected, looked_up)  # the same replay, step by step: each emits its accepted + 1
+        assert sum(steps) - len(steps) == counts["drafted"]
+        assert len(steps) == NEW_TOKENS - counts["accepted"]
 
 
 @pytest.mark.parametrize("error", [0.1, 0.25])
