@@ -60,15 +60,42 @@ def fp32_cache_engine(built: Path, out: Path, slots: int) -> DecoderEngine:
     return engine(out, slots)
 
 
+def _filled(decoder: DecoderEngine, batch: int, context: int) -> np.ndarray:
+    """The first `batch` slots holding `context` positions; the tokens of one decode step for them. The positions'
+    values do not matter for timing, but their pages do: the engine's cache commits a page when a position is
+    written (runtimes/engines/kv_memory.py), and a position never written reads from the kernel's one shared zero
+    page, which stays in the core's cache, so an fp32 cache read that way cost about a tenth less here than one read
+    from memory (measured at 2,047 positions). So the positions are written first."""
+    for buffer in decoder.cache:
+        buffer[:batch, :, :context] = 1
+    return np.full((batch, 1), 5, np.int64)
+
+
+def _step(decoder: DecoderEngine, tokens: np.ndarray, context: int) -> float:
+    decoder.lengths[:] = 0
+    decoder.lengths[:tokens.shape[0]] = context
+    started = time.perf_counter()
+    decoder.run(0, tokens)
+    return time.perf_counter() - started
+
+
 def step_ms(decoder: DecoderEngine, batch: int, context: int) -> float:
-    """Median ms of one decode token in each of `batch` slots holding `context` positions (their values do not
-    matter for timing), after two warm-up steps."""
-    tokens = np.full((batch, 1), 5, np.int64)
-    times = []
-    for _ in range(STEPS + 2):
-        decoder.lengths[:] = 0
-        decoder.lengths[:batch] = context
-        started = time.perf_counter()
-        decoder.run(0, tokens)
-        times.append(time.perf_counter() - started)
+    """Median ms of one decode token in each of `batch` slots holding `context` positions, after two warm-up
+    steps."""
+    tokens = _filled(decoder, batch, context)
+    times = [_step(decoder, tokens, context) for _ in range(STEPS + 2)]
     return float(np.median(times[2:]) * 1000)
+
+
+def paired_ms(first: DecoderEngine, second: DecoderEngine, batch: int, context: int, steps: int
+              ) -> tuple[float, float, float]:
+    """(median ms of `first`, of `second`, median of second / first) over `steps` decode steps of each, one of
+    each in turn. On a host whose speed drifts within seconds (seen here: the same pair of engines, timed in rounds
+    of ten steps each, came out 0.63x in one run and 1.37x in the next, minutes apart), only steps taken side by side
+    compare the two."""
+    tokens = [_filled(engine, batch, context) for engine in (first, second)]
+    for _ in range(2):
+        _step(first, tokens[0], context), _step(second, tokens[1], context)
+    pairs = [(_step(first, tokens[0], context), _step(second, tokens[1], context)) for _ in range(steps)]
+    return (float(np.median([a for a, _ in pairs]) * 1000), float(np.median([b for _, b in pairs]) * 1000),
+            float(np.median([b / a for a, b in pairs])))

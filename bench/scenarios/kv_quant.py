@@ -10,14 +10,13 @@ attention output's largest difference from the fp32 cache's. Shapes: the ~100M L
 heads of 64) and Llama-3.1-8B's attention (32 heads, 8 KV heads of 128). Median of 30 calls after 3 warm-ups.
 Then whole decode steps: the runtime's DecoderEngine on mbuild's int8 build of the ~100M Llama (llm_peer's random
 weights), its fp32 cache against the same engine with an int8 cache (builder/engine/kv_cache_quant.py), B
-sequences at C cached positions decoding one token each, one thread, the arms' rounds interleaved (--repeats).
+sequences at C cached positions (written first) decoding one token each, one thread, a step of each engine in turn
+(20 a repeat, --repeats).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from bench.lib import decode_steps, llamacpp
-from bench.lib.harness import OUT, interleave, machine, work_folder, write
+from bench.lib.harness import OUT, machine, work_folder, write
 from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY, make_llama_spm
 from bench.lib.mbuild import build_or_engine
 from bench.lib.servers import pinned, split_cores
@@ -39,6 +38,7 @@ ARMS = {"fp32": (TensorProto.FLOAT, None, 32), "int8 per-channel": (TensorProto.
         "int4 per-channel": (TensorProto.UINT8, "PER_CHANNEL", 4)}
 CALLS = 30
 STEP_BATCHES, STEP_CONTEXTS = (1, 16), (128, 512, 1024, 2047)
+PAIRED_STEPS = 20  # each engine's steps a repeat
 
 
 def _model(shape: tuple[int, int, int], batch: int, length: int, arm: str) -> bytes:
@@ -142,33 +142,37 @@ def _markdown(results: dict[str, Any], doc: str, quick: bool) -> str:
 
 
 def _steps(work: Path, quick: bool, repeats: int) -> dict[str, Any]:
-    """Whole decode steps, fp32 cache against int8 cache, per (batch, context): median ms over the rounds."""
+    """Whole decode steps, fp32 cache against int8 cache, per (batch, context): steps of the two taken in turn
+    (decode_steps.paired_ms), PAIRED_STEPS a repeat."""
     model = make_llama_spm(work / "llama-spm", LLAMA_TINY if quick else LLAMA_100M, llamacpp.SPM_VOCAB)
     built, _ = build_or_engine(model, work, "int8", planned_cache=False)
     if isinstance(built, str):
         return {"error": f"the int8 engine did not build: {built[:300]}"}
     batches, contexts = ((1, 2), (64,)) if quick else (STEP_BATCHES, STEP_CONTEXTS)
-    engines = {"fp32 cache": decode_steps.fp32_cache_engine(built / "model", work / f"{built.name}-fp32-cache",
-                                                            max(batches)),
-               "int8 cache": decode_steps.int8_cache_engine(built / "model", work / f"{built.name}-int8-cache",
-                                                            max(batches))}
-    cases: list[tuple[str, Callable[[], float]]] = [(f"{arm} b{b} ctx{c}", partial(decode_steps.step_ms, e, b, c))
-             for arm, e in engines.items() for b in batches for c in contexts]
-    series = interleave(cases, repeats)
-    return {"build": str(built), "batches": list(batches), "contexts": list(contexts),
-            "ms": {name: s.median for name, s in series.items()}}
+    fp32 = decode_steps.fp32_cache_engine(built / "model", work / f"{built.name}-fp32-cache", max(batches))
+    int8 = decode_steps.int8_cache_engine(built / "model", work / f"{built.name}-int8-cache", max(batches))
+    found: dict[str, Any] = {"build": str(built), "batches": list(batches), "contexts": list(contexts),
+                             "steps": PAIRED_STEPS * repeats, "ms": {}}
+    for b in batches:
+        for c in contexts:
+            a, q, ratio = decode_steps.paired_ms(fp32, int8, b, c, PAIRED_STEPS * repeats)
+            found["ms"] |= {f"fp32 cache b{b} ctx{c}": a, f"int8 cache b{b} ctx{c}": q, f"ratio b{b} ctx{c}": ratio}
+            print(f"  b{b} ctx{c}: fp32 cache {a:.2f} ms, int8 cache {q:.2f} ms, paired {ratio:.3f}", flush=True)
+    return found
 
 
 def _steps_markdown(steps: dict[str, Any]) -> list[str]:
     if "error" in steps:
         return ["", f"Whole decode steps: {steps['error']}"]
     lines = ["", "## Whole decode steps, the int8 build of the ~100M Llama", "",
+             f"{steps['steps']} steps of each engine, one of each in turn, every slot's positions written first; "
+             "the ratio is the median of the pairs' ratios.", "",
              "| batch | context | fp32 cache ms | int8 cache ms | int8 / fp32 |",
              "| ---: | ---: | ---: | ---: | ---: |"]
     for b in steps["batches"]:
         for c in steps["contexts"]:
             fp32, int8 = steps["ms"][f"fp32 cache b{b} ctx{c}"], steps["ms"][f"int8 cache b{b} ctx{c}"]
-            lines.append(f"| {b} | {c} | {fp32:.2f} | {int8:.2f} | {int8 / fp32:.2f}x |")
+            lines.append(f"| {b} | {c} | {fp32:.2f} | {int8:.2f} | {steps['ms'][f'ratio b{b} ctx{c}']:.2f}x |")
     return lines
 
 

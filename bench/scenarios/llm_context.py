@@ -11,7 +11,8 @@ mbuild's arms run the runtime's own DecoderEngine, one intra-op thread, pinned t
                 ids, the graph told to keep int8 keys and values)
   grown cache   (~100M only) the fp32 graph mbuild gives TensorRT (past in, past + 1 out, as the engine worked
                 before), run on ONNX Runtime through the same slots: every step copies each sequence's cache
-Each mbuild row holds `context` cached positions (their values do not matter for timing) and decodes one token.
+Each mbuild row holds `context` cached positions, written before timing (their values do not matter, their memory
+pages do: decode_steps.step_ms) and decodes one token.
 llama.cpp's arms are its own `llama-batched-bench` on the f32 and q8_0 GGUFs of the same weights, one thread,
 the same core, its defaults otherwise (an f16 KV cache, flash attention auto): it prefills `context` tokens in
 each of B sequences, then times 16 decode steps of all B (from `context` to `context` + 16 cached).
