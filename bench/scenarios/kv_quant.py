@@ -8,10 +8,10 @@ one per-tensor scale (`k_quant_type`/`v_quant_type`, `kv_cache_bit_width` 8, int
 quantized symmetrically with scales from its own range (as a build would calibrate them); the error column is the
 attention output's largest difference from the fp32 cache's. Shapes: the ~100M Llama of llm_peer (10 heads, 5 KV
 heads of 64) and Llama-3.1-8B's attention (32 heads, 8 KV heads of 128). Median of 30 calls after 3 warm-ups.
-Then whole decode steps: the runtime's DecoderEngine on mbuild's int8 build of the ~100M Llama (llm_peer's random
-weights), its fp32 cache against the same engine with an int8 cache (builder/engine/kv_cache_quant.py), B
-sequences at C cached positions (written first) decoding one token each, one thread, a step of each engine in turn
-(20 a repeat, --repeats).
+Then whole decode steps: the runtime's DecoderEngine on mbuild's int8 builds of llm_context's two random Llamas
+(its models and builds: ~100M at batch 1 and 16, Llama-3.2-1B-shaped at 1 and 8), its fp32 cache against the same
+engine with an int8 cache (builder/engine/kv_cache_quant.py), B sequences at C cached positions (written first)
+decoding one token each, one thread, a step of each engine in turn (20 a repeat, --repeats).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from onnx import TensorProto, helper
 
 from bench.lib import decode_steps, llamacpp
 from bench.lib.harness import OUT, machine, work_folder, write
-from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY, make_llama_spm
+from bench.lib.llm_models import LLAMA_1B, LLAMA_100M, LLAMA_TINY, make_llama_spm
 from bench.lib.mbuild import build_or_engine
 from bench.lib.servers import pinned, split_cores
 
@@ -37,7 +37,11 @@ ARMS = {"fp32": (TensorProto.FLOAT, None, 32), "int8 per-channel": (TensorProto.
         "int8 per-tensor": (TensorProto.INT8, "PER_TENSOR", 8),
         "int4 per-channel": (TensorProto.UINT8, "PER_CHANNEL", 4)}
 CALLS = 30
-STEP_BATCHES, STEP_CONTEXTS = (1, 16), (128, 512, 1024, 2047)
+STEP_CONTEXTS = (128, 512, 1024, 2047)
+# llm_context's shapes and models (its work folder's builds), the 1B at llm_context's batches
+STEP_SHAPES: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {"100m": (LLAMA_100M, (1, 16)),
+                                                                   "1b": (LLAMA_1B, (1, 8))}
+STEP_TITLES = {"100m": "~100M Llama", "1b": "Llama-3.2-1B-shaped Llama", "tiny": "tiny Llama"}
 PAIRED_STEPS = 20  # each engine's steps a repeat
 
 
@@ -142,37 +146,47 @@ def _markdown(results: dict[str, Any], doc: str, quick: bool) -> str:
 
 
 def _steps(work: Path, quick: bool, repeats: int) -> dict[str, Any]:
-    """Whole decode steps, fp32 cache against int8 cache, per (batch, context): steps of the two taken in turn
-    (decode_steps.paired_ms), PAIRED_STEPS a repeat."""
-    model = make_llama_spm(work / "llama-spm", LLAMA_TINY if quick else LLAMA_100M, llamacpp.SPM_VOCAB)
-    built, _ = build_or_engine(model, work, "int8", planned_cache=False)
-    if isinstance(built, str):
-        return {"error": f"the int8 engine did not build: {built[:300]}"}
-    batches, contexts = ((1, 2), (64,)) if quick else (STEP_BATCHES, STEP_CONTEXTS)
-    fp32 = decode_steps.fp32_cache_engine(built / "model", work / f"{built.name}-fp32-cache", max(batches))
-    int8 = decode_steps.int8_cache_engine(built / "model", work / f"{built.name}-int8-cache", max(batches))
-    found: dict[str, Any] = {"build": str(built), "batches": list(batches), "contexts": list(contexts),
-                             "steps": PAIRED_STEPS * repeats, "ms": {}}
-    for b in batches:
-        for c in contexts:
-            a, q, ratio = decode_steps.paired_ms(fp32, int8, b, c, PAIRED_STEPS * repeats)
-            found["ms"] |= {f"fp32 cache b{b} ctx{c}": a, f"int8 cache b{b} ctx{c}": q, f"ratio b{b} ctx{c}": ratio}
-            print(f"  b{b} ctx{c}: fp32 cache {a:.2f} ms, int8 cache {q:.2f} ms, paired {ratio:.3f}", flush=True)
+    """Per shape, whole decode steps, fp32 cache against int8 cache, per (batch, context): steps of the two taken in
+    turn (decode_steps.paired_ms), PAIRED_STEPS a repeat."""
+    found: dict[str, Any] = {}
+    shapes: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {"tiny": (LLAMA_TINY, (1, 2))} if quick else STEP_SHAPES
+    for key, (shape, batches) in shapes.items():
+        model = make_llama_spm(work / f"llama-{key}-spm", shape, llamacpp.SPM_VOCAB)
+        built, _ = build_or_engine(model, work, "int8", planned_cache=False)
+        if isinstance(built, str):
+            found[key] = {"error": f"the int8 engine did not build: {built[:300]}"}
+            continue
+        contexts = (64,) if quick else STEP_CONTEXTS
+        fp32 = decode_steps.fp32_cache_engine(built / "model", work / f"{built.name}-fp32-cache", max(batches))
+        int8 = decode_steps.int8_cache_engine(built / "model", work / f"{built.name}-int8-cache", max(batches))
+        cells: dict[str, float] = {}
+        for b in batches:
+            for c in contexts:
+                a, q, ratio = decode_steps.paired_ms(fp32, int8, b, c, PAIRED_STEPS * repeats)
+                cells |= {f"fp32 cache b{b} ctx{c}": a, f"int8 cache b{b} ctx{c}": q, f"ratio b{b} ctx{c}": ratio}
+                print(f"  {key} b{b} ctx{c}: fp32 cache {a:.2f} ms, int8 cache {q:.2f} ms, paired {ratio:.3f}",
+                      flush=True)
+        found[key] = {"build": str(built), "batches": list(batches), "contexts": list(contexts),
+                      "steps": PAIRED_STEPS * repeats, "ms": cells}
+        del fp32, int8
     return found
 
 
-def _steps_markdown(steps: dict[str, Any]) -> list[str]:
-    if "error" in steps:
-        return ["", f"Whole decode steps: {steps['error']}"]
-    lines = ["", "## Whole decode steps, the int8 build of the ~100M Llama", "",
-             f"{steps['steps']} steps of each engine, one of each in turn, every slot's positions written first; "
-             "the ratio is the median of the pairs' ratios.", "",
-             "| batch | context | fp32 cache ms | int8 cache ms | int8 / fp32 |",
-             "| ---: | ---: | ---: | ---: | ---: |"]
-    for b in steps["batches"]:
-        for c in steps["contexts"]:
-            fp32, int8 = steps["ms"][f"fp32 cache b{b} ctx{c}"], steps["ms"][f"int8 cache b{b} ctx{c}"]
-            lines.append(f"| {b} | {c} | {fp32:.2f} | {int8:.2f} | {steps['ms'][f'ratio b{b} ctx{c}']:.2f}x |")
+def _steps_markdown(shapes: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, steps in shapes.items():
+        if "error" in steps:
+            lines += ["", f"Whole decode steps, {key}: {steps['error']}"]
+            continue
+        lines += ["", f"## Whole decode steps, the int8 build of the {STEP_TITLES.get(key, key)}", "",
+                  f"{steps['steps']} steps of each engine, one of each in turn, every slot's positions written "
+                  "first; the ratio is the median of the pairs' ratios.", "",
+                  "| batch | context | fp32 cache ms | int8 cache ms | int8 / fp32 |",
+                  "| ---: | ---: | ---: | ---: | ---: |"]
+        for b in steps["batches"]:
+            for c in steps["contexts"]:
+                fp32, int8 = steps["ms"][f"fp32 cache b{b} ctx{c}"], steps["ms"][f"int8 cache b{b} ctx{c}"]
+                lines.append(f"| {b} | {c} | {fp32:.2f} | {int8:.2f} | {steps['ms'][f'ratio b{b} ctx{c}']:.2f}x |")
     return lines
 
 
@@ -188,7 +202,8 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
         for key, shape in (list(SHAPES.items())[:1] if quick else SHAPES.items()):
             results["shapes"][key] = {f"{b} x {c}": _case(shape, b, c, options)
                                       for b, c in (QUICK_CASES if quick else CASES)}
-        results["steps"] = _steps(work, quick, 1 if quick else repeats)
+        # the whole steps share llm_context's (and llm_peer's) models and builds
+        results["steps"] = _steps(work if quick else work_folder("peer"), quick, 1 if quick else repeats)
     markdown = _markdown(results, __doc__ or "", quick) + "\n".join(_steps_markdown(results["steps"])) + "\n"
     path = write("kv_quant", results, markdown, out)
     print(markdown)
