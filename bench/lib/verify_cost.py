@@ -29,13 +29,20 @@ STEPS = 60  # timed steps a width, after WARM
 WARM = 5
 
 
-def macs_per_token(config: dict[str, Any]) -> int:
-    """Multiply-adds of a Llama-shaped model's weight matrices for one token (the LM head included; attention's
-    own, which grow with the context, are not)."""
-    hidden, inner, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+def matrices(config: dict[str, Any]) -> list[tuple[int, int]]:
+    """(K, N) of every weight matrix a Llama-shaped model multiplies one token by: each layer's fused q/k/v, o_proj,
+    fused gate/up and down_proj, then the LM head (the embedding is a lookup; attention's own products grow with the
+    context and are not here)."""
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
     head = config.get("head_dim") or hidden // config["num_attention_heads"]
     q, kv = config["num_attention_heads"] * head, config["num_key_value_heads"] * head
-    return layers * (hidden * (q + 2 * kv) + q * hidden + 3 * hidden * inner) + hidden * config["vocab_size"]
+    layer = [(hidden, q + 2 * kv), (q, hidden), (hidden, 2 * inner), (inner, hidden)]
+    return layer * config["num_hidden_layers"] + [(hidden, config["vocab_size"])]
+
+
+def macs_per_token(config: dict[str, Any]) -> int:
+    """Multiply-adds of those matrices for one token."""
+    return sum(k * n for k, n in matrices(config))
 
 
 def measure(bundle: Path, widths: int, cpus: set[int], rounds: int = 3) -> dict[int, float]:
