@@ -100,6 +100,7 @@ def main(repeats: int = 1, quick: bool = False, out: Path = OUT, work: Path | No
     assert price is not None
     data: dict[str, Any] = {"machine": machine(), "arms": {}}
     parts = [f"# Cost and SLO points of the CPU defaults (`mbuild bench`)\n\n{(__doc__ or '').strip()}\n",
+             f"Machine: {data['machine']['cpu']}, {data['machine']['cores']} cores, {data['machine']['date']}.\n",
              "Reproduce: `python -m bench cost` (writes this page), or the `mbuild bench` lines below on a build.\n"]
     for name, (options, slo) in (QUICK_ARMS if quick else ARMS).items():
         given = ["--price-per-hour", f"{price.per_hour:g}"] if name.endswith("int8") else []
