@@ -32,7 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 from bench.lib.harness import OUT, interleave, machine, write
 from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY
 from bench.lib.servers import pinned, split_cores
-from bench.lib.verify_cost import matrices
+from bench.lib.verify_cost import macs_per_token, matrices
 
 VOCAB = 32000
 ROWS = (1, 2, 3, 5, 16, 64)
@@ -140,7 +140,8 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT) -> Path:
     import torch
 
     torch.set_num_threads(1)
-    shapes = matrices({**(LLAMA_TINY if quick else LLAMA_100M), "vocab_size": 512 if quick else VOCAB})
+    shape = {**(LLAMA_TINY if quick else LLAMA_100M), "vocab_size": 512 if quick else VOCAB}
+    shapes = matrices(shape)
     rows = QUICK_ROWS if quick else ROWS
     rng = np.random.default_rng(0)
     with pinned({min(split_cores()[1])}):
@@ -150,7 +151,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT) -> Path:
                             1 if quick else repeats)
     ms = {arm: {str(r): series[f"{arm} x{r}"].median for r in rows} for arm in ARMS}
     results = {"machine": machine(), "onnxruntime": ort.__version__, "torch": torch.__version__, "repeats": repeats,
-               "rows": list(rows), "macs_per_row": sum(k * n for k, n in shapes), "ms": ms}
+               "rows": list(rows), "macs_per_row": macs_per_token(shape), "ms": ms}
     markdown = _markdown(results, quick)
     path = write("matmul_rows", results, markdown, out)
     print(markdown)
