@@ -38,6 +38,7 @@ class HostSettings:
     hub_cache: Path  # the Hugging Face cache, where huggingface_hub looks for it
     hub_endpoint: str
     hub_offline: bool
+    cxx: str | None  # the C++ compiler that builds mbuild's kernels (builder/engine/native_kernels.py)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> HostSettings:
@@ -64,6 +65,7 @@ class HostSettings:
             hub_cache=env.path("HF_HUB_CACHE") or hf_home / "hub",
             hub_endpoint=(env.text("HF_ENDPOINT") or "https://huggingface.co").rstrip("/"),
             hub_offline=env.boolean("HF_HUB_OFFLINE") or False,
+            cxx=env.text("CXX"),
         )
 
 

@@ -10,7 +10,9 @@ The matrices: the ~100M Llama of the LLM benchmarks (llm_peer's shape: 12 layers
 gate/up and down_proj, and the untied 32000-word LM head), random values, each arm one graph or loop of all of
 them, so the weights come from memory as in a step. One thread on one pinned core; the median of CALLS calls a
 round, rows and arms interleaved over the rounds. Arms:
-  int8 MatMulNBits b128   what mbuild's int8 builds run on a VNNI CPU (8-bit blocks of 128, accuracy_level 4)
+  int8 mbuild tiles b128  what mbuild's int8 builds run on a VNNI CPU: its MatMulInt8Tiles
+                          (runtimes/kernels/int8_tiles.cpp) on 8-bit blocks of 128, compiled here
+  int8 MatMulNBits b128   ONNX Runtime's kernel for the same blocks (accuracy_level 4), what they ran before
   int4 MatMulNBits b128   mbuild's int4 builds
   int8 dynamic            ONNX Runtime's DynamicQuantizeMatMul on per-channel int8 weights (the AVX2 int8 profile)
   fp32 ONNX Runtime       its MatMul on prepacked fp32 weights, what mbuild's fp32 builds run
@@ -33,13 +35,16 @@ from bench.lib.harness import OUT, interleave, machine, write
 from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY
 from bench.lib.servers import pinned, split_cores
 from bench.lib.verify_cost import macs_per_token, matrices
+from builder.engine import int8_tiles
+from builder.engine.native_kernels import build_library
+from runtimes.kernels import DOMAIN
 
 VOCAB = 32000
 ROWS = (1, 2, 3, 5, 16, 64)
 QUICK_ROWS = (1, 2)
 CALLS = 20
-ARMS = ("int8 MatMulNBits b128", "int4 MatMulNBits b128", "int8 dynamic", "fp32 ONNX Runtime", "fp32 torch",
-        "bf16 torch")
+ARMS = ("int8 mbuild tiles b128", "int8 MatMulNBits b128", "int4 MatMulNBits b128", "int8 dynamic",
+        "fp32 ONNX Runtime", "fp32 torch", "bf16 torch")
 
 
 def _graph(shapes: list[tuple[int, int]], arm: str, rng: np.random.Generator) -> ort.InferenceSession:
@@ -53,6 +58,13 @@ def _graph(shapes: list[tuple[int, int]], arm: str, rng: np.random.Generator) ->
                         numpy_helper.from_array(rng.random(n, dtype=np.float32) * 0.01, f"s{i}")]
             nodes.append(helper.make_node("DynamicQuantizeMatMul", [f"x{k}", f"w{i}", f"s{i}"], [f"y{i}"],
                                           domain="com.microsoft"))
+        elif "tiles" in arm:
+            blocks = -(-k // 128)
+            tiles, scales = int8_tiles.tile_weights(rng.integers(0, 256, (n, blocks, 128), dtype=np.uint8),
+                                                    rng.random(n * blocks, dtype=np.float32) * 0.01)
+            weights += [numpy_helper.from_array(tiles, f"w{i}"), numpy_helper.from_array(scales, f"s{i}")]
+            nodes.append(helper.make_node(int8_tiles.OP, [f"x{k}", f"w{i}", f"s{i}"], [f"y{i}"],
+                                          **int8_tiles.attributes(k, n)))
         else:
             bits, block = (8 if arm.startswith("int8") else 4), 128
             blocks = -(-k // block)
@@ -66,9 +78,12 @@ def _graph(shapes: list[tuple[int, int]], arm: str, rng: np.random.Generator) ->
     widths = sorted({k for k, _ in shapes})
     inputs = [helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, ["rows", k]) for k in widths]
     model = helper.make_model(helper.make_graph(nodes, "step", inputs, outputs, weights),
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1),
+                                             helper.make_opsetid(DOMAIN, 1)])
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    if "tiles" in arm:
+        options.register_custom_ops_library(str(build_library()))
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

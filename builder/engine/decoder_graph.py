@@ -46,6 +46,7 @@ from builder.engine.weight_writer import (
 )
 from builder.model.geometry import HeadGeometry, head_geometry
 from builder.planning.precisions import TABLE_BITS, TABLE_BLOCK
+from runtimes.kernels import DOMAIN as KERNELS_DOMAIN
 
 
 class GraphWriter:
@@ -66,7 +67,8 @@ class GraphWriter:
     def linear(self, x: str, prefixes: list[str], name: str) -> str:
         """x @ W.T (+ bias): several projections of the same input fused into one MatMul (q|k|v, gate|up)."""
         op, weights, attributes = self.write_linear([f"{p}.weight" for p in prefixes], name)
-        out = self.node(op, [x, *weights], name, domain="" if op == "MatMul" else "com.microsoft", **attributes)[0]
+        attributes = {"domain": "" if op == "MatMul" else "com.microsoft", **attributes}  # mbuild's ops name theirs
+        out = self.node(op, [x, *weights], name, **attributes)[0]
         if all(f"{p}.bias" in self.checkpoint for p in prefixes):
             bias = np.concatenate([self.checkpoint.get(f"{p}.bias") for p in prefixes])
             out = self.node("Add", [out, self.weights.add(f"{name}.bias", bias)], f"{name}_bias")[0]
@@ -239,6 +241,8 @@ def _save(g: GraphWriter, dims: HeadGeometry, vocab: int, out_dir: Path) -> None
         outputs += [helper.make_tensor_value_info(f"present_{kind}.{i}", f32, cache) for kind in ("key", "value")]
     graph = helper.make_graph(g.nodes, "decoder", inputs, outputs, g.weights.initializers)
     opsets = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)]
+    if any(node.domain == KERNELS_DOMAIN for node in g.nodes):
+        opsets.append(helper.make_opsetid(KERNELS_DOMAIN, 1))
     model = helper.make_model(graph, opset_imports=opsets, producer_name="mbuild")
     model.ir_version = 9
     onnx.save(model, str(out_dir / "model.onnx"))

@@ -8,6 +8,9 @@ TensorRT gets decoder_torch.py's grown-cache graph. Both are checked by the same
 from __future__ import annotations
 
 import json
+import logging
+import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +19,18 @@ from transformers import AutoConfig, AutoTokenizer
 from builder.engine.decoder_graph import write_decoder
 from builder.engine.decoder_torch import write_grown_cache_graph
 from builder.engine.exported import ExportResult
+from builder.engine.native_kernels import build_library
 from builder.engine.quiet import quiet_ml
 from builder.engine.rope import served_context
 from builder.engine.weight_writer import LinearFormat
-from builder.errors import UnsupportedModel
+from builder.errors import ToolMissing, UnsupportedModel
 from builder.model.families import family
 from builder.planning.engine_options import ort_options
 from builder.planning.profiles import Profile
 from runtimes.bundle.engine import DecoderOptions
+from runtimes.kernels import LIBRARY_FILE
+
+log = logging.getLogger("mbuild")
 
 
 def _chat_template(model_dir: Path, tokenizer: Any) -> str | None:
@@ -81,7 +88,23 @@ def export_decoder(model_dir: Path, out_dir: Path, profile: Profile | None = Non
     precision (fp32 without one)."""
     form = None if profile is None else LinearFormat.for_profile(profile.precision,
                                                                  ort_options(profile.engine_options))
+    if form is not None and form.tiles:
+        form = _with_kernels(form, out_dir)
     return _export(model_dir, out_dir, grown_cache=False, form=form)
+
+
+def _with_kernels(form: LinearFormat, out_dir: Path) -> LinearFormat:
+    """mbuild's kernel library beside the graph, built (once per machine) before any weight is written; where it
+    cannot be built, ONNX Runtime's MatMulNBits on the same 8-bit blocks, saying why."""
+    try:
+        library = build_library()
+    except ToolMissing as exc:
+        log.warning("mbuild's int8 kernel is unavailable, so this engine runs ONNX Runtime's MatMulNBits on the same "
+                    "8-bit blocks (one stream as fast, verify rows and batches slower): %s", exc)
+        return replace(form, tiles=False)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(library, out_dir / LIBRARY_FILE)
+    return form
 
 
 @quiet_ml()

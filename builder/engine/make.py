@@ -16,6 +16,7 @@ from runtimes.bundle import EngineConfig
 from runtimes.bundle.codec import write_contract
 from runtimes.bundle.engine import ENGINE_FILE, OrtBuild
 from runtimes.bundle.report import REPORT_FILE, DecoderReport, GateReport
+from runtimes.kernels import LIBRARY_FILE
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ TASKS = {
 
 def _place(work: Path, engine_dir: Path) -> None:
     engine_dir.mkdir(parents=True)
-    for name in ("model.onnx", "model.onnx.data"):
+    for name in ("model.onnx", "model.onnx.data", LIBRARY_FILE):
         if (work / name).is_file():
             (work / name).rename(engine_dir / name)
 
@@ -96,6 +97,11 @@ def make_engine(plan: BuildPlan, snapshot: Path, work: Path, engine_dir: Path, b
              else f"ONNX Runtime {plan.profile.precision}: quantize and optimize")
     with reporter.stage("compile", doing):
         _compile(plan, work, engine_dir, exported, built)
+    if built and ort_options(plan.profile.engine_options).quantization == "tiles" \
+            and not (engine_dir / LIBRARY_FILE).is_file():  # the export fell back (export_decoder._with_kernels)
+        reporter.note("mbuild's int8 kernel could not be built on this host (it needs g++ and, once, deb.debian.org "
+                      "for ONNX Runtime's headers): this engine runs ONNX Runtime's MatMulNBits on the same blocks, "
+                      "as fast at one stream, slower for speculative verify rows and batches")
     gate = load_stage(stages.gate, "validating against the PyTorch reference")
     with reporter.stage("validate", stages.validating):
         report: GateReport = gate.run_gate(snapshot, engine_dir, plan.profile.tolerance, build_dir / REPORT_FILE)

@@ -8,6 +8,8 @@ leaves as the operator ONNX Runtime's quantizers would have made, written in pla
                          the graph optimizer produces
   int4 / 8-bit blocks    MatMulNBits, weight [N, blocks, bytes], packed by ONNX Runtime's own kernel
                          (quantize_matmul_4bits / _8bits), as MatMulNBitsQuantizer does
+  8-bit tiles            the same 8-bit blocks of 128 in MatMulInt8Tiles' layout (int8_tiles.py), for mbuild's
+                         kernel
 Why not run those quantizers on a finished graph: both load the whole ONNX model (and the graph optimizer
 saves a second copy), which for an 8B model is tens of GB; here memory holds one block of rows.
 The rounding is the libraries' own (quantize_nparray, get_qmin_qmax_for_qType, the packing kernels).
@@ -24,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.capi import _pybind_state as ort_kernels
 from onnxruntime.quantization.quant_utils import get_qmin_qmax_for_qType, quantize_nparray
 
+from builder.engine import int8_tiles
 from builder.engine.checkpoint import Checkpoint
 from builder.planning.engine_options import OrtOptions
 
@@ -44,6 +47,7 @@ class LinearFormat:
     bits: int = 4
     block_size: int = 128
     accuracy_level: int = 0
+    tiles: bool = False  # 8-bit blocks of 128 for MatMulInt8Tiles instead of MatMulNBits
 
     @classmethod
     def for_profile(cls, precision: str, options: OrtOptions) -> LinearFormat:
@@ -51,7 +55,8 @@ class LinearFormat:
         if bits is None:
             return cls() if precision == "fp32" else cls("int8", per_channel=options.per_channel,
                                                              reduce_range=options.reduce_range)
-        return cls("nbits", bits=bits, block_size=options.block_size, accuracy_level=options.accuracy_level or 0)
+        return cls("nbits", bits=bits, block_size=options.block_size, accuracy_level=options.accuracy_level or 0,
+                   tiles=options.quantization == "tiles")
 
 
 class WeightFile:
@@ -120,7 +125,7 @@ class LinearWriter:
         if self.form.kind == "int8":
             return self._int8(names, name, n, k)
         if self.form.kind == "nbits":
-            return self._nbits(names, name, n, k)
+            return self._tiles(names, name, n, k) if self.form.tiles else self._nbits(names, name, n, k)
         offset = self.weights.reserve(f"{name}.weight", (k, n), np.dtype(np.float32))
         for first, block in self.checkpoint.blocks(names, BLOCK_BYTES):
             self.weights.put_columns(offset, np.ascontiguousarray(block.T), first, n)
@@ -162,6 +167,27 @@ class LinearWriter:
         if self.form.accuracy_level:
             attributes["accuracy_level"] = self.form.accuracy_level
         return "MatMulNBits", [f"{name}.weight_q{bits}", f"{name}.weight_scales"], attributes
+
+
+    def _tiles(self, names: list[str], name: str, n: int, k: int) -> Linear:
+        """Whole groups of 64 rows at a time: the checkpoint's blocks of rows end anywhere, a group may straddle two."""
+        groups, blocks = -(-n // int8_tiles.GROUP), -(-k // int8_tiles.BLOCK)
+        group_bytes = blocks * int8_tiles.BLOCK * int8_tiles.GROUP
+        weights = self.weights.reserve(f"{name}.weight_tiles", (groups, blocks, int8_tiles.QUADS, int8_tiles.GROUP, 4),
+                                       np.dtype(np.uint8))
+        scales = self.weights.reserve(f"{name}.weight_tile_scales", (groups, blocks, int8_tiles.GROUP),
+                                      np.dtype(np.float32))
+        done, carry = 0, np.zeros((0, k), np.float32)
+        for first, block in self.checkpoint.blocks(names, BLOCK_BYTES):
+            rows = np.concatenate([carry, block])
+            whole = len(rows) if first + len(block) == n else len(rows) // int8_tiles.GROUP * int8_tiles.GROUP
+            if whole:
+                tiles, tile_scales = int8_tiles.tile_weights(*pack_rows(rows[:whole], 8, int8_tiles.BLOCK))
+                self.weights.put(weights + done * group_bytes, tiles)
+                self.weights.put(scales + done * blocks * int8_tiles.GROUP * 4, tile_scales)
+                done += len(tiles)
+            carry = rows[whole:]
+        return int8_tiles.OP, [f"{name}.weight_tiles", f"{name}.weight_tile_scales"], int8_tiles.attributes(k, n)
 
 
 def pack_rows(block: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from builder.errors import InputError
 from builder.planning.precisions import PRECISIONS
+from runtimes.kernels import TILE_BLOCK
 
 
 class _Options(BaseModel):
@@ -19,9 +20,10 @@ class OrtOptions(_Options):
     """ONNX Runtime (CPU): graph optimization and quantization."""
 
     graph_optimization: Literal["basic", "extended", "all"] = "extended"
-    # Language models' linear layers: "dynamic" (int8 only: DynamicQuantizeMatMul) or "blocks" (MatMulNBits,
-    # 8-bit for int8, 4-bit for int4). Embeddings' int8 is always dynamic, with per_channel and reduce_range.
-    quantization: Literal["dynamic", "blocks"] | None = None
+    # Language models' linear layers: "dynamic" (int8 only: DynamicQuantizeMatMul), "blocks" (MatMulNBits,
+    # 8-bit for int8, 4-bit for int4) or "tiles" (int8 only, blocks of 128: the same 8-bit blocks run by mbuild's
+    # MatMulInt8Tiles on AVX-512 VNNI, runtimes/kernels/int8_tiles.cpp). Embeddings' int8 is always dynamic.
+    quantization: Literal["dynamic", "blocks", "tiles"] | None = None
     per_channel: bool = False  # dynamic int8: one scale per output channel (cosine 0.945 -> 0.988 on MiniLM)
     reduce_range: bool = False  # dynamic int8: 7-bit weights, for CPUs without VNNI that saturate otherwise
     block_size: Literal[16, 32, 64, 128, 256] = 32  # blocks: weights per block, the sizes ORT's packer takes
@@ -30,9 +32,18 @@ class OrtOptions(_Options):
     # build whose int8 cache fails the gate fails, since the plan sized the pool for it
     kv_cache: Literal["fp32", "int8"] = "fp32"
 
+    @model_validator(mode="after")
+    def _tiles_fit(self) -> OrtOptions:
+        if self.quantization == "tiles" and self.block_size != TILE_BLOCK:
+            raise ValueError(f"quantization tiles runs blocks of {TILE_BLOCK} (block_size {TILE_BLOCK})")
+        return self
+
     def block_bits(self, precision: str) -> int | None:
         """Bits of a language model's MatMulNBits weights at `precision`; None: fp32, or int8 kept dynamic."""
         bits = PRECISIONS[precision].weight_bits
+        if bits == 4 and self.quantization == "tiles":
+            raise InputError("quantization tiles is for int8 (8-bit blocks); int4 runs blocks",
+                             hint="set engine_options.quantization: blocks for int4")
         return None if bits == 8 and self.quantization == "dynamic" else bits  # dynamic: 8-bit only
 
 

@@ -18,6 +18,7 @@ from runtimes.bundle import BundleError, EngineConfig
 from runtimes.bundle.engine import ENCODER_TASKS
 from runtimes.engines import gpu_select, tensorrt_engine
 from runtimes.hardware import detect_gpus
+from runtimes.kernels import LIBRARY_FILE
 from runtimes.settings import flag
 
 log = logging.getLogger("mbuild.runtime")
@@ -43,6 +44,12 @@ def _onnxruntime(model_dir: Path, config: EngineConfig, threads: int) -> Session
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # The graph was optimized at build time; repeating it here would only slow the start.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    kernels = model_dir / LIBRARY_FILE  # mbuild's own kernels, built with the engine for its CPU
+    try:
+        if kernels.is_file():
+            options.register_custom_ops_library(str(kernels))
+    except Exception as exc:  # the library refuses a CPU without its instructions, saying so
+        raise BundleError(f"cannot load the engine's kernels {kernels}: {exc}") from exc
     try:
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own Fail/InvalidGraph types

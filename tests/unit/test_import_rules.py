@@ -64,7 +64,7 @@ RUNTIME_PLACES = {
     "dynamo": "process",  # the image as a Dynamo worker: another way the container runs
     "api": "api", "state": "state", "generation": "generation", "engines": "engines",
     **dict.fromkeys(("settings", "bundle", "metrics", "health", "batcher", "tokenize", "hardware", "fit", "exits",
-                     "ids", "logs", "envparse"), "shared"),
+                     "ids", "logs", "envparse", "kernels"), "shared"),
 }
 
 

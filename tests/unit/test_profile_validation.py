@@ -135,20 +135,24 @@ def test_each_cpu_class_quantizes_a_language_model_as_its_profile_says(tmp_path:
     """The linear layers an int8/int4 language-model build writes, per CPU class (docs/llm.md's table)."""
     forms = {(p.hardware, p.precision): LinearFormat.for_profile(p.precision, ort_options(p.engine_options))
              for p in load_profiles() if p.device == "cpu" and "text-generation" in p.tasks and p.precision != "fp32"}
-    vnni_int8 = forms["cpu.vnni", "int8"]  # 8-bit MatMulNBits blocks, int8 compute: the fast batch-1 kernel
+    vnni_int8 = forms["cpu.vnni", "int8"]  # 8-bit blocks, int8 compute, run by mbuild's MatMulInt8Tiles
     assert (vnni_int8.kind, vnni_int8.bits, vnni_int8.block_size, vnni_int8.accuracy_level) == ("nbits", 8, 128, 4)
+    assert vnni_int8.tiles and not any(f.tiles for key, f in forms.items() if key != ("cpu.vnni", "int8"))
     for hardware in ("cpu", "cpu.avx512"):  # dynamic int8 with 7-bit weights where u8*s8 kernels saturate
         assert (forms[hardware, "int8"].kind, forms[hardware, "int8"].reduce_range) == ("int8", True)
     for hardware in ("cpu", "cpu.avx512", "cpu.vnni"):
         int4 = forms[hardware, "int4"]
         assert (int4.kind, int4.bits, int4.block_size, int4.accuracy_level) == ("nbits", 4, 128, 4)
-    write(tmp_path, odd="""
+    # a size ONNX Runtime's packer refuses, and mbuild's kernel's one block size, refused when profiles load
+    for precision, options, why in (("int4", "quantization: blocks, block_size: 96", "block_size"),
+                                    ("int8", "quantization: tiles, block_size: 64", "tiles runs blocks of 128")):
+        write(tmp_path, odd=f"""
 profiles:
   - engine: onnxruntime
     hardware: cpu
     tasks: [text-generation]
-    precision: int4
-    engine_options: {quantization: blocks, block_size: 96}
+    precision: {precision}
+    engine_options: {{{options}}}
 """)
-    with pytest.raises(ProfileSetError, match="block_size"):
-        load_profiles([tmp_path])  # a size ONNX Runtime's packer refuses is refused when profiles load
+        with pytest.raises(ProfileSetError, match=why):
+            load_profiles([tmp_path])
