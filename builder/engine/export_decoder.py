@@ -98,7 +98,7 @@ def _with_kernels(form: LinearFormat, out_dir: Path) -> LinearFormat:
     cannot be built, ONNX Runtime's MatMulNBits on the same 8-bit blocks, saying why."""
     try:
         library = build_library()
-    except ToolMissing as exc:
+    except (ToolMissing, OSError) as exc:  # OSError: the cache folder cannot be written
         log.warning("mbuild's int8 kernel is unavailable, so this engine runs ONNX Runtime's MatMulNBits on the same "
                     "8-bit blocks (one stream as fast, verify rows and batches slower): %s", exc)
         return replace(form, tiles=False)
