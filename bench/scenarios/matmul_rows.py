@@ -59,8 +59,8 @@ def _graph(shapes: list[tuple[int, int]], arm: str, rng: np.random.Generator) ->
             nodes.append(helper.make_node("DynamicQuantizeMatMul", [f"x{k}", f"w{i}", f"s{i}"], [f"y{i}"],
                                           domain="com.microsoft"))
         elif "tiles" in arm:
-            blocks = -(-k // 128)
-            tiles, scales = int8_tiles.tile_weights(rng.integers(0, 256, (n, blocks, 128), dtype=np.uint8),
+            blocks = -(-k // int8_tiles.BLOCK)
+            tiles, scales = int8_tiles.tile_weights(rng.integers(0, 256, (n, blocks, int8_tiles.BLOCK), dtype=np.uint8),
                                                     rng.random(n * blocks, dtype=np.float32) * 0.01)
             weights += [numpy_helper.from_array(tiles, f"w{i}"), numpy_helper.from_array(scales, f"s{i}")]
             nodes.append(helper.make_node(int8_tiles.OP, [f"x{k}", f"w{i}", f"s{i}"], [f"y{i}"],
