@@ -14,9 +14,10 @@ import onnx
 
 from bench.lib import llamacpp
 from bench.lib.llm_models import gguf_module
+from runtimes.kernels import ATTENTION_INT8_OP, ATTENTION_OP
 
 # Read a row a step (the embedding table, plain or quantized; the rotary tables) or the cached positions only
-NOT_STREAMED = {"Gather", "GatherBlockQuantized", "GroupQueryAttention"}
+NOT_STREAMED = {"Gather", "GatherBlockQuantized", "GroupQueryAttention", ATTENTION_OP, ATTENTION_INT8_OP}
 EXPERTS = {"MoE", "QMoE"}  # a step reads the experts its tokens are routed to
 
 

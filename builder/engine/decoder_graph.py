@@ -4,7 +4,8 @@ The graph is built node by node from the checkpoint's tensors, read a block of r
 (checkpoint.py), quantized on the way when the profile asks and written straight to the external-data
 file (weight_writer.py): the export holds one block, not the model, and its graph is the engine.
 The family's differences from Llama come as an Arch (decoder_family.py); experts as decoder_moe.py writes them.
-Attention is ONNX Runtime's GroupQueryAttention contrib op with rotary embedding inside it and the past
+Attention is ONNX Runtime's GroupQueryAttention contrib op (or, where mbuild's kernel library is built in,
+its CausalAttention: runtimes/kernels/attention.cpp) with rotary embedding inside it and the past
 and present caches sharing one buffer: the runtime binds each slot's preallocated cache [slots, kv_heads,
 context, head_dim] as both, and a step writes only its new positions. Each row carries its own length
 (seqlens_k), so rows at different lengths decode together and a prompt can be prefilled in chunks on top
@@ -46,6 +47,7 @@ from builder.engine.weight_writer import (
 )
 from builder.model.geometry import HeadGeometry, head_geometry
 from builder.planning.precisions import TABLE_BITS, TABLE_BLOCK
+from runtimes.kernels import ATTENTION_HEAD_DIMS, ATTENTION_OP
 from runtimes.kernels import DOMAIN as KERNELS_DOMAIN
 
 
@@ -140,12 +142,17 @@ def _attention(g: GraphWriter, arch: Arch, i: int, h: str, dims: HeadGeometry) -
     rope = [f"cos_cache.{plan.rope}", f"sin_cache.{plan.rope}"] if plan.rope else ["", ""]
     sink = [g.weights.add(f"layers.{i}.sinks", g.checkpoint.get(f"{prefix}.sinks"))] if arch.sinks else []
     extra = ["", "", *sink] if sink else []  # position_ids and attention_bias come before head_sink
-    attributes = {"softcap": arch.attn_softcap} if arch.attn_softcap else {}
-    attention = g.node("GroupQueryAttention", [*qkv_inputs, f"past_key.{i}", f"past_value.{i}", "seqlens_k",
-                                               "total_sequence_length", *rope, *extra],
-                       f"layers.{i}.attention", outputs=3, domain="com.microsoft", num_heads=dims.heads,
-                       kv_num_heads=dims.kv_heads, do_rotary=int(plan.rope is not None), scale=arch.attn_scale,
-                       local_window_size=plan.window, **attributes)
+    inputs = [*qkv_inputs, f"past_key.{i}", f"past_value.{i}", "seqlens_k", "total_sequence_length", *rope]
+    heads = {"num_heads": dims.heads, "kv_num_heads": dims.kv_heads, "do_rotary": int(plan.rope is not None)}
+    if g.form.tiles and plan.window == -1 and not arch.attn_softcap and not sink \
+            and dims.head_dim in ATTENTION_HEAD_DIMS:  # the library is beside the graph: mbuild's attention
+        attention = g.node(ATTENTION_OP, inputs, f"layers.{i}.attention", outputs=3, domain=KERNELS_DOMAIN,
+                           scale=float(arch.attn_scale), **heads)
+    else:
+        attributes = {"softcap": arch.attn_softcap} if arch.attn_softcap else {}
+        attention = g.node("GroupQueryAttention", [*inputs, *extra], f"layers.{i}.attention", outputs=3,
+                           domain="com.microsoft", scale=arch.attn_scale, local_window_size=plan.window,
+                           **heads, **attributes)
     g.nodes[-1].output[1:] = [f"present_key.{i}", f"present_value.{i}"]
     return g.linear(attention[0], [f"{prefix}.o_proj"], f"layers.{i}.o_proj")
 

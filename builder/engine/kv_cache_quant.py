@@ -1,5 +1,6 @@
 """An 8-bit KV cache for an in-place decoder graph: scales calibrated on the engine's own cache, then the graph's
-GroupQueryAttention nodes told to keep int8 keys and values.
+attention nodes told to keep int8 keys and values (GroupQueryAttention, or mbuild's CausalAttention, which keeps
+them the same way: runtimes/kernels/attention.cpp).
 
 ONNX Runtime 1.32's CPU GroupQueryAttention quantizes what it writes to present_key/present_value with a static
 scale per KV head and channel (k_scale/v_scale [kv_heads, 1, head_dim], `k_quant_type`/`v_quant_type`
@@ -29,6 +30,8 @@ from runtimes.bundle import load_engine_config
 from runtimes.bundle.codec import write_contract
 from runtimes.bundle.report import CacheCheck, DecoderReport, read_gate_report
 from runtimes.engines.decoder import DecoderEngine
+from runtimes.kernels import ATTENTION_INPUTS, ATTENTION_INT8_OP, ATTENTION_OP
+from runtimes.kernels import DOMAIN as KERNELS_DOMAIN
 
 # Beyond the largest calibration value, before saturation. Measured on the trained tiny Llama (64 greedy tokens after
 # 5 prompts, scales from its training text): largest logit error 2.28 at 1x, 0.92 at 1.25x (values past the text's
@@ -61,11 +64,23 @@ def calibrate(engine_dir: Path, prompts: Sequence[Sequence[int]], threads: int =
     return scales
 
 
+def _attention_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The graph's attention nodes, GroupQueryAttention or mbuild's CausalAttention (either cache form)."""
+    ours = {ATTENTION_OP, ATTENTION_INT8_OP}
+    return [n for n in graph.node if (n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft")
+            or (n.op_type in ours and n.domain == KERNELS_DOMAIN)]
+
+
+def _scale_inputs(node: onnx.NodeProto) -> int:
+    """Where k_scale and v_scale go in the node's inputs."""
+    return GQA_SCALE_INPUTS if node.op_type == "GroupQueryAttention" else ATTENTION_INPUTS
+
+
 def quantize_graph(model_path: Path, scales: Sequence[np.ndarray]) -> None:
     """Rewrite model.onnx (its external weights untouched) to keep an int8 cache with these scales."""
     model = onnx.load(str(model_path), load_external_data=False)
     graph = model.graph
-    nodes = [n for n in graph.node if n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft"]
+    nodes = _attention_nodes(graph)
     if len(nodes) * 2 != len(scales):
         raise ValueError(f"{model_path} has {len(nodes)} attention nodes for {len(scales)} cache scales")
     for node in nodes:
@@ -73,10 +88,13 @@ def quantize_graph(model_path: Path, scales: Sequence[np.ndarray]) -> None:
         names = [f"kv_scale.{node.input[3]}", f"kv_scale.{node.input[4]}"]
         for name, scale in zip(names, scales[2 * layer:2 * layer + 2], strict=True):
             graph.initializer.append(numpy_helper.from_array(scale, name))
-        inputs = list(node.input) + [""] * (GQA_SCALE_INPUTS - len(node.input))
+        inputs = list(node.input) + [""] * (_scale_inputs(node) - len(node.input))
         del node.input[:]
         node.input.extend([*inputs, *names])
-        node.attribute.extend(onnx.helper.make_attribute(k, v) for k, v in QUANT_ATTRIBUTES.items())
+        if node.op_type == "GroupQueryAttention":
+            node.attribute.extend(onnx.helper.make_attribute(k, v) for k, v in QUANT_ATTRIBUTES.items())
+        else:
+            node.op_type = ATTENTION_INT8_OP
     for value in [*graph.input, *graph.output]:
         if value.name.startswith(("past_", "present_")):
             value.type.tensor_type.elem_type = TensorProto.INT8
@@ -89,9 +107,9 @@ def fp32_cache_graph(model_path: Path) -> None:
     model = onnx.load(str(model_path), load_external_data=False)
     graph = model.graph
     scales = {i.name for i in graph.initializer if i.name.startswith("kv_scale.")}
-    for node in graph.node:
-        if node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft" and set(node.input) & scales:
-            inputs = list(node.input)[:GQA_SCALE_INPUTS]
+    for node in _attention_nodes(graph):
+        if set(node.input) & scales:
+            inputs = list(node.input)[:_scale_inputs(node)]
             while inputs and not inputs[-1]:  # the optional inputs quantize_graph padded with
                 inputs.pop()
             del node.input[:]
@@ -99,6 +117,8 @@ def fp32_cache_graph(model_path: Path) -> None:
             kept = [a for a in node.attribute if a.name not in QUANT_ATTRIBUTES]
             del node.attribute[:]
             node.attribute.extend(kept)
+            if node.op_type == ATTENTION_INT8_OP:
+                node.op_type = ATTENTION_OP
     kept_initializers = [i for i in graph.initializer if i.name not in scales]
     del graph.initializer[:]
     graph.initializer.extend(kept_initializers)

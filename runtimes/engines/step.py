@@ -18,7 +18,8 @@ padding at 0 would overwrite.
 
 And a run wider than one token spans one slot unless every slot in it is empty: ONNX Runtime 1.32's CPU
 GroupQueryAttention refuses more ("batch_size must be 1 when sequence_length > 1 and past context is given",
-measured). So decode rows share a run whatever their lengths, first chunks of new prompts share one when their
+measured; mbuild's CausalAttention takes it, but a graph may hold either, so runs are packed for both). So decode
+rows share a run whatever their lengths, first chunks of new prompts share one when their
 slots are side by side, and a later chunk or a verify row runs alone: one more pass over the weights each, which
 the scheduler weighs before it speculates (generation/speculative.py).
 """

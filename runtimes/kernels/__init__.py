@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-KERNEL_SOURCES = (Path(__file__).with_name("int8_tiles.cpp"),)
+KERNEL_SOURCES = (Path(__file__).with_name("int8_tiles.cpp"), Path(__file__).with_name("attention.cpp"))
 LIBRARY_FILE = "libmbuild_kernels.so"  # its name inside a model folder
 DOMAIN = "ai.mbuild"
+# CausalAttention (attention.cpp): GroupQueryAttention's inputs and numbers for an in-place cache, fp32 or int8 (the
+# int8 form takes k_scale and v_scale after its other inputs), for these head sizes; where a model needs more
+# (a window, a soft cap, sinks), the graph keeps GroupQueryAttention
+ATTENTION_OP, ATTENTION_INT8_OP, ATTENTION_INPUTS = "CausalAttention", "CausalAttentionInt8Cache", 9
+ATTENTION_HEAD_DIMS = (16, 32, 64, 128)
 # MatMulInt8Tiles' layout (int8_tiles.cpp says it): blocks of 128 k, columns in groups of 64
 TILE_BLOCK, TILE_GROUP = 128, 64

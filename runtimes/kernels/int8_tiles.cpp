@@ -185,6 +185,8 @@ struct Op : Ort::CustomOpBase<Op, Kernel, true> {
 
 }  // namespace
 
+void mbuild_attention_ops(std::vector<OrtCustomOp*>& ops);  // attention.cpp
+
 extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
                                                                                            const OrtApiBase* base) {
   Ort::InitApi(base->GetApi(ORT_API_VERSION));
@@ -197,8 +199,11 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
   static OrtCustomOpDomain* domain = nullptr;  // kept for the process: sessions hold it
   const OrtApi& api = Ort::GetApi();
   if (domain == nullptr) {
+    std::vector<OrtCustomOp*> ops{&op};
+    mbuild_attention_ops(ops);
     if (OrtStatus* status = api.CreateCustomOpDomain("ai.mbuild", &domain)) return status;
-    if (OrtStatus* status = api.CustomOpDomain_Add(domain, &op)) return status;
+    for (OrtCustomOp* each : ops)
+      if (OrtStatus* status = api.CustomOpDomain_Add(domain, each)) return status;
   }
   return api.AddCustomOpDomain(options, domain);
 }

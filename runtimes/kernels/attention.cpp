@@ -1,0 +1,367 @@
+// CausalAttention / CausalAttentionInt8Cache (domain ai.mbuild): GroupQueryAttention for an in-place KV cache, as
+// builder/engine/decoder_graph.py writes it (rotary inside, past and present one buffer, one length per row).
+//
+// Why mbuild has its own: ONNX Runtime's CPU GroupQueryAttention runs each query head as a small MLAS GEMM with its
+// own packing, softmax pass and probability buffer as wide as the cache, which costs ~36 us a layer for one new token
+// over 96 cached ones and ~7 us more for each further token (~100M Llama shape, one thread; llm_notes.md): a
+// speculative verify row of five tokens paid +0.21 ms a token in attention, as much as in the weights. Here all
+// query heads sharing a KV head (and all of a row's new tokens) go over the cache together: each key and value is
+// read once per KV head, dot products for 16 keys are summed by one transpose-add tree, and the softmax runs in
+// registers. The numbers are GroupQueryAttention's: same rotary (rotate-half on the first 2 x cos_cache width
+// channels), same scale, causal over each row's own length, int8 caches with a static scale per KV head and channel
+// (what builder/engine/kv_cache_quant.py calibrates), rounded to nearest even and saturated.
+//
+// Inputs: 0 query [B,S,H*D] (or q|k|v packed [B,S,(H+2KV)*D] with 1 and 2 empty), 1 key, 2 value [B,S,KV*D],
+// 3 past_key, 4 past_value [B,KV,M,D], 5 seqlens_k [B] (each row's length after this step - 1),
+// 6 total_sequence_length [], 7 cos_cache, 8 sin_cache [P, R/2] (optional), 9 k_scale, 10 v_scale [KV,1,D] (int8).
+// Outputs: 0 [B,S,H*D], 1 present_key, 2 present_value: past's buffers when the caller binds them so.
+#define ORT_API_MANUAL_INIT
+#include <onnxruntime_cxx_api.h>
+#undef ORT_API_MANUAL_INIT
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int64_t KEYS = 16, ROW_CHUNK = 32;
+
+// exp for x <= 0 (scores minus their maximum): 2^n x p(r), r = x - n ln2 in [-ln2/2, ln2/2], p of degree 6 (~1 ulp).
+// Below -64 it is 0: e^-64 is invisible beside the maximum's 1 in a float sum, and products of such tiny weights with
+// values would be denormals, which cost a microcode assist each.
+inline __m512 exp_ps(__m512 x) {
+  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-64.f), _CMP_GE_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-64.f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+  __m512 p = _mm512_set1_ps(1.f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
+}
+
+// a[j] holds 16 partial sums of dot product j; returns lane j = the sum of a[j]'s lanes
+inline __m512 sum16(__m512 a[16]) {
+  __m512 t[8], u[4];
+  for (int i = 0; i < 8; i++)
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  for (int i = 0; i < 4; i++) {  // lane L of u[i]: dots 4i..4i+3, each summed over L's four floats
+    const __m512d x = _mm512_castps_pd(t[2 * i]), y = _mm512_castps_pd(t[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+  const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
+}
+
+struct Shape {
+  int64_t batch, seq, heads, kv_heads, dim, buffer, past_buffer, rotary_half;
+  bool packed, shared, int8;
+};
+
+template <typename C>
+struct Job {
+  Shape shape;
+  const float *q, *k, *v, *cos, *sin, *k_scale, *v_scale;
+  const C *past_key, *past_value;
+  C *present_key, *present_value;
+  const int32_t* seqlens;
+  float* out;
+  float alpha;
+};
+
+// x rotated in place for position p: rotate-half on the first 2 x half channels
+inline void rotate(float* x, const float* cos, const float* sin, int64_t half) {
+  for (int64_t i = 0; i < half; i++) {
+    const float a = x[i], b = x[i + half];
+    x[i] = a * cos[i] - b * sin[i];
+    x[i + half] = b * cos[i] + a * sin[i];
+  }
+}
+
+template <typename C>
+inline void store(C* to, const float* x, const float* scale, int64_t dim) {
+  if constexpr (sizeof(C) == 1) {
+    for (int64_t i = 0; i < dim; i++)
+      to[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] / scale[i]), -128.f, 127.f));
+  } else {
+    std::memcpy(to, x, dim * sizeof(float));
+  }
+}
+
+// KEYS rows of the cache at `from` as floats, the rows past `count` zero (an fp32 block that is whole is read in place)
+template <typename C>
+inline const float* widen(const C* from, int64_t count, int64_t dim, float* scratch) {
+  if constexpr (sizeof(C) == 1) {
+    for (int64_t i = 0; i < count * dim; i += 16)
+      _mm512_storeu_ps(scratch + i, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i)))));
+  } else {
+    if (count == KEYS) return from;
+    std::memcpy(scratch, from, count * dim * sizeof(float));
+  }
+  std::memset(scratch + count * dim, 0, (KEYS - count) * dim * sizeof(float));
+  return scratch;
+}
+
+// one query row against a block of KEYS keys [KEYS][16 V]: the q row stays in registers, each key's sum in one
+template <int V>
+inline __m512 dots(const float* q, const float* block) {
+  __m512 qv[V], acc[KEYS];
+  for (int c = 0; c < V; c++) qv[c] = _mm512_loadu_ps(q + 16 * c);
+  for (int j = 0; j < KEYS; j++) {
+    acc[j] = _mm512_mul_ps(qv[0], _mm512_loadu_ps(block + j * 16 * V));
+    for (int c = 1; c < V; c++) acc[j] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(block + j * 16 * V + 16 * c), acc[j]);
+  }
+  return sum16(acc);
+}
+
+// o [16 V] += sum over j < upto of p[j] x block row j
+template <int V>
+inline void weigh(float* o, const float* p, const float* block, int64_t upto) {
+  __m512 acc[V];
+  for (int c = 0; c < V; c++) acc[c] = _mm512_loadu_ps(o + 16 * c);
+  for (int64_t j = 0; j < upto; j++) {
+    const __m512 w = _mm512_set1_ps(p[j]);
+    for (int c = 0; c < V; c++) acc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(block + j * 16 * V + 16 * c), acc[c]);
+  }
+  for (int c = 0; c < V; c++) _mm512_storeu_ps(o + 16 * c, acc[c]);
+}
+
+template <typename C, int V>
+void run_item(void* data, size_t index) {
+  const Job<C>& job = *static_cast<const Job<C>*>(data);
+  const Shape& sh = job.shape;
+  const int64_t b = static_cast<int64_t>(index) / sh.kv_heads, kvh = static_cast<int64_t>(index) % sh.kv_heads;
+  const int64_t d = sh.dim, group = sh.heads / sh.kv_heads, seq = sh.seq;
+  const int64_t past = static_cast<int64_t>(job.seqlens[b]) + 1 - seq;
+  const int64_t width = sh.packed ? (sh.heads + 2 * sh.kv_heads) * d : sh.heads * d;
+  const int64_t kv_width = sh.packed ? width : sh.kv_heads * d;
+  const int64_t cache_at = (b * sh.kv_heads + kvh) * sh.buffer * d;
+  C* keys = job.present_key + cache_at;
+  C* values = job.present_value + cache_at;
+  const float* ks = job.k_scale ? job.k_scale + kvh * d : nullptr;
+  const float* vs = job.v_scale ? job.v_scale + kvh * d : nullptr;
+  if (!sh.shared) {  // a fresh present buffer: zeros, then the past's positions (GroupQueryAttention's own rule)
+    std::memset(keys, 0, sh.buffer * d * sizeof(C));
+    std::memset(values, 0, sh.buffer * d * sizeof(C));
+    const int64_t past_at = (b * sh.kv_heads + kvh) * sh.past_buffer * d;
+    std::memcpy(keys, job.past_key + past_at, past * d * sizeof(C));
+    std::memcpy(values, job.past_value + past_at, past * d * sizeof(C));
+  }
+  thread_local std::vector<float> row, queries, scores, block, sums;
+  row.resize(d);
+  // the new keys and values, rotated and stored at past..past+seq-1
+  for (int64_t s = 0; s < seq; s++) {
+    const int64_t at = (b * seq + s) * kv_width;
+    const float* k = sh.packed ? job.q + at + (sh.heads + kvh) * d : job.k + at + kvh * d;
+    const float* v = sh.packed ? job.q + at + (sh.heads + sh.kv_heads + kvh) * d : job.v + at + kvh * d;
+    std::memcpy(row.data(), k, d * sizeof(float));
+    if (job.cos) rotate(row.data(), job.cos + (past + s) * sh.rotary_half, job.sin + (past + s) * sh.rotary_half,
+                        sh.rotary_half);
+    store(keys + (past + s) * d, row.data(), ks, d);
+    store(values + (past + s) * d, v, vs, d);
+  }
+  // every query head of this KV head, every new token: rows r = s * group + g, rotated and scaled
+  const int64_t rows = seq * group;
+  queries.resize(rows * d);
+  for (int64_t s = 0; s < seq; s++)
+    for (int64_t g = 0; g < group; g++) {
+      float* q = queries.data() + (s * group + g) * d;
+      std::memcpy(q, job.q + (b * seq + s) * width + (kvh * group + g) * d, d * sizeof(float));
+      if (job.cos) rotate(q, job.cos + (past + s) * sh.rotary_half, job.sin + (past + s) * sh.rotary_half,
+                          sh.rotary_half);
+      for (int64_t i = 0; i < d; i++) q[i] *= job.alpha * (ks ? ks[i] : 1.f);
+    }
+  block.resize(KEYS * d);
+  for (int64_t first = 0; first < rows; first += ROW_CHUNK) {
+    const int64_t count = std::min(ROW_CHUNK, rows - first);
+    const int64_t total = past + (first + count - 1) / group + 1;  // keys the chunk's last row sees
+    const int64_t padded = (total + KEYS - 1) / KEYS * KEYS;
+    scores.assign(count * padded, 0.f);
+    for (int64_t j0 = 0; j0 < total; j0 += KEYS) {
+      const int64_t n = std::min(KEYS, total - j0);
+      const float* kb = widen(keys + j0 * d, n, d, block.data());
+      for (int64_t r = 0; r < count; r++) {
+        const int64_t seen = past + (first + r) / group + 1;
+        if (j0 >= seen) continue;
+        _mm512_storeu_ps(scores.data() + r * padded + j0, dots<V>(queries.data() + (first + r) * d, kb));
+      }
+    }
+    sums.resize(count);
+    for (int64_t r = 0; r < count; r++) {  // softmax over the row's own keys, zeros past them
+      const int64_t seen = past + (first + r) / group + 1;
+      float* p = scores.data() + r * padded;
+      __m512 top = _mm512_set1_ps(-INFINITY);
+      for (int64_t j = 0; j < padded; j += 16) {
+        const __mmask16 live = seen - j >= 16 ? 0xFFFF : seen <= j ? 0 : static_cast<__mmask16>((1u << (seen - j)) - 1);
+        top = _mm512_mask_max_ps(top, live, top, _mm512_loadu_ps(p + j));
+      }
+      const __m512 most = _mm512_set1_ps(_mm512_reduce_max_ps(top));
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t j = 0; j < padded; j += 16) {
+        const __mmask16 live = seen - j >= 16 ? 0xFFFF : seen <= j ? 0 : static_cast<__mmask16>((1u << (seen - j)) - 1);
+        const __m512 e = _mm512_maskz_mov_ps(live, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(p + j), most)));
+        _mm512_storeu_ps(p + j, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+      sums[r] = _mm512_reduce_add_ps(sum);
+    }
+    for (int64_t r = 0; r < count; r++) {  // probabilities x values, each value block widened once for the chunk
+      const int64_t s = (first + r) / group, g = (first + r) % group;
+      float* o = job.out + (b * seq + s) * sh.heads * d + (kvh * group + g) * d;
+      std::memset(o, 0, d * sizeof(float));
+    }
+    for (int64_t j0 = 0; j0 < total; j0 += KEYS) {
+      const int64_t n = std::min(KEYS, total - j0);
+      const float* vb = widen(values + j0 * d, n, d, block.data());
+      for (int64_t r = 0; r < count; r++) {
+        const int64_t seen = past + (first + r) / group + 1;
+        if (j0 >= seen) continue;
+        const int64_t s = (first + r) / group, g = (first + r) % group;
+        float* o = job.out + (b * seq + s) * sh.heads * d + (kvh * group + g) * d;
+        const float* p = scores.data() + r * padded + j0;
+        weigh<V>(o, p, vb, std::min(n, seen - j0));
+      }
+    }
+    for (int64_t r = 0; r < count; r++) {
+      const int64_t s = (first + r) / group, g = (first + r) % group;
+      float* o = job.out + (b * seq + s) * sh.heads * d + (kvh * group + g) * d;
+      const float inverse = 1.f / sums[r];
+      for (int64_t i = 0; i < d; i++) o[i] *= inverse * (vs ? vs[i] : 1.f);
+    }
+  }
+}
+
+template <typename C>
+struct Kernel {
+  int64_t heads, kv_heads, rotary;
+  float scale;
+
+  OrtStatusPtr fail(const std::string& what) const {
+    return Ort::GetApi().CreateStatus(ORT_INVALID_ARGUMENT, ("CausalAttention: " + what).c_str());
+  }
+
+  OrtStatusPtr ComputeV2(OrtKernelContext* raw) const {
+    try {
+      Ort::KernelContext context(raw);
+      const Ort::ConstValue query = context.GetInput(0), key = context.GetInput(1), value = context.GetInput(2);
+      const Ort::ConstValue past_key = context.GetInput(3), past_value = context.GetInput(4);
+      const Ort::ConstValue seqlens = context.GetInput(5), total_input = context.GetInput(6);
+      const std::vector<int64_t> qs = query.GetTensorTypeAndShapeInfo().GetShape();
+      const std::vector<int64_t> ps = past_key.GetTensorTypeAndShapeInfo().GetShape();
+      const bool packed = !key;
+      if (qs.size() != 3 || ps.size() != 4 || ps[0] != qs[0] || ps[1] != kv_heads ||
+          past_value.GetTensorTypeAndShapeInfo().GetShape() != ps)
+        return fail("query must be [B,S,width] and the past caches [B,kv_num_heads,M,head_size]");
+      const int64_t d = ps[3];
+      if ((d != 16 && d != 32 && d != 64 && d != 128) || qs[2] != (packed ? heads + 2 * kv_heads : heads) * d)
+        return fail("the query's width does not fit the heads and head size (16, 32, 64 or 128)");
+      if (!packed && (!value || key.GetTensorTypeAndShapeInfo().GetShape() != std::vector<int64_t>{qs[0], qs[1], kv_heads * d} ||
+                      value.GetTensorTypeAndShapeInfo().GetShape() != std::vector<int64_t>{qs[0], qs[1], kv_heads * d}))
+        return fail("key and value must be [B,S,kv_num_heads*head_size]");
+      if (seqlens.GetTensorTypeAndShapeInfo().GetElementCount() != static_cast<size_t>(qs[0]))
+        return fail("seqlens_k must hold one length per row");
+      const int32_t* lengths = seqlens.GetTensorData<int32_t>();
+      const int64_t total = total_input.GetTensorData<int32_t>()[0];
+      const int64_t buffer = std::max<int64_t>(total, ps[2]);
+      for (int64_t b = 0; b < qs[0]; b++)
+        if (lengths[b] + 1 - qs[1] < 0 || lengths[b] + 1 > buffer)
+          return fail("a row's seqlens_k is shorter than its new tokens or past the cache");
+      Shape shape{qs[0], qs[1], heads, kv_heads, d, buffer, ps[2], 0, packed, false, sizeof(C) == 1};
+      const float *cos = nullptr, *sin = nullptr;
+      if (rotary) {
+        const Ort::ConstValue c = context.GetInput(7), s = context.GetInput(8);
+        const std::vector<int64_t> cs = c.GetTensorTypeAndShapeInfo().GetShape();
+        if (cs.size() != 2 || 2 * cs[1] > d || s.GetTensorTypeAndShapeInfo().GetShape() != cs)
+          return fail("cos_cache and sin_cache must be [positions, at most head_size/2]");
+        shape.rotary_half = cs[1];
+        for (int64_t b = 0; b < qs[0]; b++)
+          if (lengths[b] + 1 > cs[0]) return fail("a position is past the rotary tables");
+        cos = c.GetTensorData<float>();
+        sin = s.GetTensorData<float>();
+      }
+      const float *k_scale = nullptr, *v_scale = nullptr;
+      if constexpr (sizeof(C) == 1) {
+        const Ort::ConstValue ksv = context.GetInput(9), vsv = context.GetInput(10);
+        if (!ksv || !vsv || ksv.GetTensorTypeAndShapeInfo().GetElementCount() != static_cast<size_t>(kv_heads * d) ||
+            vsv.GetTensorTypeAndShapeInfo().GetElementCount() != static_cast<size_t>(kv_heads * d))
+          return fail("an int8 cache needs k_scale and v_scale [kv_num_heads,1,head_size]");
+        k_scale = ksv.GetTensorData<float>();
+        v_scale = vsv.GetTensorData<float>();
+      }
+      const std::vector<int64_t> present{qs[0], kv_heads, buffer, d};
+      Ort::UnownedValue out = context.GetOutput(0, {qs[0], qs[1], heads * d});
+      Ort::UnownedValue pk = context.GetOutput(1, present), pv = context.GetOutput(2, present);
+      const C* past_k = past_key.GetTensorData<C>();
+      C* present_k = pk.GetTensorMutableData<C>();
+      shape.shared = past_k == present_k;
+      if (shape.shared != (past_value.GetTensorData<C>() == pv.GetTensorMutableData<C>()))
+        return fail("the key and value caches must both share their past buffers or neither");
+      Job<C> job{shape, query.GetTensorData<float>(), packed ? nullptr : key.GetTensorData<float>(),
+                 packed ? nullptr : value.GetTensorData<float>(), cos, sin, k_scale, v_scale, past_k,
+                 past_value.GetTensorData<C>(), present_k, pv.GetTensorMutableData<C>(), lengths,
+                 out.GetTensorMutableData<float>(), scale > 0.f ? scale : 1.f / std::sqrt(static_cast<float>(d))};
+      void (*item)(void*, size_t) = d == 16 ? run_item<C, 1> : d == 32 ? run_item<C, 2> : d == 64 ? run_item<C, 4>
+                                                                                          : run_item<C, 8>;
+      context.ParallelFor(item, static_cast<size_t>(qs[0] * kv_heads), 0, &job);
+      return nullptr;
+    } catch (const std::exception& e) {
+      return Ort::GetApi().CreateStatus(ORT_FAIL, (std::string("CausalAttention: ") + e.what()).c_str());
+    }
+  }
+};
+
+template <typename C>
+struct Op : Ort::CustomOpBase<Op<C>, Kernel<C>, true> {
+  OrtStatusPtr CreateKernelV2(const OrtApi&, const OrtKernelInfo* info, void** kernel) const {
+    try {
+      Ort::ConstKernelInfo attributes(info);
+      const int64_t heads = attributes.GetAttribute<int64_t>("num_heads");
+      const int64_t kv_heads = attributes.GetAttribute<int64_t>("kv_num_heads");
+      const int64_t rotary = attributes.GetAttribute<int64_t>("do_rotary");
+      const float scale = attributes.GetAttribute<float>("scale");
+      if (heads <= 0 || kv_heads <= 0 || heads % kv_heads)
+        return Ort::GetApi().CreateStatus(ORT_INVALID_ARGUMENT, "CausalAttention: num_heads must be a positive "
+                                                                "multiple of kv_num_heads");
+      *kernel = new Kernel<C>{heads, kv_heads, rotary, scale};
+      return nullptr;
+    } catch (const std::exception& e) {
+      return Ort::GetApi().CreateStatus(ORT_FAIL, (std::string("CausalAttention: ") + e.what()).c_str());
+    }
+  }
+  const char* GetName() const { return sizeof(C) == 1 ? "CausalAttentionInt8Cache" : "CausalAttention"; }
+  size_t GetInputTypeCount() const { return sizeof(C) == 1 ? 11 : 9; }
+  ONNXTensorElementDataType GetInputType(size_t index) const {
+    if (index == 3 || index == 4)
+      return sizeof(C) == 1 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+    return index == 5 || index == 6 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  }
+  OrtCustomOpInputOutputCharacteristic GetInputCharacteristic(size_t index) const {
+    return index == 1 || index == 2 || index == 7 || index == 8 ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+  }
+  size_t GetOutputTypeCount() const { return 3; }
+  ONNXTensorElementDataType GetOutputType(size_t index) const {
+    return index > 0 && sizeof(C) == 1 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  }
+};
+
+}  // namespace
+
+void mbuild_attention_ops(std::vector<OrtCustomOp*>& ops) {
+  static Op<float> fp32;
+  static Op<int8_t> int8;
+  ops.push_back(&fp32);
+  ops.push_back(&int8);
+}
