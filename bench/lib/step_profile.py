@@ -6,6 +6,7 @@ cores; time per step and per op type (QMoE, MatMulNBits, GroupQueryAttention, ..
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -13,10 +14,12 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from runtimes.bundle import load_engine_config
 from runtimes.engines.decoder import DecoderEngine
+from runtimes.kernels import ATTENTION_INPUTS, ATTENTION_INT8_OP, ATTENTION_OP, DOMAIN
 
 HEAD = "lm_head"  # the graph's node name of the LM head (builder/engine/decoder_graph.py)
 
@@ -61,3 +64,26 @@ def step_profile(model_dir: Path, batch: int, context: int = 64, steps: int = 8,
     step_ms = sum(run["dur"] for run in runs) / steps / 1000
     return {"batch": batch, "width": width, "context": context, "steps": steps, "step_ms": step_ms,
             "ops_ms": _kernel_ms(events, runs[0]["ts"], steps)}
+
+
+def group_query_attention_twin(model_dir: Path, out: Path) -> Path:
+    """A copy of an engine folder whose mbuild CausalAttention nodes are ONNX Runtime's GroupQueryAttention again
+    (same weights, same int8 cache scales): the before of a step profile, on the same build."""
+    from builder.engine.kv_cache_quant import GQA_SCALE_INPUTS, QUANT_ATTRIBUTES
+
+    shutil.copytree(model_dir, out)
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    for node in model.graph.node:
+        if node.domain == DOMAIN and node.op_type in (ATTENTION_OP, ATTENTION_INT8_OP):
+            int8 = node.op_type == ATTENTION_INT8_OP
+            inputs = list(node.input)
+            if int8:  # GroupQueryAttention's scales come after position_ids, attention_bias and head_sink
+                inputs[ATTENTION_INPUTS:ATTENTION_INPUTS] = [""] * (GQA_SCALE_INPUTS - ATTENTION_INPUTS)
+            del node.input[:]
+            node.input.extend(inputs)
+            node.op_type, node.domain = "GroupQueryAttention", "com.microsoft"
+            node.attribute.append(onnx.helper.make_attribute("local_window_size", -1))
+            if int8:
+                node.attribute.extend(onnx.helper.make_attribute(k, v) for k, v in QUANT_ATTRIBUTES.items())
+    onnx.save(model, str(out / "model.onnx"))
+    return out
