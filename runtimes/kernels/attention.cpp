@@ -273,6 +273,8 @@ struct Kernel {
         return fail("key and value must be [B,S,kv_num_heads*head_size]");
       if (seqlens.GetTensorTypeAndShapeInfo().GetElementCount() != static_cast<size_t>(qs[0]))
         return fail("seqlens_k must hold one length per row");
+      if (total_input.GetTensorTypeAndShapeInfo().GetElementCount() != 1)
+        return fail("total_sequence_length must be one number");
       const int32_t* lengths = seqlens.GetTensorData<int32_t>();
       const int64_t total = total_input.GetTensorData<int32_t>()[0];
       const int64_t buffer = std::max<int64_t>(total, ps[2]);

@@ -41,7 +41,7 @@ def _session(library: str, ours: bool, heads: int, kv: int, dim: int, buffer: in
         names = ["q", "k", "v"]
     inputs += [helper.make_tensor_value_info(n, cache, ["B", kv, buffer, dim]) for n in ("pk", "pv")]
     inputs += [helper.make_tensor_value_info("sk", TensorProto.INT32, ["B"]),
-               helper.make_tensor_value_info("total", TensorProto.INT32, [])]
+               helper.make_tensor_value_info("total", TensorProto.INT32, None)]
     names += ["pk", "pv", "sk", "total", *(("cos", "sin") if half else ("", ""))]
     inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, [buffer, half]) for n in ("cos", "sin") if half]
     attributes: dict[str, Any] = {"num_heads": heads, "kv_num_heads": kv, "do_rotary": int(bool(half)), "scale": 0.0}
@@ -140,6 +140,8 @@ def test_a_misfit_input_is_an_error_from_the_session_not_a_crash(library: str) -
     for lengths, message in (([0], "shorter than its new tokens"), ([40], "past the cache")):
         with pytest.raises(Exception, match=message):
             _run(session, {**feeds, "sk": np.array(lengths, np.int32), "total": np.array(2, np.int32)}, cache, True)
+    with pytest.raises(Exception, match="one number"):
+        _run(session, {**feeds, "sk": np.array([1], np.int32), "total": np.zeros(0, np.int32)}, cache, True)
     with pytest.raises(Exception, match="multiple of kv_num_heads"):
         _session(library, True, 3, 2, 16, 32, 8, True, False)
 
