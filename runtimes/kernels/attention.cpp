@@ -2,12 +2,12 @@
 // builder/engine/decoder_graph.py writes it (rotary inside, past and present one buffer, one length per row).
 //
 // Why mbuild has its own: ONNX Runtime's CPU GroupQueryAttention runs each query head as a small MLAS GEMM with its
-// own packing, softmax pass and probability buffer as wide as the cache, which costs ~36 us a layer for one new token
-// over 96 cached ones and ~7 us more for each further token (~100M Llama shape, one thread; llm_notes.md): a
-// speculative verify row of five tokens paid +0.21 ms a token in attention, as much as in the weights. Here all
-// query heads sharing a KV head (and all of a row's new tokens) go over the cache together: each key and value is
-// read once per KV head, dot products for 16 keys are summed by one transpose-add tree, and the softmax runs in
-// registers. The numbers are GroupQueryAttention's: same rotary (rotate-half on the first 2 x cos_cache width
+// own packing, softmax pass and probability buffer as wide as the cache, so a short query over a cache costs far more
+// than its arithmetic, and each further token of a speculative verify row cost as much in attention as in the
+// weights (docs/benchmarks/llm_notes.md has both kernels measured). Here all query heads sharing a KV head (and all
+// of a row's new tokens) go over the cache together: each key and value is read once per KV head, dot products for
+// 16 keys are summed by one transpose-add tree, and the softmax is vectorized
+// (AVX-512). The numbers are GroupQueryAttention's: same rotary (rotate-half on the first 2 x cos_cache width
 // channels), same scale, causal over each row's own length, int8 caches with a static scale per KV head and channel
 // (what builder/engine/kv_cache_quant.py calibrates), rounded to nearest even and saturated.
 //
