@@ -115,6 +115,11 @@ inline const float* widen(const C* from, int64_t count, int64_t dim, float* scra
   return scratch;
 }
 
+// which of the 16 keys from j a row that sees `seen` keys attends to
+inline __mmask16 live_keys(int64_t seen, int64_t j) {
+  return seen - j >= 16 ? 0xFFFF : seen <= j ? 0 : static_cast<__mmask16>((1u << (seen - j)) - 1);
+}
+
 // one query row against a block of KEYS keys [KEYS][16 V]: the q row stays in registers, each key's sum in one
 template <int V>
 inline __m512 dots(const float* q, const float* block) {
@@ -185,6 +190,9 @@ void run_item(void* data, size_t index) {
       for (int64_t i = 0; i < d; i++) q[i] *= job.alpha * (ks ? ks[i] : 1.f);
     }
   block.resize(KEYS * d);
+  auto output = [&](int64_t r) {  // query row r (token r / group, head r % group of this KV head) in the output
+    return job.out + (b * seq + r / group) * sh.heads * d + (kvh * group + r % group) * d;
+  };
   for (int64_t first = 0; first < rows; first += ROW_CHUNK) {
     const int64_t count = std::min(ROW_CHUNK, rows - first);
     const int64_t total = past + (first + count - 1) / group + 1;  // keys the chunk's last row sees
@@ -205,13 +213,13 @@ void run_item(void* data, size_t index) {
       float* p = scores.data() + r * padded;
       __m512 top = _mm512_set1_ps(-INFINITY);
       for (int64_t j = 0; j < padded; j += 16) {
-        const __mmask16 live = seen - j >= 16 ? 0xFFFF : seen <= j ? 0 : static_cast<__mmask16>((1u << (seen - j)) - 1);
+        const __mmask16 live = live_keys(seen, j);
         top = _mm512_mask_max_ps(top, live, top, _mm512_loadu_ps(p + j));
       }
       const __m512 most = _mm512_set1_ps(_mm512_reduce_max_ps(top));
       __m512 sum = _mm512_setzero_ps();
       for (int64_t j = 0; j < padded; j += 16) {
-        const __mmask16 live = seen - j >= 16 ? 0xFFFF : seen <= j ? 0 : static_cast<__mmask16>((1u << (seen - j)) - 1);
+        const __mmask16 live = live_keys(seen, j);
         const __m512 e = _mm512_maskz_mov_ps(live, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(p + j), most)));
         _mm512_storeu_ps(p + j, e);
         sum = _mm512_add_ps(sum, e);
@@ -219,8 +227,7 @@ void run_item(void* data, size_t index) {
       sums[r] = _mm512_reduce_add_ps(sum);
     }
     for (int64_t r = 0; r < count; r++) {  // probabilities x values, each value block widened once for the chunk
-      const int64_t s = (first + r) / group, g = (first + r) % group;
-      float* o = job.out + (b * seq + s) * sh.heads * d + (kvh * group + g) * d;
+      float* o = output(first + r);
       std::memset(o, 0, d * sizeof(float));
     }
     for (int64_t j0 = 0; j0 < total; j0 += KEYS) {
@@ -229,15 +236,13 @@ void run_item(void* data, size_t index) {
       for (int64_t r = 0; r < count; r++) {
         const int64_t seen = past + (first + r) / group + 1;
         if (j0 >= seen) continue;
-        const int64_t s = (first + r) / group, g = (first + r) % group;
-        float* o = job.out + (b * seq + s) * sh.heads * d + (kvh * group + g) * d;
+        float* o = output(first + r);
         const float* p = scores.data() + r * padded + j0;
         weigh<V>(o, p, vb, std::min(n, seen - j0));
       }
     }
     for (int64_t r = 0; r < count; r++) {
-      const int64_t s = (first + r) / group, g = (first + r) % group;
-      float* o = job.out + (b * seq + s) * sh.heads * d + (kvh * group + g) * d;
+      float* o = output(first + r);
       const float inverse = 1.f / sums[r];
       for (int64_t i = 0; i < d; i++) o[i] *= inverse * (vs ? vs[i] : 1.f);
     }
