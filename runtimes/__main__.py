@@ -8,7 +8,9 @@ run them (NIM's list-model-profiles); MBUILD_MODEL_PROFILE (or NIM_MODEL_PROFILE
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -37,6 +39,26 @@ def preflight(model_dir: Path, site: str | None = None) -> None:
     if not (model_dir / config.model_file).is_file():
         raise BundleError(f"engine file {model_dir / config.model_file} is missing")
     TextTokenizer(model_dir / config.tokenizer_file, config.max_seq_length)
+
+
+def check_listen(host: str, port: int) -> None:
+    """A taken port fails here with one line, not later as the process manager's traceback when it binds."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise SettingsError(f"MBUILD_HOST={host!r} does not resolve ({exc.strerror}): set an address of this "
+                            "host, or 0.0.0.0 for all") from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no clash
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise SettingsError(f"port {port} on {host} is already in use by another process: stop it, or "
+                                    "serve on another port (MBUILD_PORT or --port)") from None
+            raise SettingsError(f"cannot listen on {host}:{port} ({exc.strerror}): set MBUILD_HOST and "
+                                "MBUILD_PORT to an address and port this process may bind") from None
 
 
 def carried_profiles(model_dir: Path) -> list[ProfileInfo]:
@@ -90,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             return list_profiles(settings.model_dir)
         choose_profile(settings.model_dir, settings.model_profile)
         problems = hardware_problems(settings.model_dir)
+        check_listen(settings.host, settings.port)
     except (SettingsError, BundleError) as exc:
         print(f"mbuild runtime: {exc}", file=sys.stderr)
         return Exit.BROKEN_BUNDLE

@@ -134,7 +134,7 @@ if [ "$(id -u)" = 0 ]; then
   fi
   if command -v docker-registry >/dev/null; then
     export MBUILD_CI_REGISTRY="$STATE/registry"
-    MBUILD_TEST_REGISTRY="127.0.0.1:$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    MBUILD_TEST_REGISTRY="127.0.0.1:$(.venv/bin/python -c 'from tests.support.net import free_port; print(free_port())')"
     export MBUILD_TEST_REGISTRY
     bash .ci/start-registry.sh
     STARTED+=("$MBUILD_CI_REGISTRY/registry.pid")
