@@ -102,7 +102,9 @@ class Settings:
     # speculative decoding: off, ngram (prompt lookup), draft (the bundle's draft model), or auto: draft when the
     # bundle carries one, else off; a request may turn it off
     speculative: str = "auto"
-    num_speculative_tokens: int = 4  # the most drafts a verify row carries (vLLM's name); fewer as acceptance falls
+    # the most drafts a verify row carries (vLLM's name), fewer as acceptance falls; None: the method's own
+    # (speculative.DEFAULT_DRAFTS)
+    num_speculative_tokens: int | None = None
     prompt_lookup_min: int = 2  # the shortest suffix n-gram lookup matches (vLLM's name)
     prompt_lookup_max: int = 4  # and the longest it tries first
     # Dynamo's own variable: the port of a Dynamo worker's status server (/health, /live), which the image's

@@ -26,7 +26,8 @@ from bench.lib.harness import interleave
 from bench.lib.llm_client import RUN_SECONDS, summarize, wave
 from bench.lib.llm_peer_checks import Texts
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
-from bench.lib.spec_prompts import DRAFTS, LOOKUP_MAX, LOOKUP_MIN, NEW_TOKENS, Kind, prompts
+from bench.lib.spec_prompts import LOOKUP_MAX, LOOKUP_MIN, NEW_TOKENS, Kind, prompts
+from runtimes.generation.speculative import DEFAULT_DRAFTS
 
 COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
             "vllm:spec_decode_num_accepted_tokens_total")
@@ -53,9 +54,9 @@ class Plan:
 
 
 def mbuild_env(method: str) -> dict[str, str]:
-    """mbuild's server settings for an arm: one thread, speculation `method` (off, ngram or draft), the drafts' most
-    and the lookup's sizes."""
-    return {"MBUILD_THREADS": "1", "MBUILD_SPECULATIVE": method, "MBUILD_NUM_SPECULATIVE_TOKENS": str(DRAFTS),
+    """mbuild's server settings for an arm: one thread, speculation `method` (off, ngram or draft) at its default
+    drafts a row (DEFAULT_DRAFTS), and the lookup's sizes."""
+    return {"MBUILD_THREADS": "1", "MBUILD_SPECULATIVE": method,
             "MBUILD_PROMPT_LOOKUP_MIN": str(LOOKUP_MIN), "MBUILD_PROMPT_LOOKUP_MAX": str(LOOKUP_MAX)}
 
 
@@ -134,9 +135,9 @@ class Peers:
 
 def _llama_flags(plan: Plan, peers: Peers) -> list[str]:
     if plan.method == "ngram":
-        return llamacpp.ngram_flags(DRAFTS, LOOKUP_MIN)
+        return llamacpp.ngram_flags(DEFAULT_DRAFTS["ngram"], LOOKUP_MIN)
     assert peers.draft_gguf is not None
-    return llamacpp.draft_flags(peers.draft_gguf, DRAFTS)
+    return llamacpp.draft_flags(peers.draft_gguf, DEFAULT_DRAFTS["draft"])
 
 
 def _servers(stack: ExitStack, plan: Plan, peers: Peers) -> tuple[dict[str, str], dict[str, str]]:

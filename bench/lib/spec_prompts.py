@@ -8,8 +8,9 @@ continuation of any prompt is the chain f(last), f(f(last)), ... along its cycle
   open    BOS and distinct tokens none of which the continuation reaches: no n-gram repeats, so nothing is drafted
 
 Every prompt is PROMPT_TOKENS long; `expected` is its greedy continuation. `lookup` replays the proposals a prompt
-gets (mbuild's own propose(), fixed draft count, greedy acceptance): the acceptance a server that always drafts DRAFTS
-tokens would see, against which both servers' measured acceptance reads.
+gets (mbuild's own propose() and its rule for k, up to DRAFTS, greedy acceptance): the acceptance mbuild drafting
+whenever it finds a match would see, against which both servers' measured acceptance reads (llama.cpp drafts DRAFTS
+every time it matches, so on edit prompts it reads lower).
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtimes.generation.speculative import propose
+from runtimes.generation.speculative import DEFAULT_DRAFTS, RowSpeculation, propose
 
 BOS = 1
 CHAIN = 60  # chain tokens in a prompt, before the repeated t0
 PROMPT_TOKENS = CHAIN + 2  # BOS, the chain, t0 again (open: BOS and CHAIN + 1 tokens)
 NEW_TOKENS = 64
-DRAFTS, LOOKUP_MIN, LOOKUP_MAX = 4, 2, 4  # both servers' settings: drafts a verify row, n-gram sizes looked up
+DRAFTS = DEFAULT_DRAFTS["ngram"]  # lookup's drafts a verify row at most: mbuild's default, given to llama.cpp too
+LOOKUP_MIN, LOOKUP_MAX = 2, 4  # both servers' n-gram sizes looked up (mbuild's defaults)
 Proposer = Callable[[list[int], int], tuple[int, ...]]  # (the sequence, k) -> up to k drafts
 FAR = 200  # replacement and open-prompt tokens lie at least this far along the cycle from the chain
 
@@ -82,9 +84,9 @@ def prompts(kind: Kind, order: np.ndarray, count: int, seed: int) -> list[tuple[
 
 
 def lookup(ids: list[int], expected: list[int], drafts: int = DRAFTS) -> dict[str, int]:
-    """Replay greedy decoding of `expected` after `ids` with prompt lookup drafting up to `drafts` tokens a step (fewer
-    where fewer remain, as both servers cap a draft by the tokens left): verify steps, drafted and accepted tokens."""
-    return replay(ids, expected, looked_up, drafts)
+    """Replay greedy decoding of `expected` after `ids` with prompt lookup drafting up to `drafts` tokens a step, k
+    following mbuild's rule (RowSpeculation), fewer where fewer remain: verify steps, drafted and accepted tokens."""
+    return replay(ids, expected, looked_up, drafts, adaptive=True)
 
 
 def looked_up(sequence: list[int], k: int) -> tuple[int, ...]:
@@ -102,26 +104,32 @@ def chained(successor: np.ndarray) -> Proposer:
     return proposer
 
 
-def replay(ids: list[int], expected: list[int], proposer: Proposer, drafts: int = DRAFTS) -> dict[str, int]:
-    """Greedy decoding of `expected` after `ids`, `proposer` drafting up to `drafts` tokens a step."""
+def replay(ids: list[int], expected: list[int], proposer: Proposer, drafts: int,
+           adaptive: bool = False) -> dict[str, int]:
+    """Greedy decoding of `expected` after `ids`, `proposer` drafting up to `drafts` tokens a step (adaptive: as many
+    as mbuild's lookup rule allows, else always `drafts`)."""
     steps = drafted = accepted = 0
-    for proposed, right in walk(ids, expected, proposer, drafts):
+    for proposed, right in walk(ids, expected, proposer, drafts, adaptive):
         if proposed:
             steps, drafted, accepted = steps + 1, drafted + proposed, accepted + right
     return {"verify_steps": steps, "drafted": drafted, "accepted": accepted}
 
 
-def widths(ids: list[int], expected: list[int], proposer: Proposer, drafts: int = DRAFTS) -> list[int]:
-    """The tokens each step of that replay runs: 1 for a plain decode, 1 + drafts for a verify row."""
-    return [1 + proposed for proposed, _ in walk(ids, expected, proposer, drafts)]
+def widths(ids: list[int], expected: list[int]) -> list[int]:
+    """The tokens each step of lookup's replay runs: 1 for a plain decode, 1 + drafts for a verify row."""
+    return [1 + proposed for proposed, _ in walk(ids, expected, looked_up, DRAFTS, True)]
 
 
-def walk(ids: list[int], expected: list[int], proposer: Proposer, drafts: int) -> list[tuple[int, int]]:
+def walk(ids: list[int], expected: list[int], proposer: Proposer, drafts: int,
+         adaptive: bool) -> list[tuple[int, int]]:
     """Per step of greedy decoding `expected` after `ids`: (drafts proposed, drafts right)."""
     sequence, made, found = list(ids), 0, []
+    row = RowSpeculation(drafts)
     while made < len(expected):
-        proposal = proposer(sequence, min(drafts, len(expected) - made - 1))
+        proposal = proposer(sequence, min(row.k if adaptive else drafts, len(expected) - made - 1))
         right = next((i for i, token in enumerate(proposal) if token != expected[made + i]), len(proposal))
+        if proposal:
+            row.record(len(proposal), right, drafts, lookup=True)
         found.append((len(proposal), right))
         sequence += expected[made:made + right + 1]
         made += right + 1

@@ -17,6 +17,7 @@ from bench.lib.servers import split_cores
 from bench.lib.spec_arms import Plan
 from bench.lib.spec_prompts import DRAFTS, LOOKUP_MAX, LOOKUP_MIN, NEW_TOKENS, PROMPT_TOKENS
 from bench.lib.verify_cost import bound
+from runtimes.generation.speculative import DEFAULT_DRAFTS
 
 METRICS = ("total_tok_s", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms")
 # done-when: at c=1 where mbuild's acceptance >= ACCEPTED, mbuild on / off and / llama.cpp on at least these (on: the
@@ -178,10 +179,10 @@ def verify_section(found: dict[str, Any] | None, lookup: dict[str, float | None]
               "one-token step is bound by reading the weights. So a verify row's tokens are not free, and what "
               "speculation can give at c=1 is bounded by these costs as well as by acceptance."]
     if ceilings := found.get("ceilings"):
-        lines += ["", "Each prompt kind's replayed steps (4 drafts a step, as replayed acceptance counts them) priced "
-                  "at these costs, against one-token steps: the decode-only speedup at c=1 with no per-step overhead "
-                  "and no prefill (both lower a server's):", "", "| prompt | replayed acceptance | speedup |",
-                  "| --- | ---: | ---: |"]
+        lines += ["", f"Each prompt kind's replayed steps (up to {DRAFTS} drafts a step, as replayed acceptance counts "
+                  "them) priced at these costs, against one-token steps: the decode-only speedup at c=1 with no "
+                  "per-step overhead and no prefill (both lower a server's):", "",
+                  "| prompt | replayed acceptance | speedup |", "| --- | ---: | ---: |"]
         lines += [f"| {kind} | {_x(lookup.get(kind), unit='')} | {value:.2f}x |" for kind, value in ceilings.items()]
     lines += ["", "Where each draft is accepted independently with probability a (while those before it were), k "
               "drafts give (1 - a^(k+1)) / (1 - a) tokens a row; at these costs the best k gives:", "",
@@ -221,7 +222,8 @@ def report(results: dict[str, Any], plan: Plan, quick: bool, intro: str, command
     data: dict[str, Any] = {"scenario": f"speculative decoding by {TITLES[plan.method]}, against llama.cpp",
                             "machine": machine(), "repeats": plan.repeats, "quick": quick, "command": command,
                             "cores": {"client": client, "servers": servers}, "prompt_tokens": PROMPT_TOKENS,
-                            "new_tokens": NEW_TOKENS, "drafts": DRAFTS, "lookup": [LOOKUP_MIN, LOOKUP_MAX],
+                            "new_tokens": NEW_TOKENS, "drafts": DEFAULT_DRAFTS[plan.method],
+                            "lookup": [LOOKUP_MIN, LOOKUP_MAX],
                             "model": results["model"], "context": results["context"], "build": results["build"],
                             "follows": results["follows"], "metrics": results.get("metrics"),
                             "replayed_acceptance": results["lookup"], "speedups": rows, "targets": found,
@@ -231,7 +233,7 @@ def report(results: dict[str, Any], plan: Plan, quick: bool, intro: str, command
     for kind in plan.kinds:
         replayed = results["lookup"].get(kind.key)
         sections += [f"### {kind.title}", "",
-                     f"Replayed acceptance ({DRAFTS} drafts every step): {_x(replayed, unit='')}.",
+                     f"Replayed acceptance (up to {DRAFTS} drafts a step, mbuild's rule): {_x(replayed, unit='')}.",
                      "", *kind_table(results, plan, kind.key, data)]
     m = data["machine"]
     markdown = "\n".join([

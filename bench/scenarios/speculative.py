@@ -15,12 +15,12 @@ are wrong; J=2 leaves no bigram to look up, J=3 makes every draft wrong, 5 and 1
 (ignore_eos, min_tokens); c=1 sends 4 one after another, c=4 and 16 one wave, fresh prompts each round.
 Arms, one build or GGUF each, all four servers up on one pinned core, measured one at a time, rounds interleaved:
   mbuild     `mbuild serve` of `mbuild package --backend none --gpu cpu` at its default CPU precision (int8),
-             MBUILD_THREADS=1, MBUILD_SPECULATIVE=off and =ngram (MBUILD_NUM_SPECULATIVE_TOKENS=4,
-             MBUILD_PROMPT_LOOKUP_MIN=2, MBUILD_PROMPT_LOOKUP_MAX=4)
+             MBUILD_THREADS=1, MBUILD_SPECULATIVE=off and =ngram (its default drafts a row, 8 for lookup and 4
+             for a draft model, fewer as a row's acceptance falls; MBUILD_PROMPT_LOOKUP_MIN=2, _MAX=4)
   llama.cpp  `llama-server --threads 1 --threads-batch 1 --parallel 16 --cont-batching`, a slot's context equal to
              mbuild's, on q8_0 (its convert_hf_to_gguf.py --outtype bf16, then llama-quantize), without and with
-             `--spec-type ngram-simple --spec-ngram-simple-size-n 2 --spec-ngram-simple-size-m 4` (prompt lookup of
-             the last 2 tokens, 4 drafts; mbuild tries 4 down to 2, the same match on these prompts)
+             `--spec-type ngram-simple --spec-ngram-simple-size-n 2 --spec-ngram-simple-size-m 8` (prompt lookup of
+             the last 2 tokens, 8 drafts; mbuild tries 4 down to 2, the same match on these prompts)
 With --draft-error E the speculating arms draft with a model instead, on open prompts (where lookup has nothing):
 the draft is the same construction at LLAMA_TINY's shape (hidden 128, 2 layers), wrong after a share E of tokens
 (bench/lib/spec_model.py), so its acceptance is about 1 - E. mbuild builds it with `mbuild package TARGET --draft
@@ -46,8 +46,9 @@ from bench.lib.mbuild import build_or_engine, context_of, plan
 from bench.lib.servers import split_cores
 from bench.lib.spec_arms import Peers, Plan, measure
 from bench.lib.spec_model import SCALE, greedy_follows, load_order, load_successor, make_agreeing_llama, margin
-from bench.lib.spec_prompts import DRAFTS, Kind, chained, kinds, looked_up, lookup, prompts, replay, widths
+from bench.lib.spec_prompts import Kind, chained, kinds, lookup, prompts, replay, widths
 from bench.lib.spec_report import plot, report
+from runtimes.generation.speculative import DEFAULT_DRAFTS
 
 EDITS = (2, 3, 5, 10)  # edit prompts: every J-th chain token replaced
 GGUF = "q8_0"  # llama.cpp's type beside mbuild's int8, made from the bf16 GGUF its converter writes
@@ -58,7 +59,8 @@ def _replayed(chosen: tuple[Kind, ...], order: np.ndarray, draft: Path | None) -
     found: dict[str, float | None] = {}
     for kind in chosen:
         pairs = prompts(kind, order, REPLAYS, 7)
-        counts = ([replay(ids, expected, chained(load_successor(draft))) for ids, expected in pairs] if draft
+        counts = ([replay(ids, expected, chained(load_successor(draft)), DEFAULT_DRAFTS["draft"])
+                   for ids, expected in pairs] if draft
                   else [lookup(ids, expected) for ids, expected in pairs])
         drafted = sum(c["drafted"] for c in counts)
         found[kind.key] = sum(c["accepted"] for c in counts) / drafted if drafted else None
@@ -66,13 +68,12 @@ def _replayed(chosen: tuple[Kind, ...], order: np.ndarray, draft: Path | None) -
 
 
 def _ceilings(chosen: tuple[Kind, ...], order: np.ndarray, costs: dict[int, float]) -> dict[str, float]:
-    """Per prompt kind, the c=1 decode-only speedup prompt lookup (4 drafts a step) gives at the engine's measured
+    """Per prompt kind, the c=1 decode-only speedup prompt lookup (DRAFTS a step) gives at the engine's measured
     step costs: the replayed steps' widths priced by verify_cost, against one-token steps; no overhead counted."""
     found = {}
     for kind in chosen:
         pairs = prompts(kind, order, REPLAYS, 7)
-        found[kind.key] = statistics.mean(len(expected) * costs[1] / sum(costs[w] for w in widths(ids, expected,
-                                                                                                     looked_up))
+        found[kind.key] = statistics.mean(len(expected) * costs[1] / sum(costs[w] for w in widths(ids, expected))
                                           for ids, expected in pairs)
     return found
 
@@ -142,7 +143,8 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     if draft is not None:
         results["draft"] = {"error": draft_error, "shape": LLAMA_TINY}
     if isinstance(build, Path):  # before the servers are up, on the core they will take
-        results["verify_cost"] = verify_cost.summary(build, model, DRAFTS + 1, {min(split_cores()[1])})
+        results["verify_cost"] = verify_cost.summary(build, model, DEFAULT_DRAFTS[run_plan.method] + 1,
+                                                     {min(split_cores()[1])})
         if draft is None:
             results["verify_cost"]["ceilings"] = _ceilings(chosen, order, results["verify_cost"]["ms"])
     measure(run_plan, Peers(build, gguf, results["context"], gate is not None, draft_gguf), Texts(model), order,

@@ -200,13 +200,14 @@ class Batch:
             row = self.slots[part.slot]
             if row is None or row.request.id != part.request:
                 continue  # ended since it was planned (shutdown)
-            if isinstance(result, Exception):  # this row's run failed: its slot is released, the others go on
-                log.error("request %d: %s failed: %s", row.request.id, part.kind, result)
-                self.end(row, Event(finish="error", error=f"{part.kind} failed: {result}"))
-            elif part.kind == "prefill":
-                self._prefilled(row, part, result, now)
-            else:
-                self._emit(row, list(result), part.drafts, now)
+            with row.request.together():
+                if isinstance(result, Exception):  # this row's run failed: its slot is released, the others go on
+                    log.error("request %d: %s failed: %s", row.request.id, part.kind, result)
+                    self.end(row, Event(finish="error", error=f"{part.kind} failed: {result}"))
+                elif part.kind == "prefill":
+                    self._prefilled(row, part, result, now)
+                else:
+                    self._emit(row, list(result), part.drafts, now)
 
     def _prefilled(self, row: Row, part: SlotPlan, logits: np.ndarray, now: float) -> None:
         start, prompt = row.filled, row.request.prompt
@@ -253,7 +254,7 @@ class Batch:
 
     def _count(self, row: Row, drafted: int, accepted: int) -> None:
         assert row.speculation is not None
-        row.speculation.record(drafted, accepted, self.speculation.num_speculative_tokens)
+        row.speculation.record(drafted, accepted, self.speculation.num_speculative_tokens, self.draft is None)
         self.metrics.inc("spec_decode_drafts_total")
         self.metrics.inc("spec_decode_draft_tokens_total", drafted)
         self.metrics.inc("spec_decode_accepted_tokens_total", accepted)

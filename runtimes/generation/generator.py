@@ -88,6 +88,8 @@ class Stream:
                     yield Delta(held, "length" if event.finish == "length" else "stop", tokens, logprobs, prompt,
                                 ids, event.drafted, event.accepted)
                     return
+                if not self.request.events.empty():
+                    continue  # a step's tokens go out as one delta: a verify row's several, one chunk (as vLLM's)
                 ready = len(held) - hold if params.stop else len(held)
                 if ready > 0:
                     yield Delta(held[:ready], None, tokens, logprobs, prompt, ids)

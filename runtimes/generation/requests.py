@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,10 +47,34 @@ class Request:
     def unread(self) -> int:
         return self.sent - self.taken
 
+    held: list[Event] | None = field(default=None, repr=False)  # events of a `together` block, not posted yet
+
     def emit(self, event: Event) -> None:
         self.sent += 1
+        if self.held is not None:
+            self.held.append(event)
+        else:
+            self._post([event])
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """The events emitted inside reach the reader at once (one wake-up of its loop), so a verify row's tokens
+        become one delta and one chunk, not one each."""
+        self.held = []
+        try:
+            yield
+        finally:
+            held, self.held = self.held, None
+            if held:
+                self._post(held)
+
+    def _post(self, events: list[Event]) -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
-            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+            self.loop.call_soon_threadsafe(self._put, events)
+
+    def _put(self, events: list[Event]) -> None:
+        for event in events:
+            self.events.put_nowait(event)
 
     async def next_event(self) -> Event:
         event = await self.events.get()

@@ -14,7 +14,8 @@ E = (1 - a^(k+1)) / (1 - a) tokens at the row's measured per-draft acceptance a,
 step.py: a verify row runs alone on ONNX Runtime's CPU attention); a draft model's k drafts cost k of its steps
 (shared by every row it drafts for), each priced at load against a target step. A row speculates when the step's
 expected tokens per unit of cost rise. k follows acceptance: one more after a fully accepted row, one fewer after a
-rejected first draft, between 1 and num_speculative_tokens.
+rejected first draft, between 1 and num_speculative_tokens; and a lookup row whose drafts were right for a while
+then wrong next drafts one past that run (copied text goes wrong where it diverges: a run's length repeats).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from dataclasses import dataclass
 
 from runtimes.engines.step import PASS_TOKENS
 
+# The most drafts a verify row carries when the server is not told (vLLM asks for num_speculative_tokens; these are
+# mbuild's): lookup's drafts cost nothing to make and a row's k follows its accepted runs, so a long match may run long;
+# a draft model's each cost a draft step, and best_k picks fewer than this as acceptance falls.
+DEFAULT_DRAFTS = {"ngram": 8, "draft": 4}
 PRIOR_ACCEPTANCE = 0.5  # before a row has verified anything; a row's own measurements replace it
 MEMORY = 0.7  # weight of the past in a row's running acceptance
 RECOVERY = 0.02  # per step a row does not speculate, its acceptance drifts back to the prior: it probes again
@@ -54,10 +59,17 @@ class RowSpeculation:
     drafted: int = 0  # draft tokens run
     accepted: int = 0  # draft tokens accepted
 
-    def record(self, drafted: int, accepted: int, ceiling: int) -> None:
+    def record(self, drafted: int, accepted: int, ceiling: int, lookup: bool = False) -> None:
+        """A verify row's outcome. lookup: the drafts were copied (n-gram), so a partly right row sets k to its run
+        plus one; a draft model's errors fall anywhere, and its k holds."""
         self.drafts, self.drafted, self.accepted = self.drafts + 1, self.drafted + drafted, self.accepted + accepted
         self.acceptance = MEMORY * self.acceptance + (1 - MEMORY) * accepted / drafted
-        self.k = min(ceiling, self.k + 1) if accepted == drafted else max(1, self.k - 1) if not accepted else self.k
+        if accepted == drafted:
+            self.k = min(ceiling, self.k + 1)
+        elif not accepted:
+            self.k = max(1, self.k - 1)
+        elif lookup:
+            self.k = min(ceiling, accepted + 1)
 
     def skipped(self) -> None:
         self.acceptance += RECOVERY * (PRIOR_ACCEPTANCE - self.acceptance)

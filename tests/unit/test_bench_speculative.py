@@ -16,7 +16,6 @@ from bench.lib.spec_prompts import (
     Kind,
     chained,
     kinds,
-    looked_up,
     lookup,
     prompts,
     replay,
@@ -58,9 +57,13 @@ def test_a_model_of_the_construction_decodes_f_greedily(error: float) -> None:
     assert error == 0 or chain[1:] != [int(t) for t in order[5:29]]  # the draft's errors are on this path
 
 
-@pytest.mark.parametrize(("key", "acceptance"), [("repeat", 47 / 48), ("edit2", None), ("edit3", 0.0),
-                                                 ("edit5", 0.5), ("edit10", 0.75), ("open", None)])
-def test_each_prompt_kind_gives_the_lookup_acceptance_it_is_built_for(key: str, acceptance: float | None) -> None:
+# Lookup's k follows its last right run (mbuild's rule), so an edit every J-th token is drafted up to it: J - 3 of
+# J - 2 drafts right once k has settled (edit5: 2 of 3, below it while k comes down from 8); repeat runs past the
+# prompt's end once.
+@pytest.mark.parametrize(("key", "acceptance"), [("repeat", (0.9, 0.95)), ("edit2", None), ("edit3", (0.0, 0.0)),
+                                                 ("edit5", (0.5, 2 / 3)), ("edit10", (7 / 8, 7 / 8)), ("open", None)])
+def test_each_prompt_kind_gives_the_lookup_acceptance_it_is_built_for(
+        key: str, acceptance: tuple[float, float] | None) -> None:
     order = np.random.default_rng(3).permutation(np.arange(3, 32000))
     kind = next(k for k in kinds((2, 3, 5, 10)) if k.key == key)
     for ids, expected in prompts(kind, order, 4, 11):
@@ -68,8 +71,9 @@ def test_each_prompt_kind_gives_the_lookup_acceptance_it_is_built_for(key: str, 
         assert expected == [int(order[(int(np.flatnonzero(order == ids[-1])[0]) + 1 + i) % order.size])
                             for i in range(NEW_TOKENS)]
         counts = lookup(ids, expected)
-        assert (counts["accepted"] / counts["drafted"] if counts["drafted"] else None) == acceptance
-        steps = widths(ids, expected, looked_up)  # the same replay, step by step: each emits its accepted + 1
+        got = counts["accepted"] / counts["drafted"] if counts["drafted"] else None
+        assert got == acceptance if acceptance is None or got is None else acceptance[0] <= got <= acceptance[1]
+        steps = widths(ids, expected)  # the same replay, step by step: each emits its accepted + 1
         assert sum(steps) - len(steps) == counts["drafted"]
         assert len(steps) == NEW_TOKENS - counts["accepted"]
 
@@ -79,7 +83,7 @@ def test_a_draft_wrong_after_a_share_of_tokens_is_accepted_about_the_rest(error:
     successor, order = cycles(32000, {0, 1, 2})
     drafted = with_errors(successor, order, error, 5)
     assert abs(float(np.mean(drafted[order] != successor[order])) - error) < 0.01
-    counts = [replay(ids, expected, chained(drafted)) for ids, expected in prompts(Kind("open"), order, 64, 3)]
+    counts = [replay(ids, expected, chained(drafted), 4) for ids, expected in prompts(Kind("open"), order, 64, 3)]
     accepted, made = sum(c["accepted"] for c in counts), sum(c["drafted"] for c in counts)
     # a draft row is taken up to its first wrong draft: accepted / drafted runs below 1 - error, as a server's does
     assert 0.5 * (1 - error) < accepted / made < 1 - error + 0.02

@@ -233,6 +233,19 @@ def test_k_follows_acceptance_and_speculation_backs_off_when_the_batch_is_full()
     assert choose([(RowSpeculation(k=4, acceptance=0.05).expected_tokens(4), 4)], 0) == set()
 
 
+def test_a_lookup_row_drafts_one_past_its_last_right_run_and_a_draft_models_row_holds_k() -> None:
+    """Copied text goes wrong where it diverges, so a lookup row's next k is the run it got right plus one (an edit
+    every 5th token: 2 of 8 right, then 3 drafts, not 8 again); a draft model's errors fall anywhere: its k holds."""
+    lookup, model = RowSpeculation(k=8), RowSpeculation(k=8)
+    lookup.record(8, 2, ceiling=8, lookup=True)
+    model.record(8, 2, ceiling=8)
+    assert (lookup.k, model.k) == (3, 8)
+    lookup.record(3, 3, ceiling=8, lookup=True)
+    assert lookup.k == 4  # a fully right row grows k again
+    lookup.record(4, 3, ceiling=4, lookup=True)
+    assert lookup.k == 4  # never past the ceiling
+
+
 def test_a_full_batch_plans_no_verify_rows_and_a_lone_stream_does() -> None:
     async def go() -> None:
         scheduler = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)

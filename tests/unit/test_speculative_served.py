@@ -7,6 +7,7 @@ graph)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +53,20 @@ def test_greedy_answers_are_the_same_with_speculation_on(tiny_llm_build: Path, b
     drafted, accepted = same_greedy_answers(tiny_llm_build / "model", batch, speculative="ngram")
     print(f"batch {batch}: {accepted} of {drafted} drafts accepted")
     assert 0 < accepted < drafted
+
+
+def test_a_verify_rows_tokens_stream_as_one_chunk(tiny_llm_build: Path) -> None:
+    """Streamed with lookup on, a verify row's accepted tokens go out together: fewer text chunks than tokens, and
+    together the same text and count as the whole answer."""
+    body = {"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 48, "temperature": 0}
+    with serving(tiny_llm_build / "model", served_name="tiny", speculative="ngram") as client:
+        whole = client.post("/v1/completions", json=body).json()
+        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        with client.stream("POST", "/v1/completions", json=streamed) as response:
+            events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    texts = [e["choices"][0]["text"] for e in events if e.get("choices")]
+    usage = events[-1]["usage"]
+    assert "".join(texts) == whole["choices"][0]["text"]
+    assert usage["completion_tokens"] == whole["usage"]["completion_tokens"] == 48
+    assert events[-1]["timings"]["draft_n_accepted"] > 0
+    assert len(texts) < usage["completion_tokens"] - events[-1]["timings"]["draft_n_accepted"] / 2
