@@ -14,8 +14,8 @@ E = (1 - a^(k+1)) / (1 - a) tokens at the row's measured per-draft acceptance a,
 step.py: a verify row runs alone on ONNX Runtime's CPU attention); a draft model's k drafts cost k of its steps
 (shared by every row it drafts for), each priced at load against a target step. A row speculates when the step's
 expected tokens per unit of cost rise. k follows acceptance: one more after a fully accepted row, one fewer after a
-rejected first draft, between 1 and num_speculative_tokens; and a lookup row whose drafts were right for a while
-then wrong next drafts one past that run (copied text goes wrong where it diverges: a run's length repeats).
+rejected first draft, between 1 and num_speculative_tokens; but a lookup row with a wrong draft next drafts one past
+the run it got right (copied text goes wrong where it diverges, and a run's length tends to repeat).
 """
 
 from __future__ import annotations
@@ -60,16 +60,16 @@ class RowSpeculation:
     accepted: int = 0  # draft tokens accepted
 
     def record(self, drafted: int, accepted: int, ceiling: int, lookup: bool = False) -> None:
-        """A verify row's outcome. lookup: the drafts were copied (n-gram), so a partly right row sets k to its run
-        plus one; a draft model's errors fall anywhere, and its k holds."""
+        """A verify row's outcome. lookup: the drafts were copied (n-gram), so a row with a wrong draft sets k to its
+        right run plus one; a draft model's errors fall anywhere: its k holds, or falls by one if none was right."""
         self.drafts, self.drafted, self.accepted = self.drafts + 1, self.drafted + drafted, self.accepted + accepted
         self.acceptance = MEMORY * self.acceptance + (1 - MEMORY) * accepted / drafted
         if accepted == drafted:
             self.k = min(ceiling, self.k + 1)
-        elif not accepted:
-            self.k = max(1, self.k - 1)
         elif lookup:
             self.k = min(ceiling, accepted + 1)
+        elif not accepted:
+            self.k = max(1, self.k - 1)
 
     def skipped(self) -> None:
         self.acceptance += RECOVERY * (PRIOR_ACCEPTANCE - self.acceptance)

@@ -244,6 +244,9 @@ def test_a_lookup_row_drafts_one_past_its_last_right_run_and_a_draft_models_row_
     assert lookup.k == 4  # a fully right row grows k again
     lookup.record(4, 3, ceiling=4, lookup=True)
     assert lookup.k == 4  # never past the ceiling
+    lookup.record(4, 0, ceiling=8, lookup=True)
+    model.record(8, 0, ceiling=8)
+    assert (lookup.k, model.k) == (1, 7)  # a wrong first draft: lookup tries one; the draft model one fewer
 
 
 def test_a_full_batch_plans_no_verify_rows_and_a_lone_stream_does() -> None:
