@@ -10,7 +10,8 @@ vocabulary that is one long cycle through the tokens that stream text, so the gr
 cost, so a step costs what a real model of the shape costs.
 Prompts (bench/lib/spec_prompts.py), token ids, 62 a prompt: repeat (a 60-token chain t0, f(t0), ... then t0: the
 continuation repeats the prompt), edit2/3/5/10 (every J-th chain token replaced: drafts reaching a replaced token
-are wrong; J=2 leaves no bigram to look up, J=3 makes every draft wrong, 5 and 10 give ~0.5 and ~0.75), open
+are wrong; J=2 leaves no bigram to look up, J=3 makes every draft wrong, 5 and 10 give ~0.6 and ~0.9 at mbuild's
+k, 0.25 and ~0.9 at 8 drafts every time), open
 (distinct tokens: nothing to draft). Every request streams POST /v1/completions, greedy, exactly 64 new tokens
 (ignore_eos, min_tokens); c=1 sends 4 one after another, c=4 and 16 one wave, fresh prompts each round.
 Arms, one build or GGUF each, all four servers up on one pinned core, measured one at a time, rounds interleaved:
