@@ -42,12 +42,11 @@ class Request:
     enqueued: float = field(default_factory=time.perf_counter)
     sent: int = 0  # events emitted (the engine thread counts) ...
     taken: int = 0  # ... and taken by the reader (the event loop counts): each counter has one writer
+    held: list[Event] | None = field(default=None, repr=False)  # events of a `together` block, not posted yet
 
     @property
     def unread(self) -> int:
         return self.sent - self.taken
-
-    held: list[Event] | None = field(default=None, repr=False)  # events of a `together` block, not posted yet
 
     def emit(self, event: Event) -> None:
         self.sent += 1
