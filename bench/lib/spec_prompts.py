@@ -128,7 +128,7 @@ def walk(ids: list[int], expected: list[int], proposer: Proposer, drafts: int,
     while made < len(expected):
         proposal = proposer(sequence, min(row.k if adaptive else drafts, len(expected) - made - 1))
         right = next((i for i, token in enumerate(proposal) if token != expected[made + i]), len(proposal))
-        if proposal:
+        if adaptive and proposal:
             row.record(len(proposal), right, drafts, lookup=True)
         found.append((len(proposal), right))
         sequence += expected[made:made + right + 1]

@@ -69,7 +69,7 @@ def _replayed(chosen: tuple[Kind, ...], order: np.ndarray, draft: Path | None) -
 
 
 def _ceilings(chosen: tuple[Kind, ...], order: np.ndarray, costs: dict[int, float]) -> dict[str, float]:
-    """Per prompt kind, the c=1 decode-only speedup prompt lookup (DRAFTS a step) gives at the engine's measured
+    """Per prompt kind, the c=1 decode-only speedup prompt lookup (up to DRAFTS a step) gives at the engine's measured
     step costs: the replayed steps' widths priced by verify_cost, against one-token steps; no overhead counted."""
     found = {}
     for kind in chosen:

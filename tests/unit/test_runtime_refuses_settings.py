@@ -41,11 +41,24 @@ def test_nim_server_port_moves_the_image_off_8000() -> None:
     assert Settings.from_env({**dict(default_env()), "NIM_SERVER_PORT": "8123"}).port == 8123
 
 
-def test_the_start_warns_of_an_open_endpoint_and_hands_the_server_its_env(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """Up to the supervisor, in process: the bundle checks are stubbed, the server is not started."""
+@pytest.fixture
+def entry_without_bundle(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The entry point with the bundle checks stubbed and a server that must not start."""
     import runtimes.__main__ as entry
 
+    for name in ("preflight", "choose_profile"):
+        monkeypatch.setattr(entry, name, lambda *_: None)
+    monkeypatch.setattr(entry, "hardware_problems", lambda _: [])
+    monkeypatch.setattr(entry, "Supervisor", lambda *_: pytest.fail("the server must not start"))
+    monkeypatch.setenv("MBUILD_API_KEY", "k")
+    return entry
+
+
+def test_the_start_warns_of_an_open_endpoint_and_hands_the_server_its_env(
+        tmp_path: Path, entry_without_bundle: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Up to the supervisor, in process: the bundle checks are stubbed, the server is not started."""
+    entry = entry_without_bundle
     seen: dict[str, dict[str, str]] = {}
 
     class Supervisor:
@@ -55,9 +68,6 @@ def test_the_start_warns_of_an_open_endpoint_and_hands_the_server_its_env(
         def run(self) -> int:
             return 0
 
-    for name in ("preflight", "choose_profile"):
-        monkeypatch.setattr(entry, name, lambda *_: None)
-    monkeypatch.setattr(entry, "hardware_problems", lambda _: [])
     monkeypatch.setattr(entry, "Supervisor", Supervisor)
     for name in ("MBUILD_API_KEY", "MBUILD_ALLOW_UNAUTHENTICATED", "MBUILD_DRAIN_FLAG", "MBUILD_FAILED_FLAG"):
         monkeypatch.delenv(name, raising=False)
@@ -70,20 +80,6 @@ def test_the_start_warns_of_an_open_endpoint_and_hands_the_server_its_env(
     monkeypatch.setenv("MBUILD_API_KEY", "k")
     assert entry.main(["--model-dir", str(tmp_path)]) == 0
     assert "unauthenticated" not in capsys.readouterr().err
-
-
-
-@pytest.fixture
-def entry_without_bundle(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The entry point with the bundle checks stubbed and a server that must not start."""
-    import runtimes.__main__ as entry
-
-    for name in ("preflight", "choose_profile"):
-        monkeypatch.setattr(entry, name, lambda *_: None)
-    monkeypatch.setattr(entry, "hardware_problems", lambda _: [])
-    monkeypatch.setattr(entry, "Supervisor", lambda *_: pytest.fail("the server must not start"))
-    monkeypatch.setenv("MBUILD_API_KEY", "k")
-    return entry
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
