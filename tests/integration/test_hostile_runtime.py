@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import re
 import socket
@@ -203,21 +204,24 @@ def test_hostile_corpus(encoder: Server, llm: Server, reranker: Server) -> None:
     # The first pass may raise the high-water mark (the allocators keep freed pages, the grammar cache keeps what it
     # compiled), so it is held to a ceiling; a leak is growth on repetition, which the replay measures.
     assert rss_after <= 1.25 * rss_before
-    # The first replay may raise the high-water mark again (a CI run measured 571 -> 595 MB there, and a quiet run
-    # 532 -> 526), so the leak check is the second replay against the first: growth that repeats.
+    # A leak is growth on every repetition; the allocators' high-water mark jumps now and then (CI runs have read
+    # 571 -> 595 MB on a first replay and 558 -> 583 on a second, and replaying one case alone plateaus after a few
+    # rounds). So the five cases that grew most are replayed five times, and the step between replays that three of
+    # the four steps reach is held to 1%: one or two jumps pass, while a leak shows in every step and fails (25
+    # requests a replay: about 220 KB a request if every case leaks, about 1.1 MB if one case does).
     names = [name for name, _ in top]
-    warmed = _replay(names, servers)
-    replayed = _replay(names, servers)
-    print(f"replaying the 5 that grew most 3 times, twice: {rss_after / 1e6:.0f} -> {warmed / 1e6:.0f} -> "
-          f"{replayed / 1e6:.0f} MB")
-    assert warmed <= 1.1 * rss_after and replayed <= 1.03 * warmed
+    replays = [_replay(names, servers) for _ in range(5)]
+    steps = [after - before for before, after in itertools.pairwise(replays)]
+    print(f"replaying the 5 that grew most 5 times, five times: {rss_after / 1e6:.0f} -> "
+          + " -> ".join(f"{size / 1e6:.0f}" for size in replays) + " MB")
+    assert replays[0] <= 1.1 * rss_after and statistics.median_low(steps) <= 0.01 * replays[0]
 
 
 def _replay(names: list[str], servers: tuple[Server, Server, Server]) -> int:
-    """Sends the named cases three more times each; returns the servers' memory after."""
+    """Sends the named cases five more times each; returns the servers' memory after."""
     by_name = {c.name: (server, c) for server, cases in zip(servers, (ENCODER_CASES, LLM_CASES, RERANK_CASES),
                                                              strict=True) for c in cases}
-    for _ in range(3):
+    for _ in range(5):
         for name in names:
             server, case = by_name[name]
             with httpx.Client() as client, contextlib.suppress(httpx.HTTPError):  # a case may end its connection
