@@ -20,14 +20,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtimes.generation.speculative import DEFAULT_DRAFTS, RowSpeculation, propose
+from runtimes.generation.speculative import DEFAULT_DRAFTS, RowSpeculation, Speculation, propose
 
 BOS = 1
 CHAIN = 60  # chain tokens in a prompt, before the repeated t0
 PROMPT_TOKENS = CHAIN + 2  # BOS, the chain, t0 again (open: BOS and CHAIN + 1 tokens)
 NEW_TOKENS = 64
 DRAFTS = DEFAULT_DRAFTS["ngram"]  # lookup's drafts a verify row at most: mbuild's default, given to llama.cpp too
-LOOKUP_MIN, LOOKUP_MAX = 2, 4  # both servers' n-gram sizes looked up (mbuild's defaults)
+# both servers' n-gram sizes looked up: mbuild's defaults
+LOOKUP_MIN, LOOKUP_MAX = Speculation.prompt_lookup_min, Speculation.prompt_lookup_max
 Proposer = Callable[[list[int], int], tuple[int, ...]]  # (the sequence, k) -> up to k drafts
 FAR = 200  # replacement and open-prompt tokens lie at least this far along the cycle from the chain
 

@@ -174,7 +174,7 @@ class Batch:
                 request.emit(Event(finish="error", error=f"sampler setup failed: {exc}"))
                 continue
             s = self.speculation
-            spec = RowSpeculation(s.num_speculative_tokens) if s.on and request.params.speculative else None
+            spec = RowSpeculation(s.most) if s.on and request.params.speculative else None
             row = Row(request, state, slot, spec)
             self.slots[slot] = row
             self.pool.reserve(slot, len(request.prompt) + 1)
@@ -254,7 +254,7 @@ class Batch:
 
     def _count(self, row: Row, drafted: int, accepted: int) -> None:
         assert row.speculation is not None
-        row.speculation.record(drafted, accepted, self.speculation.num_speculative_tokens, self.draft is None)
+        row.speculation.record(drafted, accepted, self.speculation.most, self.draft is None)
         self.metrics.inc("spec_decode_drafts_total")
         self.metrics.inc("spec_decode_draft_tokens_total", drafted)
         self.metrics.inc("spec_decode_accepted_tokens_total", accepted)

@@ -18,7 +18,7 @@ from runtimes.generation.guided import Grammars
 from runtimes.generation.harmony import Harmony, detect_harmony, vocabulary_folder
 from runtimes.generation.reasoning import detect_reasoning, opened_by
 from runtimes.generation.scheduler import Scheduler
-from runtimes.generation.speculative import DEFAULT_DRAFTS, Speculation
+from runtimes.generation.speculative import Speculation
 from runtimes.generation.tools import ToolFormat, chosen_format
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
@@ -64,8 +64,7 @@ class GenerationRuntime:
         scheduler = Scheduler(engine, eos, engine.slots, settings.max_queue, metrics, context=engine.context,
                               vocab=options.vocab_size, prefill_chunk=chunk, chunked=engine.in_place,
                               prefix_cache_bytes=settings.prefix_cache_mb << 20 if engine.in_place else 0,
-                              speculation=Speculation(method, settings.num_speculative_tokens
-                                                      or DEFAULT_DRAFTS.get(method, 1),
+                              speculation=Speculation(method, settings.num_speculative_tokens,
                                                       settings.prompt_lookup_min, settings.prompt_lookup_max),
                               draft=draft,
                               kv_cache_bytes=settings.kv_cache_mb << 20 or config.batching.kv_cache_bytes)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runtimes.engines.step import PASS_TOKENS
+from runtimes.settings import Settings
 
 # The most drafts a verify row carries when the server is not told (vLLM asks for num_speculative_tokens; these are
 # mbuild's): lookup's drafts cost nothing to make and a row's k follows its accepted runs, so a long match may run long;
@@ -40,13 +41,18 @@ class Speculation:
     "off"."""
 
     method: str = "off"
-    num_speculative_tokens: int = 4
-    prompt_lookup_min: int = 2
-    prompt_lookup_max: int = 4
+    num_speculative_tokens: int | None = None  # None: the method's DEFAULT_DRAFTS
+    prompt_lookup_min: int = Settings.prompt_lookup_min
+    prompt_lookup_max: int = Settings.prompt_lookup_max
 
     @property
     def on(self) -> bool:
         return self.method != "off"
+
+    @property
+    def most(self) -> int:
+        """The most drafts a verify row carries."""
+        return self.num_speculative_tokens or DEFAULT_DRAFTS.get(self.method, 1)
 
 
 @dataclass
