@@ -11,6 +11,7 @@ the expected continuation each arm's greedy answer gives, by prompt kind) and me
 from __future__ import annotations
 
 import asyncio
+import statistics
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -33,11 +34,13 @@ COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tok
             "vllm:spec_decode_num_accepted_tokens_total")
 Prompt = tuple[list[int], list[int]]  # (prompt ids, expected continuation)
 CHECK_SEED = 1_000_000  # the checks' and warm-up's prompts, apart from the rounds' (seeds from 0)
+PAIRS = 4  # waves each of mbuild's arms runs a round above c=1 (Plan.waves)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What a run measures: prompt kinds, concurrencies, requests at c=1 (one after another), rounds."""
+    """What a run measures: prompt kinds, concurrencies, requests at c=1 (one after another), rounds, and how many
+    waves mbuild's two arms alternate a round above c=1."""
 
     kinds: tuple[Kind, ...]
     method: str = "ngram"  # or "draft": what the speculating arms do
@@ -45,12 +48,19 @@ class Plan:
     sequential: int = 4
     repeats: int = 3
     run_seconds: float = RUN_SECONDS
+    pairs: int = PAIRS
 
     def count(self, concurrency: int) -> int:
         return self.sequential if concurrency == 1 else concurrency
 
     def arms(self, server: str) -> tuple[str, str]:
         return f"{server} off", f"{server} {self.method}"
+
+    def waves(self, server: str, concurrency: int) -> int:
+        """Waves each of a server's arms runs a round: mbuild's alternate `pairs` times above c=1, where the done-when
+        line (at most 5% lost at c=16) is finer than this host's drift between waves a few seconds apart, so the
+        ratio is taken over many adjacent pairs; one otherwise."""
+        return self.pairs if server == "mbuild" and concurrency > 1 else 1
 
 
 def mbuild_env(method: str) -> dict[str, str]:
@@ -82,22 +92,42 @@ def run_case(url: str, sets: Iterator[list[dict[str, Any]]], concurrency: int, r
 Case = tuple[str, Callable[[], float]]
 
 
+def run_pairs(urls: tuple[str, ...], sets: tuple[Iterator[list[dict[str, Any]]], ...], concurrency: int,
+              runs: tuple[list[dict[str, float]], ...], waves: int, seconds: float) -> float:
+    """A server's off and on arms, `waves` runs each, alternating which goes first (off on, on off, ...) so neither
+    always meets the host's state the other left; returns the median of the adjacent pairs' on / off."""
+    ratios = []
+    for turn in range(waves):
+        order = (0, 1) if turn % 2 == 0 else (1, 0)
+        got = {arm: run_case(urls[arm], sets[arm], concurrency, runs[arm], seconds) for arm in order}
+        ratios.append(got[1] / got[0])
+    return statistics.median(ratios)
+
+
 def cases(plan: Plan, urls: dict[str, str], served: str, order: np.ndarray, runs: dict[str, list[dict[str, float]]],
           seed: int) -> list[Case]:
-    """Every (kind, c, arm) case; within a round all arms get the same prompts, each round fresh ones (no prefix
-    is ever cached)."""
+    """Every (kind, c, server) case, its off and on arms run back to back; within a round all arms get the same
+    prompts (a server's further waves fresh ones), each round fresh ones (no prefix is ever cached)."""
     found: list[Case] = []
     for index, kind in enumerate(plan.kinds):
         for concurrency in plan.concurrency:
-            rounds = [[ids for ids, _ in prompts(kind, order, plan.count(concurrency),
-                                                 seed + 10_000 * r + 100 * index + concurrency)]
-                      for r in range(plan.repeats)]
-            for arm, url in urls.items():
-                sets = iter([[body(ids, served if arm.startswith("mbuild") else None) for ids in ids_set]
-                             for ids_set in rounds])
-                name = f"{kind.key} {arm} c={concurrency}"
-                runs[name] = []
-                found.append((name, partial(run_case, url, sets, concurrency, runs[name], plan.run_seconds)))
+            most = plan.pairs if concurrency > 1 else 1
+            rounds = [[[ids for ids, _ in prompts(kind, order, plan.count(concurrency),
+                                                  seed + 10_000 * r + 100 * index + concurrency + 1_000 * w)]
+                       for w in range(most)] for r in range(plan.repeats)]
+            for side in ("mbuild", "llama.cpp"):
+                arms = plan.arms(side)
+                if arms[0] not in urls:
+                    continue
+                waves, name = plan.waves(side, concurrency), served if side == "mbuild" else None
+                payloads = [[body(ids, name) for ids in ids_set] for sets_ in rounds for ids_set in sets_[:waves]]
+                sets = tuple(iter(payloads) for _ in arms)
+                for arm in arms:
+                    runs[f"{kind.key} {arm} c={concurrency}"] = []
+                found.append((f"{kind.key} {side} {plan.method} / off c={concurrency}",
+                              partial(run_pairs, tuple(urls[arm] for arm in arms), sets, concurrency,
+                                      tuple(runs[f"{kind.key} {arm} c={concurrency}"] for arm in arms), waves,
+                                      plan.run_seconds)))
     return found
 
 

@@ -14,7 +14,7 @@ from bench.lib.harness import Series, machine
 from bench.lib.llamacpp import VERSION
 from bench.lib.plots import save_speedup_plot
 from bench.lib.servers import split_cores
-from bench.lib.spec_arms import Plan
+from bench.lib.spec_arms import PAIRS, Plan
 from bench.lib.spec_prompts import DRAFTS, LOOKUP_MAX, LOOKUP_MIN, NEW_TOKENS, PROMPT_TOKENS
 from bench.lib.verify_cost import bound
 from runtimes.generation.speculative import DEFAULT_DRAFTS
@@ -196,7 +196,10 @@ def verify_section(found: dict[str, Any] | None, lookup: dict[str, float | None]
 NOTES = [
     "Notes:",
     "- Speedup = the median over the rounds of the ratio of two arms' total output tokens/s (all output tokens over "
-    "the run's wall time), the arms of a case run back to back within a round; TPOT = (latency - TTFT) / (tokens - "
+    "the run's wall time), the arms of a case run back to back within a round; above c=1 mbuild's two arms run "
+    f"{PAIRS} waves each a round, alternating which goes first (off on, on off, ...), and its on / off is the median "
+    "over all those adjacent pairs (this host drifts more between waves a few seconds apart than the 5% line), "
+    "while mbuild / llama.cpp there is the ratio of the medians; TPOT = (latency - TTFT) / (tokens - "
     "1); acceptance = accepted / drafted tokens as each response's `timings` reports them (llama.cpp's fields, "
     "which mbuild also sends), summed over the rounds; "
     "\"drafted a token\" = draft tokens verified per output token, which shows how often a server speculated at all.",

@@ -13,7 +13,8 @@ continuation repeats the prompt), edit2/3/5/10 (every J-th chain token replaced:
 are wrong; J=2 leaves no bigram to look up, J=3 makes every draft wrong, 5 and 10 give ~0.6 and ~0.9 at mbuild's
 k, 0.25 and ~0.9 at 8 drafts every time), open
 (distinct tokens: nothing to draft). Every request streams POST /v1/completions, greedy, exactly 64 new tokens
-(ignore_eos, min_tokens); c=1 sends 4 one after another, c=4 and 16 one wave, fresh prompts each round.
+(ignore_eos, min_tokens); c=1 sends 4 one after another, c=4 and 16 one wave (mbuild's off and on arms 4
+waves each, alternating), the same prompts for every arm of a wave, fresh ones each wave.
 Arms, one build or GGUF each, all four servers up on one pinned core, measured one at a time, rounds interleaved:
   mbuild     `mbuild serve` of `mbuild package --backend none --gpu cpu` at its default CPU precision (int8),
              MBUILD_THREADS=1, MBUILD_SPECULATIVE=off and =ngram (its default drafts a row, 8 for lookup and 4
@@ -45,7 +46,7 @@ from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY
 from bench.lib.llm_peer_checks import Texts
 from bench.lib.mbuild import build_or_engine, context_of, plan
 from bench.lib.servers import split_cores
-from bench.lib.spec_arms import Peers, Plan, measure
+from bench.lib.spec_arms import PAIRS, Peers, Plan, measure
 from bench.lib.spec_model import SCALE, greedy_follows, load_order, load_successor, make_agreeing_llama, margin
 from bench.lib.spec_prompts import Kind, chained, kinds, lookup, prompts, replay, widths
 from bench.lib.spec_report import plot, report
@@ -127,7 +128,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
         work / f"llama-draft-e{round(draft_error * 100)}", LLAMA_TINY, llamacpp.SPM_VOCAB, error=draft_error)
     chosen = kinds(edits) if draft is None else (Kind("open", lookup_hits=False),)
     run_plan = Plan(chosen, "ngram" if draft is None else "draft", sequential=2 if quick else 4,
-                    repeats=1 if quick else repeats)
+                    repeats=1 if quick else repeats, pairs=2 if quick else PAIRS)
     ids, expected = prompts(chosen[0], order, 1, 0)[0]
     results: dict[str, Any] = {"runs": {}, "follows": {}, "lookup": _replayed(chosen, order, draft), "model": {
         "shape": shape, "scale": SCALE, "margin": margin(model),
