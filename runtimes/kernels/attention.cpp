@@ -66,8 +66,8 @@ inline __m512 sum16(__m512 a[16]) {
 }
 
 struct Shape {
-  int64_t batch, seq, heads, kv_heads, dim, buffer, past_buffer, rotary_half;
-  bool packed, shared, int8;
+  int64_t seq, heads, kv_heads, dim, buffer, past_buffer, rotary_half;
+  bool packed, shared;
 };
 
 template <typename C>
@@ -286,7 +286,7 @@ struct Kernel {
       for (int64_t b = 0; b < qs[0]; b++)
         if (lengths[b] + 1 - qs[1] < 0 || lengths[b] + 1 > buffer)
           return fail("a row's seqlens_k is shorter than its new tokens or past the cache");
-      Shape shape{qs[0], qs[1], heads, kv_heads, d, buffer, ps[2], 0, packed, false, sizeof(C) == 1};
+      Shape shape{qs[1], heads, kv_heads, d, buffer, ps[2], 0, packed, false};
       const float *cos = nullptr, *sin = nullptr;
       if (rotary) {
         const Ort::ConstValue c = context.GetInput(7), s = context.GetInput(8);
