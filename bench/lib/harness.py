@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -48,6 +49,17 @@ class Series:
 
     def spread(self, digits: int = 1) -> str:
         return f"{min(self.values):.{digits}f}-{max(self.values):.{digits}f}" if self.values else "-"
+
+
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free interval for the median of `values` (order statistics: the median lies between the j-th
+    smallest and j-th largest with the binomial's probability); None where there are too few values for `level`."""
+    ordered, count = sorted(values), len(values)
+    tail, below, j = (1 - level) / 2, 0.0, 0
+    while j < count and below + math.comb(count, j) / 2 ** count <= tail:
+        below += math.comb(count, j) / 2 ** count
+        j += 1
+    return (ordered[j - 1], ordered[count - j]) if j else None
 
 
 def interleave(cases: list[tuple[str, Callable[[], float]]], repeats: int,

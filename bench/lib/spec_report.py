@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.lib.harness import Series, machine
+from bench.lib.harness import Series, machine, median_interval
 from bench.lib.llamacpp import VERSION
 from bench.lib.plots import save_speedup_plot
 from bench.lib.servers import split_cores
@@ -38,16 +38,21 @@ def _acceptance(results: dict[str, Any], name: str) -> tuple[float | None, float
     return (accepted / drafted if drafted else None), (drafted / tokens if tokens else 0.0)
 
 
-def _ratio(results: dict[str, Any], ours: str, theirs: str) -> float | None:
-    """The median of the rounds' paired ratios: within a round a case's arms run back to back, so the drift between
-    rounds (seen here: one arm's median 30% apart from round to round) cancels in each pair."""
+def _pairs(results: dict[str, Any], ours: str, theirs: str) -> list[float] | None:
+    """Each run's ratio to the other arm's run beside it (both arms ran the same number of runs), else None."""
     a, b = _series(results, ours), _series(results, theirs)
-    if not a or not b:
+    if not a or not b or len(a["total_tok_s"].values) != len(b["total_tok_s"].values):
         return None
-    mine, theirs_ = a["total_tok_s"].values, b["total_tok_s"].values
-    if len(mine) != len(theirs_):
-        return a["total_tok_s"].median / b["total_tok_s"].median
-    return statistics.median(x / y for x, y in zip(mine, theirs_, strict=True))
+    return [x / y for x, y in zip(a["total_tok_s"].values, b["total_tok_s"].values, strict=True)]
+
+
+def _ratio(results: dict[str, Any], ours: str, theirs: str) -> float | None:
+    """The median of the paired ratios: a case's arms run back to back, so the drift between rounds (seen here: one
+    arm's median 30% apart from round to round) cancels in each pair; the ratio of the medians where unpaired."""
+    if (pairs := _pairs(results, ours, theirs)) is not None:
+        return statistics.median(pairs)
+    a, b = _series(results, ours), _series(results, theirs)
+    return a["total_tok_s"].median / b["total_tok_s"].median if a and b else None
 
 
 def speedups(results: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
@@ -59,7 +64,9 @@ def speedups(results: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
             for server in ("mbuild", "llama.cpp"):
                 on = f"{kind.key} {server} {plan.method} c={c}"
                 acceptance, per_token = _acceptance(results, on)
+                pairs = _pairs(results, on, f"{kind.key} {server} off c={c}") or []
                 row[server] = {"speedup": _ratio(results, on, f"{kind.key} {server} off c={c}"),
+                               "interval": median_interval(pairs), "pairs": len(pairs),
                                "acceptance": acceptance, "drafted_per_token": per_token}
             row["mbuild_over_llama"] = _ratio(results, f"{kind.key} mbuild {plan.method} c={c}",
                                               f"{kind.key} llama.cpp {plan.method} c={c}")
@@ -114,11 +121,21 @@ def targets(rows: list[dict[str, Any]], plan: Plan, ceilings: dict[str, float] |
     found: dict[str, Any] = {"c1": [{"kind": r["kind"], "acceptance": r["mbuild"]["acceptance"],
                                      "speedup": r["mbuild"]["speedup"], "over_llama": r["mbuild_over_llama"]}
                                     for r in high],
-                             "top": [{"kind": r["kind"], "speedup": r["mbuild"]["speedup"]}
+                             "top": [{"kind": r["kind"], "speedup": r["mbuild"]["speedup"],
+                                      "interval": r["mbuild"]["interval"], "pairs": r["mbuild"]["pairs"]}
                                      for r in rows if r["concurrency"] == top]}
 
     def verdict(value: float | None, floor: float) -> str:
         return "not measured" if value is None else f"{value:.2f}x ({'met' if value >= floor else '**missed**'})"
+
+    def judged(row: dict[str, Any]) -> str:
+        """Against the floor with the median's 95% interval over the pairs: met where all of it is at or above,
+        missed where all of it is below, else the run cannot tell."""
+        if row["interval"] is None:
+            return verdict(row["speedup"], TOP_FLOOR)
+        low, high = row["interval"]
+        word = "met" if low >= TOP_FLOOR else "**missed**" if high < TOP_FLOOR else "not told apart from the line"
+        return f"{row['speedup']:.2f}x (95% interval {low:.2f}-{high:.2f} over {row['pairs']} pairs: {word})"
 
     on = plan.method
     lines = [f"- c=1 where mbuild's acceptance is at least {ACCEPTED}: mbuild {on} / mbuild off >= {C1_SPEEDUP}x and "
@@ -133,8 +150,7 @@ def targets(rows: list[dict[str, Any]], plan: Plan, ceilings: dict[str, float] |
               for r in found["c1"]] or [
         f"  - no prompt kind reached acceptance {ACCEPTED} at c=1: not judged"]
     lines.append(f"- c={top}: speculation costs at most {1 - TOP_FLOOR:.0%} (mbuild {on} / off >= {TOP_FLOOR}x) on "
-                 "every prompt kind: " + "; ".join(f"{r['kind']} {verdict(r['speedup'], TOP_FLOOR)}"
-                                                 for r in found["top"]) + ".")
+                 "every prompt kind: " + "; ".join(f"{r['kind']} {judged(r)}" for r in found["top"]) + ".")
     return found, [*lines, ""]
 
 

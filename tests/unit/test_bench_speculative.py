@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from bench.lib.harness import median_interval
 from bench.lib.spec_model import agreeing_weights, cycles, with_errors
 from bench.lib.spec_prompts import (
     NEW_TOKENS,
@@ -87,3 +88,23 @@ def test_a_draft_wrong_after_a_share_of_tokens_is_accepted_about_the_rest(error:
     accepted, made = sum(c["accepted"] for c in counts), sum(c["drafted"] for c in counts)
     # a draft row is taken up to its first wrong draft: accepted / drafted runs below 1 - error, as a server's does
     assert 0.5 * (1 - error) < accepted / made < 1 - error + 0.02
+
+
+@pytest.mark.parametrize("count", [6, 9, 20, 40])
+def test_the_median_interval_covers_the_median_as_often_as_it_says(count: int) -> None:
+    """The report judges c=16 by the median's 95% interval over the paired waves (bench/lib/harness.py)."""
+    rng = np.random.default_rng(count)
+    trials = 4000
+    samples = rng.standard_normal((trials, count)) + rng.choice([-1.0, 1.0], (trials, count))  # median 0, bimodal
+    covered = 0
+    for sample in samples:
+        found = median_interval(sample.tolist())
+        assert found is not None and found[0] <= found[1]
+        covered += found[0] <= 0.0 <= found[1]
+    # its coverage is the binomial's: at least 95%, and not far above (the next-narrower interval falls below)
+    assert 0.95 <= covered / trials <= 0.99
+
+
+def test_too_few_values_give_no_median_interval() -> None:
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    assert median_interval([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]) == (1.0, 6.0)
