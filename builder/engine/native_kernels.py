@@ -3,7 +3,8 @@
 A custom-op library is compiled against ONNX Runtime's C API header, which the onnxruntime wheel does not ship. It
 comes from Debian's libonnxruntime-dev package (fetched once, its digest pinned and checked, only its headers
 kept): the C API is versioned, so a library built on API 21's header loads in any later ONNX Runtime. The library
-is cached by the digest of its source, flags and header, so each machine compiles it once.
+is cached by the digest of its sources (and the headers they include), flags and ONNX Runtime's header, so each
+machine compiles it once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from builder.errors import ToolMissing
 from builder.resources import mbuild_cache_dir
 from builder.settings import host_settings
-from runtimes.kernels import KERNEL_SOURCES, LIBRARY_FILE
+from runtimes.kernels import KERNEL_HEADERS, KERNEL_SOURCES, LIBRARY_FILE
 
 HEADERS_URL = ("https://deb.debian.org/debian/pool/main/o/onnxruntime/"
                "libonnxruntime-dev_1.21.0+dfsg-1_amd64.deb")
@@ -87,7 +88,7 @@ def build_library(cache: Path | None = None) -> Path:
         raise ToolMissing("mbuild's int8 kernel needs a C++ compiler (g++) to build",
                           hint="install g++ (apt-get install g++), or set engine_options.quantization: blocks")
     digest = hashlib.sha256(repr((FLAGS, HEADERS_SHA256)).encode())
-    for source in KERNEL_SOURCES:
+    for source in (*KERNEL_SOURCES, *KERNEL_HEADERS):
         digest.update(source.read_bytes())
     library = cache / digest.hexdigest()[:16] / LIBRARY_FILE
     if library.is_file():
