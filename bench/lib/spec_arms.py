@@ -111,7 +111,7 @@ def cases(plan: Plan, urls: dict[str, str], served: str, order: np.ndarray, runs
     found: list[Case] = []
     for index, kind in enumerate(plan.kinds):
         for concurrency in plan.concurrency:
-            most = plan.pairs if concurrency > 1 else 1
+            most = plan.waves("mbuild", concurrency)  # the most waves a server runs a round
             rounds = [[[ids for ids, _ in prompts(kind, order, plan.count(concurrency),
                                                   seed + 10_000 * r + 100 * index + concurrency + 1_000 * w)]
                        for w in range(most)] for r in range(plan.repeats)]

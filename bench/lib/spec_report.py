@@ -224,7 +224,7 @@ NOTES = [
     "mbuild drafts fewer as a row's acceptance falls and speculates only when its cost model says a verify row "
     "pays, so it may draft less, and at higher concurrency mostly not at all; llama.cpp drafts whenever lookup "
     "finds a match or its draft model runs.",
-    "- Prompts are token ids (`prompt: [ids]`), fresh ones each round and the same for every arm within a round, "
+    "- Prompts are token ids (`prompt: [ids]`), fresh ones each round and wave and the same for every arm of a wave, "
     "so no prefix is ever cached on either server; llama.cpp's requests also carry `cache_prompt: false`.",
 ]
 
