@@ -3,9 +3,9 @@
 plan_step() returns a StepPlan under one token budget: every running sequence's decode token or verify row first
 (never stalled by prompts), then prompt chunks in what is left, the prompts already filling first, then new ones
 in free slots, each new one taking what the prefix cache holds of it (in place, in the slot its prefix was left in,
-when there is one). A slot keeps its id from a sequence's first
-prompt token to its end; nothing moves when one ends. A sequence whose reader has fallen MAX_UNREAD events behind
-(a client that stopped reading) gets no work until it reads: it holds its slot, not more memory.
+when there is one). A slot keeps its id from a sequence's first prompt token to its end; nothing moves when one
+ends. A sequence whose reader has fallen MAX_UNREAD events behind (a client that stopped reading) gets no work
+until it reads: it holds its slot, not more memory.
 
 Every step fits the KV pool (kv_pool.py): a new prompt enters only when the pool holds all of it (first come,
 first served: it waits first in the queue till then); which rows grow and which give their blocks up is
@@ -13,8 +13,7 @@ preemption.py's.
 
 apply() takes the step's logits: prompts whose last chunk is in start decoding; a decode row emits a token; a verify
 row emits the tokens its drafts earn (speculative.py) and takes its cache, and the draft model's, back past the
-rejected ones. Every request
-ends with exactly one finishing event: its own sampling or engine failure ends it alone.
+rejected ones. Every request ends with exactly one finishing event: its own sampling or engine failure ends it alone.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from runtimes.generation.preemption import Room
 from runtimes.generation.prefix_cache import PrefixCache
 from runtimes.generation.requests import Event, FinishReason, Request, Row
 from runtimes.generation.sampling import SamplerState, next_token
-from runtimes.generation.speculative import RowSpeculation, Speculation, best_k, choose, propose
+from runtimes.generation.speculative import RowSpeculation, Speculation, best_k, choose, may_pay, propose
 from runtimes.metrics import Metrics
 
 log = logging.getLogger("mbuild.runtime")
@@ -114,6 +113,12 @@ class Batch:
         wants = {row.slot: k for row in rows if (k := self._k(row)) > 0}
         hopeful = [row for row in rows if row.slot in wants]
         s = self.speculation
+        specs = [row.speculation for row in hopeful if row.speculation is not None]
+        if self.draft is None and specs and not may_pay(max(spec.acceptance for spec in specs), max(wants.values()),
+                                                        len(rows)):
+            for spec in specs:  # no row could pay a verify row: none is looked up, and each counts a step skipped
+                spec.skipped()
+            return {}
         if self.draft is None:
             found = {row.slot: propose(row.tokens, wants[row.slot], s.prompt_lookup_min, s.prompt_lookup_max)
                      for row in hopeful}

@@ -26,7 +26,7 @@ from runtimes.generation.draft import DraftModel
 from runtimes.generation.requests import Event, Request, Row
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import Scheduler
-from runtimes.generation.speculative import RowSpeculation, Speculation, choose, propose
+from runtimes.generation.speculative import RowSpeculation, Speculation, choose, may_pay, propose
 from tests.support.scheduler_fakes import (
     VOCAB,
     FakeEngine,
@@ -233,6 +233,26 @@ def test_k_follows_acceptance_and_speculation_backs_off_when_the_batch_is_full()
     assert choose([(RowSpeculation(k=4, acceptance=0.05).expected_tokens(4), 4)], 0) == set()
 
 
+def test_may_pay_is_false_only_where_choose_would_pick_no_row() -> None:
+    """A full batch skips its lookups on may_pay's word: wherever it says no, no set of rows at or below its
+    acceptance and drafts is chosen, whatever lookup would have found; where it says yes, one such row is."""
+    rng = np.random.default_rng(0)
+    said = set()
+    for _ in range(400):
+        acceptance, most, rows = float(rng.uniform(0.0, 1.0)), int(rng.integers(1, 9)), int(rng.integers(1, 17))
+        found = [(RowSpeculation(k=1, acceptance=float(rng.uniform(0, acceptance))).expected_tokens(k), k)
+                 for k in rng.integers(1, most + 1, size=int(rng.integers(1, rows + 1)))]
+        pays = may_pay(acceptance, most, rows)
+        said.add(pays)
+        if not pays:
+            assert choose(found, rows - len(found)) == set()
+        else:
+            assert any(choose([(RowSpeculation(k=1, acceptance=acceptance).expected_tokens(k), k)], rows - 1)
+                       for k in range(1, most + 1))
+    assert said == {True, False}
+    assert may_pay(0.9, 8, 1) and not may_pay(0.99, 8, 16)
+
+
 def test_a_lookup_row_drafts_one_past_its_last_right_run_and_a_draft_models_row_holds_k() -> None:
     """Copied text goes wrong where it diverges, so a lookup row's next k is the run it got right plus one (an edit
     every 5th token: 2 of 8 right, then 3 drafts, not 8 again); a draft model's errors fall anywhere: its k holds."""
@@ -249,15 +269,26 @@ def test_a_lookup_row_drafts_one_past_its_last_right_run_and_a_draft_models_row_
     assert (lookup.k, model.k) == (1, 7)  # a wrong first draft: lookup tries one; the draft model one fewer
 
 
-def test_a_full_batch_plans_no_verify_rows_and_a_lone_stream_does() -> None:
+def test_a_full_batch_plans_no_verify_rows_and_a_lone_stream_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    lookups: list[int] = []
+
+    def counted(tokens: Sequence[int], k: int, shortest: int, longest: int) -> tuple[int, ...]:
+        lookups.append(k)
+        return propose(tokens, k, shortest, longest)
+
+    monkeypatch.setattr("runtimes.generation.batch.propose", counted)
+
     async def go() -> None:
         scheduler = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)
         scheduler.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=30) for _ in range(16)])
         plans = [scheduler.tick() for _ in range(6)]
         assert all(not plan.of("verify") for plan in plans) and len(plans[-1].of("decode")) == 16
+        looked = len(lookups)
+        scheduler.tick()
+        assert len(lookups) == looked  # sixteen rows could not pay a verify row: none was looked up
         alone = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)
         alone.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=30)])
-        assert any(plan.of("verify") for plan in (alone.tick() for _ in range(3)))
+        assert any(plan.of("verify") for plan in (alone.tick() for _ in range(3))) and lookups
         off = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)
         off.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=30, speculative=False)])
         assert not any(plan.of("verify") for plan in (off.tick() for _ in range(5)))
