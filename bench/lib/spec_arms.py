@@ -34,13 +34,13 @@ COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tok
             "vllm:spec_decode_num_accepted_tokens_total")
 Prompt = tuple[list[int], list[int]]  # (prompt ids, expected continuation)
 CHECK_SEED = 1_000_000  # the checks' and warm-up's prompts, apart from the rounds' (seeds from 0)
-PAIRS = 4  # waves each of mbuild's arms runs a round above c=1 (Plan.waves)
+PAIRS = 4  # waves each of mbuild's arms runs a round (Plan.waves)
 
 
 @dataclass(frozen=True)
 class Plan:
     """What a run measures: prompt kinds, concurrencies, requests at c=1 (one after another), rounds, and how many
-    waves mbuild's two arms alternate a round above c=1."""
+    waves mbuild's two arms alternate a round."""
 
     kinds: tuple[Kind, ...]
     method: str = "ngram"  # or "draft": what the speculating arms do
@@ -57,10 +57,11 @@ class Plan:
         return f"{server} off", f"{server} {self.method}"
 
     def waves(self, server: str, concurrency: int) -> int:
-        """Waves each of a server's arms runs a round: mbuild's alternate `pairs` times above c=1, where the done-when
-        line (at most 5% lost at c=16) is finer than this host's drift between waves a few seconds apart, so the
-        ratio is taken over many adjacent pairs; one otherwise."""
-        return self.pairs if server == "mbuild" and concurrency > 1 else 1
+        """Waves each of a server's arms runs a round (at c=1 a wave is `sequential` requests one after another):
+        mbuild's alternate `pairs` times, since the done-when lines (at c=16 at most 5% lost, at c=1 1.8x) are finer
+        than this host's drift between waves a few seconds apart (c=1 round ratios 1.33-2.07x in one run), so its
+        on / off is taken over many adjacent pairs; llama.cpp's one."""
+        return self.pairs if server == "mbuild" else 1
 
 
 def mbuild_env(method: str) -> dict[str, str]:

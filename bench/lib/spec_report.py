@@ -119,7 +119,8 @@ def targets(rows: list[dict[str, Any]], plan: Plan, ceilings: dict[str, float] |
     top = max(plan.concurrency)
     high = [r for r in rows if r["concurrency"] == 1 and (r["mbuild"]["acceptance"] or 0) >= ACCEPTED]
     found: dict[str, Any] = {"c1": [{"kind": r["kind"], "acceptance": r["mbuild"]["acceptance"],
-                                     "speedup": r["mbuild"]["speedup"], "over_llama": r["mbuild_over_llama"]}
+                                     "speedup": r["mbuild"]["speedup"], "over_llama": r["mbuild_over_llama"],
+                                     "interval": r["mbuild"]["interval"], "pairs": r["mbuild"]["pairs"]}
                                     for r in high],
                              "top": [{"kind": r["kind"], "speedup": r["mbuild"]["speedup"],
                                       "interval": r["mbuild"]["interval"], "pairs": r["mbuild"]["pairs"]}
@@ -128,13 +129,13 @@ def targets(rows: list[dict[str, Any]], plan: Plan, ceilings: dict[str, float] |
     def verdict(value: float | None, floor: float) -> str:
         return "not measured" if value is None else f"{value:.2f}x ({'met' if value >= floor else '**missed**'})"
 
-    def judged(row: dict[str, Any]) -> str:
+    def judged(row: dict[str, Any], floor: float) -> str:
         """Against the floor with the median's 95% interval over the pairs: met where all of it is at or above,
         missed where all of it is below, else the run cannot tell."""
         if row["interval"] is None:
-            return verdict(row["speedup"], TOP_FLOOR)
+            return verdict(row["speedup"], floor)
         low, high = row["interval"]
-        word = "met" if low >= TOP_FLOOR else "**missed**" if high < TOP_FLOOR else "not told apart from the line"
+        word = "met" if low >= floor else "**missed**" if high < floor else "not told apart from the line"
         return f"{row['speedup']:.2f}x (95% interval {low:.2f}-{high:.2f} over {row['pairs']} pairs: {word})"
 
     on = plan.method
@@ -145,12 +146,12 @@ def targets(rows: list[dict[str, Any]], plan: Plan, ceilings: dict[str, float] |
             return ""
         return f" (its replayed drafts at this engine's step costs give {ceilings[kind]:.2f}x, overhead left out)"
 
-    lines += [f"  - {r['kind']} (acceptance {r['acceptance']:.2f}): {verdict(r['speedup'], C1_SPEEDUP)} against off"
+    lines += [f"  - {r['kind']} (acceptance {r['acceptance']:.2f}): {judged(r, C1_SPEEDUP)} against off"
               f"{allowed(r['kind'])}; {verdict(r['over_llama'], C1_PEER)} against llama.cpp {on}"
               for r in found["c1"]] or [
         f"  - no prompt kind reached acceptance {ACCEPTED} at c=1: not judged"]
     lines.append(f"- c={top}: speculation costs at most {1 - TOP_FLOOR:.0%} (mbuild {on} / off >= {TOP_FLOOR}x) on "
-                 "every prompt kind: " + "; ".join(f"{r['kind']} {judged(r)}" for r in found["top"]) + ".")
+                 "every prompt kind: " + "; ".join(f"{r['kind']} {judged(r, TOP_FLOOR)}" for r in found["top"]) + ".")
     return found, [*lines, ""]
 
 
@@ -212,10 +213,11 @@ def verify_section(found: dict[str, Any] | None, lookup: dict[str, float | None]
 NOTES = [
     "Notes:",
     "- Speedup = the median over the rounds of the ratio of two arms' total output tokens/s (all output tokens over "
-    "the run's wall time), the arms of a case run back to back within a round; above c=1 mbuild's two arms run "
-    f"{PAIRS} waves each a round, alternating which goes first (off on, on off, ...), and its on / off is the median "
-    "over all those adjacent pairs (this host drifts more between waves a few seconds apart than the 5% line), "
-    "while mbuild / llama.cpp there is the ratio of the medians; TPOT = (latency - TTFT) / (tokens - "
+    "the run's wall time), the arms of a case run back to back within a round; mbuild's two arms run "
+    f"{PAIRS} waves each a round (at c=1 a wave is the requests one after another), alternating which goes first "
+    "(off on, on off, ...), and its on / off is the median over all those adjacent pairs (this host drifts more "
+    "between waves a few seconds apart than the targets' lines), while mbuild / llama.cpp is the ratio of the "
+    "medians; TPOT = (latency - TTFT) / (tokens - "
     "1); acceptance = accepted / drafted tokens as each response's `timings` reports them (llama.cpp's fields, "
     "which mbuild also sends), summed over the rounds; "
     "\"drafted a token\" = draft tokens verified per output token, which shows how often a server speculated at all.",

@@ -10,6 +10,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from bench.lib.harness import median_interval
+from bench.lib.spec_arms import Plan
 from bench.lib.spec_model import agreeing_weights, cycles, with_errors
 from bench.lib.spec_prompts import (
     NEW_TOKENS,
@@ -22,6 +23,7 @@ from bench.lib.spec_prompts import (
     replay,
     widths,
 )
+from bench.lib.spec_report import speedups, targets
 
 
 def test_f_is_a_permutation_with_one_cycle_through_the_text_tokens() -> None:
@@ -108,3 +110,29 @@ def test_the_median_interval_covers_the_median_as_often_as_it_says(count: int) -
 def test_too_few_values_give_no_median_interval() -> None:
     assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
     assert median_interval([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]) == (1.0, 6.0)
+
+
+def _runs(tok_s: list[float], drafted: int = 0, accepted: int = 0) -> list[dict[str, float]]:
+    return [{"total_tok_s": t, "tpot_p50_ms": 1.0, "tpot_p99_ms": 1.0, "ttft_p50_ms": 1.0, "draft_n": drafted,
+             "draft_n_accepted": accepted, "tokens": 64.0} for t in tok_s]
+
+
+@pytest.mark.parametrize(("c1_on", "c16_on", "c1_word", "c16_word"), [
+    ([2.0 + 0.01 * i for i in range(20)], [1.0] * 20, "met", "met"),
+    ([1.5] * 20, [0.5] * 20, "**missed**", "**missed**"),
+    ([1.5 + 0.05 * i for i in range(20)], [0.85 + 0.01 * i for i in range(20)], "not told apart", "not told apart"),
+])
+def test_the_targets_judge_c1_and_c16_by_the_pairs_median_interval(
+        c1_on: list[float], c16_on: list[float], c1_word: str, c16_word: str) -> None:
+    """mbuild's arms alternate waves at every concurrency (Plan.waves), so both lines are judged by the interval of
+    the median over the adjacent pairs: met where all of it clears the line, missed where none does."""
+    plan = Plan(kinds(()), concurrency=(1, 16), repeats=5)
+    assert plan.waves("mbuild", 1) == plan.waves("mbuild", 16) == plan.pairs > 1 == plan.waves("llama.cpp", 1)
+    off = [1.0] * 20
+    runs = {"repeat mbuild off c=1": _runs(off), "repeat mbuild ngram c=1": _runs(c1_on, 100, 90),
+            "repeat mbuild off c=16": _runs(off), "repeat mbuild ngram c=16": _runs(c16_on, 100, 90)}
+    _, lines = targets(speedups({"runs": runs}, plan), plan)
+    c1 = next(line for line in lines if line.startswith("  - repeat"))
+    c16 = next(line for line in lines if line.startswith("- c=16"))
+    assert "over 20 pairs" in c1 and f"{c1_word}" in c1.split("against off")[0]
+    assert "over 20 pairs" in c16 and c16_word in c16
