@@ -32,9 +32,10 @@ from runtimes.generation.logprobs import token_logprob
 from runtimes.generation.plan import SlotPlan, StepPlan
 from runtimes.generation.preemption import Room
 from runtimes.generation.prefix_cache import PrefixCache
+from runtimes.generation.proposals import proposals
 from runtimes.generation.requests import Event, FinishReason, Request, Row
 from runtimes.generation.sampling import SamplerState, next_token
-from runtimes.generation.speculative import RowSpeculation, Speculation, best_k, choose, may_pay, propose
+from runtimes.generation.speculative import RowSpeculation, Speculation
 from runtimes.metrics import Metrics
 
 log = logging.getLogger("mbuild.runtime")
@@ -98,46 +99,15 @@ class Batch:
             not any(plan.kind == "prefill" for plan in plans)
 
     def _decodes(self, rows: list[Row]) -> list[SlotPlan]:
-        """Decode rows; those whose drafts are worth their cost (speculative.choose) as verify rows."""
-        drafts = self._proposals(rows)
+        """Decode rows; those whose drafts are worth their cost (proposals.py) as verify rows."""
+        hopeful = [(row, row.speculation, k) for row in rows if row.speculation is not None and (k := self._k(row))]
+        drafts = proposals(hopeful, len(rows), self.speculation, self.draft)
         plans = []
         for row in rows:
             made = drafts.get(row.slot, ())
             plans.append(SlotPlan(row.slot, row.request.id, "verify" if made else "decode", (row.last, *made),
                                   1 + len(made), made))
         return plans
-
-    def _proposals(self, rows: list[Row]) -> dict[int, tuple[int, ...]]:
-        """The drafts of the rows chosen to speculate. Lookup's drafts are free, so they are found first and
-        weighed as found; a draft model's cost k of its steps, so its rows are chosen first, on k."""
-        wants = {row.slot: k for row in rows if (k := self._k(row)) > 0}
-        hopeful = [row for row in rows if row.slot in wants]
-        s = self.speculation
-        specs = [row.speculation for row in hopeful if row.speculation is not None]
-        if self.draft is None and specs and not may_pay(max(spec.acceptance for spec in specs), max(wants.values()),
-                                                        len(rows)):
-            for spec in specs:  # no row could pay a verify row: none is looked up, and each counts a step skipped
-                spec.skipped()
-            return {}
-        if self.draft is None:
-            found = {row.slot: propose(row.tokens, wants[row.slot], s.prompt_lookup_min, s.prompt_lookup_max)
-                     for row in hopeful}
-            hopeful = [row for row in hopeful if found[row.slot]]
-            wants = {slot: len(made) for slot, made in found.items() if made}
-        else:
-            wants = {row.slot: best_k(row.speculation, wants[row.slot], self.draft.pass_cost)
-                     for row in hopeful if row.speculation is not None}
-        candidates = [(row.speculation.expected_tokens(wants[row.slot]), wants[row.slot])
-                      for row in hopeful if row.speculation is not None]
-        picked = choose(candidates, len(rows) - len(hopeful), self.draft.pass_cost if self.draft else 0.0)
-        chosen = {hopeful[i].slot for i in picked}
-        for row in hopeful:
-            if row.slot not in chosen and row.speculation is not None:
-                row.speculation.skipped()
-        if self.draft is None:
-            return {slot: found[slot] for slot in chosen}
-        made = self.draft.propose({row.slot: (row.tokens, wants[row.slot]) for row in hopeful if row.slot in chosen})
-        return {slot: drafts for slot, drafts in made.items() if drafts}
 
     def _k(self, row: Row) -> int:
         """How many drafts the row may take now: its speculation's k, within max_tokens and both contexts (the bonus
@@ -250,6 +220,8 @@ class Batch:
         row.last_time = now
         if drafts:
             self._count(row, len(drafts), accepted)
+        if row.speculation is not None:
+            row.speculation.check(row.state.generated, self.speculation.most)
         if ended:
             self.end(row, Event(finish=ended))
         elif drafts:

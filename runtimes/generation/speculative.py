@@ -15,7 +15,9 @@ step.py: a verify row runs alone on ONNX Runtime's CPU attention); a draft model
 (shared by every row it drafts for), each priced at load against a target step. A row speculates when the step's
 expected tokens per unit of cost rise. k follows acceptance: one more after a fully accepted row, one fewer after a
 rejected first draft, between 1 and num_speculative_tokens; but a lookup row with a wrong draft next drafts one past
-the run it got right (copied text goes wrong where it diverges, and a run's length tends to repeat).
+the run it got right (copied text goes wrong where it diverges, and a run's length tends to repeat). A lookup row
+that decodes plainly while its batch could still pay for a verify row learns from the first draft it watches each
+step (watch, check), so one that began in a fuller batch speculates once its drafts have shown they would pay.
 """
 
 from __future__ import annotations
@@ -64,11 +66,30 @@ class RowSpeculation:
     drafts: int = 0  # verify rows run
     drafted: int = 0  # draft tokens run
     accepted: int = 0  # draft tokens accepted
+    shadow: int | None = None  # lookup's first draft for a step the row decoded plainly, to check against its token
+    shadow_from: int = 0  # the tokens it had generated when it was found
 
     def record(self, drafted: int, accepted: int, ceiling: int, lookup: bool = False) -> None:
-        """A verify row's outcome. lookup: the drafts were copied (n-gram), so a row with a wrong draft sets k to its
-        right run plus one; a draft model's errors fall anywhere: its k holds, or falls by one if none was right."""
+        """A verify row's outcome."""
         self.drafts, self.drafted, self.accepted = self.drafts + 1, self.drafted + drafted, self.accepted + accepted
+        self.learn(drafted, accepted, ceiling, lookup)
+
+    def watch(self, draft: int, generated: int) -> None:
+        """Lookup's first draft for a step in which this row decodes plainly: it costs nothing to find, and the token
+        the row makes tells whether it was right, one draft a step (without this a row that began in a batch too
+        full to speculate would keep the prior, and never speculate as the batch thinned)."""
+        self.shadow, self.shadow_from = draft, generated
+
+    def check(self, generated: Sequence[int], ceiling: int) -> None:
+        """Learn from the watched draft once the row has made the token it stood for."""
+        if self.shadow is not None and len(generated) > self.shadow_from:
+            self.learn(1, int(generated[self.shadow_from] == self.shadow), ceiling, lookup=True)
+            self.shadow = None
+
+    def learn(self, drafted: int, accepted: int, ceiling: int, lookup: bool) -> None:
+        """Acceptance and k from drafts and how many were right. lookup: the drafts were copied (n-gram), so a row
+        with a wrong draft sets k to its right run plus one; a draft model's errors fall anywhere: its k holds, or
+        falls by one if none was right."""
         self.acceptance = MEMORY * self.acceptance + (1 - MEMORY) * accepted / drafted
         if accepted == drafted:
             self.k = min(ceiling, self.k + 1)
@@ -110,12 +131,13 @@ def best_k(spec: RowSpeculation, most: int, draft_pass: float) -> int:
     return max(range(1, most + 1), key=lambda k: spec.expected_tokens(k) / (run_cost(1, 1 + k) + draft_pass * k))
 
 
-def may_pay(acceptance: float, most: int, rows: int) -> bool:
-    """Whether any lookup row of at most this acceptance and most drafts could speculate among `rows` decoding rows:
+def may_pay(most: int, rows: int) -> bool:
+    """Whether a lookup row of up to `most` drafts could speculate among `rows` decoding rows at any acceptance:
     choose() stops at its first candidate unless that one pays, and a shorter verify row may pay where a longer one
     does not, so every k up to most is tried. False lets a full batch skip its lookups (tens of microseconds of
-    Python a row, about 1% of a 16-row step here): no row would have speculated."""
-    spec = RowSpeculation(k=most, acceptance=acceptance)
+    Python a row, about 1% of a 16-row step here), and their watches: no row would speculate, however well its
+    drafts did."""
+    spec = RowSpeculation(k=most, acceptance=1.0)
     return any(choose([(spec.expected_tokens(k), k)], rows - 1) for k in range(1, most + 1))
 
 

@@ -234,23 +234,38 @@ def test_k_follows_acceptance_and_speculation_backs_off_when_the_batch_is_full()
 
 
 def test_may_pay_is_false_only_where_choose_would_pick_no_row() -> None:
-    """A full batch skips its lookups on may_pay's word: wherever it says no, no set of rows at or below its
-    acceptance and drafts is chosen, whatever lookup would have found; where it says yes, one such row is."""
+    """A full batch skips its lookups on may_pay's word: wherever it says no, no set of rows of any acceptance and
+    up to its drafts is chosen, whatever lookup would have found; where it says yes, a sure row is."""
     rng = np.random.default_rng(0)
     said = set()
     for _ in range(400):
-        acceptance, most, rows = float(rng.uniform(0.0, 1.0)), int(rng.integers(1, 9)), int(rng.integers(1, 17))
-        found = [(RowSpeculation(k=1, acceptance=float(rng.uniform(0, acceptance))).expected_tokens(k), k)
+        most, rows = int(rng.integers(1, 9)), int(rng.integers(1, 17))
+        found = [(RowSpeculation(k=1, acceptance=float(rng.uniform(0, 1))).expected_tokens(k), k)
                  for k in rng.integers(1, most + 1, size=int(rng.integers(1, rows + 1)))]
-        pays = may_pay(acceptance, most, rows)
+        pays = may_pay(most, rows)
         said.add(pays)
         if not pays:
             assert choose(found, rows - len(found)) == set()
         else:
-            assert any(choose([(RowSpeculation(k=1, acceptance=acceptance).expected_tokens(k), k)], rows - 1)
+            assert any(choose([(RowSpeculation(k=1, acceptance=1.0).expected_tokens(k), k)], rows - 1)
                        for k in range(1, most + 1))
     assert said == {True, False}
-    assert may_pay(0.9, 8, 1) and not may_pay(0.99, 8, 16)
+    assert may_pay(8, 1) and may_pay(8, 4) and not may_pay(8, 16)
+
+
+def test_a_row_learns_from_the_drafts_it_watched_while_decoding_plainly() -> None:
+    """A watched first draft teaches acceptance and k as a one-draft verify row's would, once the row has made the
+    token it stood for, and counts nowhere (the response's timings and /metrics count drafts that ran)."""
+    spec = RowSpeculation(k=8)
+    spec.watch(5, generated=10)
+    spec.check([0] * 10, ceiling=8)
+    assert spec.acceptance == 0.5 and spec.shadow == 5  # its token is not made yet
+    spec.check([0] * 10 + [6], ceiling=8)
+    assert spec.k == 1 and spec.acceptance < 0.5 and spec.shadow is None  # wrong: lookup's k falls to one
+    for made in range(11, 16):
+        spec.watch(7, generated=made)
+        spec.check([0] * made + [7], ceiling=8)
+    assert spec.k == 6 and spec.acceptance > 0.8 and (spec.drafts, spec.drafted, spec.accepted) == (0, 0, 0)
 
 
 def test_a_lookup_row_drafts_one_past_its_last_right_run_and_a_draft_models_row_holds_k() -> None:
@@ -276,7 +291,7 @@ def test_a_full_batch_plans_no_verify_rows_and_a_lone_stream_does(monkeypatch: p
         lookups.append(k)
         return propose(tokens, k, shortest, longest)
 
-    monkeypatch.setattr("runtimes.generation.batch.propose", counted)
+    monkeypatch.setattr("runtimes.generation.proposals.propose", counted)
 
     async def go() -> None:
         scheduler = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)
@@ -292,6 +307,20 @@ def test_a_full_batch_plans_no_verify_rows_and_a_lone_stream_does(monkeypatch: p
         off = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)
         off.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=30, speculative=False)])
         assert not any(plan.of("verify") for plan in (off.tick() for _ in range(5)))
+    asyncio.run(go())
+
+
+def test_rows_that_begin_together_learn_their_acceptance_and_speculate() -> None:
+    """Four streams start at the prior acceptance, where a verify row beside three decode rows does not pay; the
+    drafts they watch while decoding plainly show lookup is right here, and they go on to speculate (at the
+    server's default drafts for lookup: at 4, four rows never pay whatever the acceptance)."""
+    async def go() -> None:
+        scheduler = make(FakeEngine(rule=cycle), max_batch=16, context=256,
+                         speculation=Speculation("ngram", prompt_lookup_min=1, prompt_lookup_max=3))
+        scheduler.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=80) for _ in range(4)])
+        plans = [scheduler.tick() for _ in range(40)]
+        first = next(i for i, plan in enumerate(plans) if plan.of("verify"))
+        assert len(plans[first - 1].of("decode")) == 4 and len(plans[first].of("verify")) >= 1
     asyncio.run(go())
 
 
