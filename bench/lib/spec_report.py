@@ -14,7 +14,7 @@ from bench.lib.harness import Series, machine, median_interval
 from bench.lib.llamacpp import VERSION
 from bench.lib.plots import save_speedup_plot
 from bench.lib.servers import split_cores
-from bench.lib.spec_arms import PAIRS, Plan
+from bench.lib.spec_arms import Plan
 from bench.lib.spec_prompts import DRAFTS, LOOKUP_MAX, LOOKUP_MIN, NEW_TOKENS, PROMPT_TOKENS
 from bench.lib.verify_cost import bound
 from runtimes.generation.speculative import DEFAULT_DRAFTS
@@ -210,11 +210,11 @@ def verify_section(found: dict[str, Any] | None, lookup: dict[str, float | None]
     return [*lines, ""]
 
 
-NOTES = [
+NOTES = [  # {pairs}: the waves each of mbuild's arms ran a round
     "Notes:",
     "- Speedup = the median over the rounds of the ratio of two arms' total output tokens/s (all output tokens over "
     "the run's wall time), the arms of a case run back to back within a round; mbuild's two arms run "
-    f"{PAIRS} waves each a round (at c=1 a wave is the requests one after another), alternating which goes first "
+    "{pairs} waves each a round (at c=1 a wave is the requests one after another), alternating which goes first "
     "(off on, on off, ...), and its on / off is the median over all those adjacent pairs (this host drifts more "
     "between waves a few seconds apart than the targets' lines), while mbuild / llama.cpp is the ratio of the "
     "medians; TPOT = (latency - TTFT) / (tokens - "
@@ -267,7 +267,7 @@ def report(results: dict[str, Any], plan: Plan, quick: bool, intro: str, command
         *_checks(results), "## Targets", "", *target_lines, "## Speedups beside acceptance", "",
         *summary_table(rows, results["lookup"], plan.method), f"![Speedup against acceptance]({page}.png)", "",
         *verify_section(costs, results["lookup"]),
-        "## Each prompt kind", "", *sections, *NOTES, "",
+        "## Each prompt kind", "", *sections, *(line.format(pairs=plan.pairs) for line in NOTES), "",
         f"Reproduce: `{command}` (writes docs/benchmarks/{page}.json, .md and .png; `--quick` runs a tiny model "
         "of the same construction into a scratch folder instead).", ""])
     return data, markdown, rows

@@ -13,8 +13,9 @@ continuation repeats the prompt), edit2/3/5/10 (every J-th chain token replaced:
 are wrong; J=2 leaves no bigram to look up, J=3 makes every draft wrong, 5 and 10 give ~0.6 and ~0.9 at mbuild's
 k, 0.25 and ~0.9 at 8 drafts every time), open
 (distinct tokens: nothing to draft). Every request streams POST /v1/completions, greedy, exactly 64 new tokens
-(ignore_eos, min_tokens); c=1 sends 4 one after another, c=4 and 16 one wave (mbuild's off and on arms 4
-waves each, alternating), the same prompts for every arm of a wave, fresh ones each wave.
+(ignore_eos, min_tokens); a wave is 4 requests one after another at c=1, c requests at once at c=4 and 16;
+llama.cpp's arms run one wave each a round, mbuild's off and on arms 4 each (--pairs), alternating; the same
+prompts for every arm of a wave, fresh ones each wave.
 Arms, one build or GGUF each, all four servers up on one pinned core, measured one at a time, rounds interleaved:
   mbuild     `mbuild serve` of `mbuild package --backend none --gpu cpu` at its default CPU precision (int8),
              MBUILD_THREADS=1, MBUILD_SPECULATIVE=off and =ngram (its default drafts a row, 8 for lookup and 4
@@ -102,18 +103,22 @@ def parse_options(argv: list[str]) -> dict[str, Any]:
                         help="edit prompts' spacings J, every J-th chain token replaced (default: %(default)s)")
     parser.add_argument("--draft-error", type=float, default=None,
                         help="measure a draft model instead of n-gram lookup, wrong after this share of tokens")
+    parser.add_argument("--pairs", type=int, default=PAIRS,
+                        help="waves each of mbuild's arms runs a round, alternating (default: %(default)s)")
     options = parser.parse_args(argv)
     edits = tuple(int(j) for j in options.edits.split(",") if j)
     if any(j < 2 for j in edits):
         parser.error("--edits: every spacing must be at least 2")
     if options.draft_error is not None and not 0 <= options.draft_error < 1:
         parser.error("--draft-error: a share, at least 0 and below 1")
-    return {"edits": edits, "draft_error": options.draft_error}
+    if not 1 <= options.pairs <= 20:
+        parser.error("--pairs: from 1 to 20 waves a round")
+    return {"edits": edits, "draft_error": options.draft_error, "pairs": options.pairs}
 
 
 def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | None = None,
-         edits: tuple[int, ...] = EDITS, draft_error: float | None = None) -> Path:
-    """`python -m bench speculative [--edits 2,3,5,10] [--draft-error E]`. Quick: a tiny model of the same
+         edits: tuple[int, ...] = EDITS, draft_error: float | None = None, pairs: int = PAIRS) -> Path:
+    """`python -m bench speculative [--edits 2,3,5,10] [--draft-error E] [--pairs N]`. Quick: a tiny model of the same
     construction (hidden 128, 2 layers), one round, llama.cpp's arms left out where it is not built."""
     work = work or work_folder("speculative", quick)
     work.mkdir(parents=True, exist_ok=True)
@@ -128,7 +133,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
         work / f"llama-draft-e{round(draft_error * 100)}", LLAMA_TINY, llamacpp.SPM_VOCAB, error=draft_error)
     chosen = kinds(edits) if draft is None else (Kind("open", lookup_hits=False),)
     run_plan = Plan(chosen, "ngram" if draft is None else "draft", sequential=2 if quick else 4,
-                    repeats=1 if quick else repeats, pairs=2 if quick else PAIRS)
+                    repeats=1 if quick else repeats, pairs=2 if quick else pairs)
     ids, expected = prompts(chosen[0], order, 1, 0)[0]
     results: dict[str, Any] = {"runs": {}, "follows": {}, "lookup": _replayed(chosen, order, draft), "model": {
         "shape": shape, "scale": SCALE, "margin": margin(model),
@@ -153,7 +158,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
             results)
     command = f"python -m bench speculative {'--quick' if quick else f'--repeats {repeats}'}" + (
         "" if edits == EDITS or draft else f" --edits {','.join(map(str, edits))}") + (
-        f" --draft-error {draft_error}" if draft else "")
+        f" --draft-error {draft_error}" if draft else "") + ("" if pairs == PAIRS or quick else f" --pairs {pairs}")
     page = "speculative" if draft is None else "speculative_draft"
     data, markdown, rows = report(results, run_plan, quick, __doc__ or "", command, page)
     path = write(page, data, markdown, out)
