@@ -56,7 +56,7 @@ class Plan:
     def arms(self, server: str) -> tuple[str, str]:
         return f"{server} off", f"{server} {self.method}"
 
-    def waves(self, server: str, concurrency: int) -> int:
+    def waves(self, server: str) -> int:
         """Waves each of a server's arms runs a round (at c=1 a wave is `sequential` requests one after another):
         mbuild's alternate `pairs` times, since the done-when lines (at c=16 at most 5% lost, at c=1 1.8x) are finer
         than this host's drift between waves a few seconds apart (c=1 round ratios 1.33-2.07x in one run), so its
@@ -112,7 +112,7 @@ def cases(plan: Plan, urls: dict[str, str], served: str, order: np.ndarray, runs
     found: list[Case] = []
     for index, kind in enumerate(plan.kinds):
         for concurrency in plan.concurrency:
-            most = plan.waves("mbuild", concurrency)  # the most waves a server runs a round
+            most = plan.waves("mbuild")  # the most waves a server runs a round
             rounds = [[[ids for ids, _ in prompts(kind, order, plan.count(concurrency),
                                                   seed + 10_000 * r + 100 * index + concurrency + 1_000 * w)]
                        for w in range(most)] for r in range(plan.repeats)]
@@ -120,7 +120,7 @@ def cases(plan: Plan, urls: dict[str, str], served: str, order: np.ndarray, runs
                 arms = plan.arms(side)
                 if arms[0] not in urls:
                     continue
-                waves, name = plan.waves(side, concurrency), served if side == "mbuild" else None
+                waves, name = plan.waves(side), served if side == "mbuild" else None
                 payloads = [[body(ids, name) for ids in ids_set] for sets_ in rounds for ids_set in sets_[:waves]]
                 sets = tuple(iter(payloads) for _ in arms)
                 for arm in arms:

@@ -81,7 +81,8 @@ class RowSpeculation:
         self.shadow, self.shadow_from = draft, generated
 
     def check(self, generated: Sequence[int], ceiling: int) -> None:
-        """Learn from the watched draft once the row has made the token it stood for."""
+        """Learn from the watched draft once the row has made the token it stood for, as from a one-draft verify row
+        (acceptance, and k: one more if right, one if wrong)."""
         if self.shadow is not None and len(generated) > self.shadow_from:
             self.learn(1, int(generated[self.shadow_from] == self.shadow), ceiling, lookup=True)
             self.shadow = None
