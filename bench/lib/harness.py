@@ -93,7 +93,8 @@ def _cpu() -> str:
                 flags = set(value.split())
     except OSError:
         pass
-    vector = ("AVX-512 VNNI" if "avx512_vnni" in flags else "AVX-512, no VNNI" if "avx512f" in flags
+    vector = ("AVX-512 VNNI and AMX" if {"avx512_vnni", "amx_int8"} <= flags
+              else "AVX-512 VNNI" if "avx512_vnni" in flags else "AVX-512, no VNNI" if "avx512f" in flags
               else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2")
     return f"{platform.machine()}, {model}, {vector}"
 

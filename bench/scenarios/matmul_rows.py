@@ -11,7 +11,9 @@ gate/up and down_proj, and the untied 32000-word LM head), random values, each a
 them, so the weights come from memory as in a step. One thread on one pinned core; the median of CALLS calls a
 round, rows and arms interleaved over the rounds. Arms:
   int8 mbuild tiles b128  what mbuild's int8 builds run on a VNNI CPU: its MatMulInt8Tiles
-                          (runtimes/kernels/int8_tiles.cpp) on 8-bit blocks of 128, compiled here
+                          (runtimes/kernels/int8_tiles.cpp) on 8-bit blocks of 128, compiled here; on a core with
+                          AMX it takes 8 rows or more on the tiles
+  int8 mbuild tiles VNNI  the same kernel kept on VNNI (MBUILD_KERNEL_AMX=off), run only where the core has AMX
   int8 MatMulNBits b128   ONNX Runtime's kernel for the same blocks (accuracy_level 4), what they ran before
   int4 MatMulNBits b128   mbuild's int4 builds
   int8 dynamic            ONNX Runtime's DynamicQuantizeMatMul on per-channel int8 weights (the AVX2 int8 profile)
@@ -21,6 +23,7 @@ round, rows and arms interleaved over the rounds. Arms:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -37,14 +40,15 @@ from bench.lib.servers import pinned, split_cores
 from bench.lib.verify_cost import macs_per_token, matrices
 from builder.engine import int8_tiles
 from builder.engine.native_kernels import build_library
+from runtimes.hardware import read_cpu_flags
 from runtimes.kernels import DOMAIN
 
 VOCAB = 32000
-ROWS = (1, 2, 3, 5, 16, 64)
+ROWS = (1, 2, 3, 5, 8, 16, 64)
 QUICK_ROWS = (1, 2)
 CALLS = 20
-ARMS = ("int8 mbuild tiles b128", "int8 MatMulNBits b128", "int4 MatMulNBits b128", "int8 dynamic",
-        "fp32 ONNX Runtime", "fp32 torch", "bf16 torch")
+ARMS = ("int8 mbuild tiles b128", "int8 mbuild tiles VNNI", "int8 MatMulNBits b128", "int4 MatMulNBits b128",
+        "int8 dynamic", "fp32 ONNX Runtime", "fp32 torch", "bf16 torch")
 
 
 def _graph(shapes: list[tuple[int, int]], arm: str, rng: np.random.Generator) -> ort.InferenceSession:
@@ -82,9 +86,14 @@ def _graph(shapes: list[tuple[int, int]], arm: str, rng: np.random.Generator) ->
                                              helper.make_opsetid(DOMAIN, 1)])
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
-    if "tiles" in arm:
-        options.register_custom_ops_library(str(build_library()))
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    if "tiles" not in arm:
+        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    options.register_custom_ops_library(str(build_library()))
+    os.environ["MBUILD_KERNEL_AMX"] = "off" if arm.endswith("VNNI") else "on"  # read as the session makes the kernel
+    try:
+        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    finally:
+        os.environ.pop("MBUILD_KERNEL_AMX")
 
 
 def _arm(shapes: list[tuple[int, int]], arm: str, rng: np.random.Generator) -> Callable[[int], Callable[[], object]]:
@@ -159,12 +168,13 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT) -> Path:
     shapes = matrices(shape)
     rows = QUICK_ROWS if quick else ROWS
     rng = np.random.default_rng(0)
+    kept = [arm for arm in ARMS if not arm.endswith("VNNI") or "amx_int8" in read_cpu_flags()]
     with pinned({min(split_cores()[1])}):
-        arms = {arm: _arm(shapes, arm, rng) for arm in ARMS}
-        calls = {(arm, r): arms[arm](r) for arm in ARMS for r in rows}
+        arms = {arm: _arm(shapes, arm, rng) for arm in kept}
+        calls = {(arm, r): arms[arm](r) for arm in kept for r in rows}
         series = interleave([(f"{arm} x{r}", partial(_median_ms, call)) for (arm, r), call in calls.items()],
                             1 if quick else repeats)
-    ms = {arm: {str(r): series[f"{arm} x{r}"].median for r in rows} for arm in ARMS}
+    ms = {arm: {str(r): series[f"{arm} x{r}"].median for r in rows} for arm in kept}
     results = {"machine": machine(), "onnxruntime": ort.__version__, "torch": torch.__version__, "repeats": repeats,
                "rows": list(rows), "macs_per_row": macs_per_token(shape), "ms": ms}
     markdown = _markdown(results, quick)

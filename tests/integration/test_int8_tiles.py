@@ -26,6 +26,7 @@ from runtimes.kernels import ATTENTION_OP, DOMAIN, LIBRARY_FILE
 from tests.support.tiny_models import save_random_decoder
 
 VNNI = {"avx512f", "avx512bw", "avx512_vnni"} <= read_cpu_flags()
+AMX = VNNI and {"amx_tile", "amx_int8"} <= read_cpu_flags()
 
 
 def _session(k: int, n: int, weights: np.ndarray, library: str | None, threads: int) -> ort.InferenceSession:
@@ -61,7 +62,7 @@ def test_the_kernel_gives_matmulnbits_numbers_at_every_row_count(library: str, k
     rng = np.random.default_rng(k * n + threads)
     weights = rng.standard_normal((n, k), dtype=np.float32) * 0.05
     ours, theirs = (_session(k, n, weights, lib, threads) for lib in (library, None))
-    for rows in (1, 2, 3, 4, 5, 6, 11, 64):
+    for rows in (1, 2, 3, 4, 5, 6, 8, 11, 16, 17, 64):  # 8 and more: the tiles, where the core has AMX
         x = rng.standard_normal((1, rows, k), dtype=np.float32)
         x[0, 0, :3] = [40.0, -40.0, 0.0]  # an outlier, as real activations have: the block's scale follows it
         got, want = ours.run(None, {"x": x})[0], theirs.run(None, {"x": x})[0]
@@ -69,6 +70,27 @@ def test_the_kernel_gives_matmulnbits_numbers_at_every_row_count(library: str, k
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
         exact = x @ weights.T  # and both near the float product: the quantization error, nothing more
         assert np.abs(got - exact).max() < 0.05 * np.abs(exact).max()
+
+
+@pytest.mark.skipif(not AMX, reason="this CPU has no AMX: every row runs on VNNI")
+@pytest.mark.parametrize(("k", "n"), [(640, 1280), (200, 100)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows_on_the_tiles_give_vnnis_bits(library: str, k: int, n: int, threads: int,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight rows or more go to AMX's tiles on a core that has them; the same int32 dots summed in the same order
+    give the same floats as the VNNI path, which MBUILD_KERNEL_AMX=off keeps a session on."""
+    rng = np.random.default_rng(k + n + threads)
+    weights = rng.standard_normal((n, k), dtype=np.float32) * 0.05
+    sessions = {}
+    for choice in ("on", "off"):
+        monkeypatch.setenv("MBUILD_KERNEL_AMX", choice)  # read as the session creates its kernel
+        sessions[choice] = _session(k, n, weights, library, threads)
+    for rows in (1, 7, 8, 15, 16, 17, 33, 64):
+        x = rng.standard_normal((2, rows, k), dtype=np.float32)
+        x[0, 0, :2] = [40.0, -40.0]
+        tiles, vnni = (sessions[choice].run(None, {"x": x})[0] for choice in ("on", "off"))
+        assert tiles.shape == (2, rows, n)
+        np.testing.assert_array_equal(tiles, vnni)
 
 
 @pytest.mark.skipif(not VNNI, reason="this CPU has no AVX-512 VNNI")
