@@ -13,7 +13,7 @@ round, rows and arms interleaved over the rounds. Arms:
   int8 mbuild tiles b128  what mbuild's int8 builds run on a VNNI CPU: its MatMulInt8Tiles
                           (runtimes/kernels/int8_tiles.cpp) on 8-bit blocks of 128, compiled here; on a core with
                           AMX it takes 8 rows or more on the tiles
-  int8 mbuild tiles VNNI  the same kernel kept on VNNI (MBUILD_KERNEL_AMX=off), run only where the core has AMX
+  int8 mbuild tiles VNNI  the same kernel kept on VNNI (MBUILD_NO_AMX), run only where the core has AMX
   int8 MatMulNBits b128   ONNX Runtime's kernel for the same blocks (accuracy_level 4), what they ran before
   int4 MatMulNBits b128   mbuild's int4 builds
   int8 dynamic            ONNX Runtime's DynamicQuantizeMatMul on per-channel int8 weights (the AVX2 int8 profile)
@@ -23,7 +23,6 @@ round, rows and arms interleaved over the rounds. Arms:
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -41,7 +40,7 @@ from bench.lib.verify_cost import macs_per_token, matrices
 from builder.engine import int8_tiles
 from builder.engine.native_kernels import build_library
 from runtimes.hardware import read_cpu_flags
-from runtimes.kernels import DOMAIN
+from runtimes.kernels import DOMAIN, NO_AMX_ENTRY
 
 VOCAB = 32000
 ROWS = (1, 2, 3, 5, 8, 16, 64)
@@ -88,12 +87,10 @@ def _graph(shapes: list[tuple[int, int]], arm: str, rng: np.random.Generator) ->
     options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
     if "tiles" not in arm:
         return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    if arm.endswith("VNNI"):
+        options.add_session_config_entry(NO_AMX_ENTRY, "1")
     options.register_custom_ops_library(str(build_library()))
-    os.environ["MBUILD_KERNEL_AMX"] = "off" if arm.endswith("VNNI") else "on"  # read as the session makes the kernel
-    try:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    finally:
-        os.environ.pop("MBUILD_KERNEL_AMX")
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def _arm(shapes: list[tuple[int, int]], arm: str, rng: np.random.Generator) -> Callable[[int], Callable[[], object]]:

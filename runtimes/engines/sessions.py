@@ -18,7 +18,7 @@ from runtimes.bundle import BundleError, EngineConfig
 from runtimes.bundle.engine import ENCODER_TASKS
 from runtimes.engines import gpu_select, tensorrt_engine
 from runtimes.hardware import detect_gpus
-from runtimes.kernels import LIBRARY_FILE
+from runtimes.kernels import LIBRARY_FILE, NO_AMX_ENTRY
 from runtimes.settings import flag
 
 log = logging.getLogger("mbuild.runtime")
@@ -45,6 +45,8 @@ def _onnxruntime(model_dir: Path, config: EngineConfig, threads: int) -> Session
     # The graph was optimized at build time; repeating it here would only slow the start.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     kernels = model_dir / LIBRARY_FILE  # mbuild's own kernels, built with the engine for its CPU
+    if flag("MBUILD_NO_AMX"):
+        options.add_session_config_entry(NO_AMX_ENTRY, "1")
     try:
         if kernels.is_file():
             options.register_custom_ops_library(str(kernels))

@@ -14,5 +14,8 @@ DOMAIN = "ai.mbuild"
 # (a window, a soft cap, sinks), the graph keeps GroupQueryAttention
 ATTENTION_OP, ATTENTION_INT8_OP, ATTENTION_INPUTS = "CausalAttention", "CausalAttentionInt8Cache", 9
 ATTENTION_HEAD_DIMS = (16, 32, 64, 128)
+# A session option entry that keeps MatMulInt8Tiles off AMX's tiles (on VNNI) when set before the library registers;
+# int8_tiles.cpp reads it by this name
+NO_AMX_ENTRY = "mbuild.no_amx"
 # MatMulInt8Tiles' layout (int8_tiles.cpp says it): blocks of 128 k, columns in groups of 64
 TILE_BLOCK, TILE_GROUP = 128, 64

@@ -17,7 +17,8 @@
 // rows x 64 k x 16 columns, where VNNI pays each row's multiply-adds (measured on one core: 16 and 64 rows 1.7x and
 // 2.3x faster; under 8 rows no faster, as the weight read bounds both). The tiles read the same weight layout (a
 // quad's 16 columns x 4 bytes are a B-tile row, 256 bytes apart) and make the same int32 dots, summed in the same
-// order: both paths give the same bits. MBUILD_KERNEL_AMX=off, read as a session creates the kernel, keeps it on VNNI.
+// order: both paths give the same bits. A session whose options hold the entry mbuild.no_amx=1 (runtimes/kernels'
+// NO_AMX_ENTRY, set by MBUILD_NO_AMX) before the library registers stays on VNNI.
 #define ORT_API_MANUAL_INIT
 #include <onnxruntime_cxx_api.h>
 #undef ORT_API_MANUAL_INIT
@@ -29,7 +30,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -263,13 +263,14 @@ struct Kernel {
 };
 
 struct Op : Ort::CustomOpBase<Op, Kernel, true> {
+  bool amx = false;  // its kernels may use the tiles
+
   OrtStatusPtr CreateKernelV2(const OrtApi&, const OrtKernelInfo* info, void** kernel) const {
     try {
       Ort::ConstKernelInfo attributes(info);
       const int64_t k = attributes.GetAttribute<int64_t>("K"), n = attributes.GetAttribute<int64_t>("N");
       if (k <= 0 || n <= 0) return Ort::GetApi().CreateStatus(ORT_INVALID_ARGUMENT, "MatMulInt8Tiles: K and N must be positive");
-      const char* choice = std::getenv("MBUILD_KERNEL_AMX");
-      *kernel = new Kernel{k, n, amx_granted() && !(choice && std::strcmp(choice, "off") == 0)};
+      *kernel = new Kernel{k, n, amx};
       return nullptr;
     } catch (const std::exception& e) {
       return Ort::GetApi().CreateStatus(ORT_FAIL, (std::string("MatMulInt8Tiles: ") + e.what()).c_str());
@@ -296,15 +297,21 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
       !__builtin_cpu_supports("avx512vnni"))
     return Ort::GetApi().CreateStatus(ORT_FAIL, "MatMulInt8Tiles needs a CPU with AVX-512 BW and VNNI; "
                                                 "package this model for this CPU (mbuild package --gpu cpu)");
-  static Op op;
-  static OrtCustomOpDomain* domain = nullptr;  // kept for the process: sessions hold it
+  // Two domains of the same ops, one per choice: ORT hands a registration the session's options, not the kernels.
+  static Op tiles, vnni;
+  static OrtCustomOpDomain* domains[2] = {nullptr, nullptr};
   const OrtApi& api = Ort::GetApi();
-  if (domain == nullptr) {
+  int has_entry = 0;
+  if (OrtStatus* status = api.HasSessionConfigEntry(options, "mbuild.no_amx", &has_entry)) return status;
+  const int choice = has_entry ? 1 : 0;
+  if (domains[choice] == nullptr) {
+    Op& op = choice ? vnni : tiles;
+    op.amx = !choice && amx_granted();
     std::vector<OrtCustomOp*> ops{&op};
     mbuild_attention_ops(ops);
-    if (OrtStatus* status = api.CreateCustomOpDomain("ai.mbuild", &domain)) return status;
+    if (OrtStatus* status = api.CreateCustomOpDomain("ai.mbuild", &domains[choice])) return status;
     for (OrtCustomOp* each : ops)
-      if (OrtStatus* status = api.CustomOpDomain_Add(domain, each)) return status;
+      if (OrtStatus* status = api.CustomOpDomain_Add(domains[choice], each)) return status;
   }
-  return api.AddCustomOpDomain(options, domain);
+  return api.AddCustomOpDomain(options, domains[choice]);
 }

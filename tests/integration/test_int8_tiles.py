@@ -22,14 +22,15 @@ from builder.planning.profiles import load_profiles
 from runtimes.bundle.engine import Batching
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.hardware import read_cpu_flags
-from runtimes.kernels import ATTENTION_OP, DOMAIN, LIBRARY_FILE
+from runtimes.kernels import ATTENTION_OP, DOMAIN, LIBRARY_FILE, NO_AMX_ENTRY
 from tests.support.tiny_models import save_random_decoder
 
 VNNI = {"avx512f", "avx512bw", "avx512_vnni"} <= read_cpu_flags()
 AMX = VNNI and {"amx_tile", "amx_int8"} <= read_cpu_flags()
 
 
-def _session(k: int, n: int, weights: np.ndarray, library: str | None, threads: int) -> ort.InferenceSession:
+def _session(k: int, n: int, weights: np.ndarray, library: str | None, threads: int,
+             amx: bool = True) -> ort.InferenceSession:
     packed, scales = pack_rows(weights, 8, 128)
     if library:
         tiles, tile_scales = int8_tiles.tile_weights(packed, scales)
@@ -45,6 +46,8 @@ def _session(k: int, n: int, weights: np.ndarray, library: str | None, threads: 
     model = helper.make_model(graph, opset_imports=opsets)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
+    if not amx:
+        options.add_session_config_entry(NO_AMX_ENTRY, "1")
     if library:
         options.register_custom_ops_library(library)
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
@@ -75,20 +78,16 @@ def test_the_kernel_gives_matmulnbits_numbers_at_every_row_count(library: str, k
 @pytest.mark.skipif(not AMX, reason="this CPU has no AMX: every row runs on VNNI")
 @pytest.mark.parametrize(("k", "n"), [(640, 1280), (200, 100)])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_rows_on_the_tiles_give_vnnis_bits(library: str, k: int, n: int, threads: int,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_on_the_tiles_give_vnnis_bits(library: str, k: int, n: int, threads: int) -> None:
     """Eight rows or more go to AMX's tiles on a core that has them; the same int32 dots summed in the same order
-    give the same floats as the VNNI path, which MBUILD_KERNEL_AMX=off keeps a session on."""
+    give the same floats as the VNNI path, which the session entry NO_AMX_ENTRY (MBUILD_NO_AMX) keeps a session on."""
     rng = np.random.default_rng(k + n + threads)
     weights = rng.standard_normal((n, k), dtype=np.float32) * 0.05
-    sessions = {}
-    for choice in ("on", "off"):
-        monkeypatch.setenv("MBUILD_KERNEL_AMX", choice)  # read as the session creates its kernel
-        sessions[choice] = _session(k, n, weights, library, threads)
+    sessions = {amx: _session(k, n, weights, library, threads, amx) for amx in (True, False)}
     for rows in (1, 7, 8, 15, 16, 17, 33, 64):
         x = rng.standard_normal((2, rows, k), dtype=np.float32)
         x[0, 0, :2] = [40.0, -40.0]
-        tiles, vnni = (sessions[choice].run(None, {"x": x})[0] for choice in ("on", "off"))
+        tiles, vnni = (sessions[amx].run(None, {"x": x})[0] for amx in (True, False))
         assert tiles.shape == (2, rows, n)
         np.testing.assert_array_equal(tiles, vnni)
 
