@@ -10,7 +10,9 @@ accepted with probability p(draft), else a sample from p without the draft, reno
 distribution is unchanged, and with a seed, so is every token, since each emitted token costs one draw either way.
 
 Whether a row speculates is a cost decision (`choose`): a verify row of k drafts is expected to give
-E = (1 - a^(k+1)) / (1 - a) tokens at the row's measured per-draft acceptance a, and may cost one more run (engine
+E = (1 - a^(k+1)) / (1 - a) tokens at the row's measured per-draft acceptance a (the chance a draft is right once
+the ones before it were: accepted drafts over accepted drafts and first rejections, not over all drafted, which
+counts the drafts past a rejection that were never tried as wrong), and may cost one more run (engine
 step.py: a verify row runs alone on ONNX Runtime's CPU attention); a draft model's k drafts cost k of its steps
 (shared by every row it drafts for), each priced at load against a target step. A row speculates when the step's
 expected tokens per unit of cost rise. k follows acceptance: one more after a fully accepted row, one fewer after a
@@ -33,7 +35,8 @@ from runtimes.settings import Settings
 # a draft model's each cost a draft step, and best_k picks fewer than this as acceptance falls.
 DEFAULT_DRAFTS = {"ngram": 8, "draft": 4}
 PRIOR_ACCEPTANCE = 0.5  # before a row has verified anything; a row's own measurements replace it
-MEMORY = 0.7  # weight of the past in a row's running acceptance
+PRIOR_TRIES = 2.0  # the prior's weight, in drafts tried
+MEMORY = 0.7  # weight of the past (per verify row or watched draft) in a row's running acceptance
 RECOVERY = 0.02  # per step a row does not speculate, its acceptance drifts back to the prior: it probes again
 
 
@@ -68,6 +71,11 @@ class RowSpeculation:
     accepted: int = 0  # draft tokens accepted
     shadow: int | None = None  # lookup's first draft for a step the row decoded plainly, to check against its token
     shadow_from: int = 0  # the tokens it had generated when it was found
+    right: float = 0.0  # drafts accepted and drafts tried (accepted ones and first rejections), decayed by MEMORY:
+    tried: float = 0.0  # acceptance is their ratio, from the prior's PRIOR_TRIES
+
+    def __post_init__(self) -> None:
+        self.right, self.tried = self.acceptance * PRIOR_TRIES, PRIOR_TRIES
 
     def record(self, drafted: int, accepted: int, ceiling: int, lookup: bool = False) -> None:
         """A verify row's outcome."""
@@ -91,7 +99,9 @@ class RowSpeculation:
         """Acceptance and k from drafts and how many were right. lookup: the drafts were copied (n-gram), so a row
         with a wrong draft sets k to its right run plus one; a draft model's errors fall anywhere: its k holds, or
         falls by one if none was right."""
-        self.acceptance = MEMORY * self.acceptance + (1 - MEMORY) * accepted / drafted
+        self.right = MEMORY * self.right + accepted
+        self.tried = MEMORY * self.tried + accepted + (accepted < drafted)  # the drafts past a rejection: not tried
+        self.acceptance = self.right / self.tried
         if accepted == drafted:
             self.k = min(ceiling, self.k + 1)
         elif lookup:
@@ -100,7 +110,8 @@ class RowSpeculation:
             self.k = max(1, self.k - 1)
 
     def skipped(self) -> None:
-        self.acceptance += RECOVERY * (PRIOR_ACCEPTANCE - self.acceptance)
+        self.right += RECOVERY * (PRIOR_ACCEPTANCE * self.tried - self.right)
+        self.acceptance = self.right / self.tried
 
     def expected_tokens(self, k: int) -> float:
         a = min(self.acceptance, 0.999)
