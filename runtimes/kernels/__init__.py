@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 KERNEL_SOURCES = (Path(__file__).with_name("int8_tiles.cpp"), Path(__file__).with_name("attention.cpp"))
-KERNEL_HEADERS = (Path(__file__).with_name("attention_simd.h"),)  # included by the sources: part of the digest
+# included by the sources: part of the digest
+KERNEL_HEADERS = (Path(__file__).with_name("attention_simd.h"), Path(__file__).with_name("int8_tiles.h"))
 LIBRARY_FILE = "libmbuild_kernels.so"  # its name inside a model folder
 DOMAIN = "ai.mbuild"
 # CausalAttention (attention.cpp): GroupQueryAttention's inputs and numbers for an in-place cache, fp32 or int8 (the

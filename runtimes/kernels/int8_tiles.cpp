@@ -1,12 +1,12 @@
 // MatMulInt8Tiles (domain ai.mbuild): Y[..., N] = A[..., K] x W, W in symmetric int8 blocks of 128 along K.
 //
 // Why mbuild has its own kernel: ONNX Runtime's MatMulNBits (8 bits, accuracy_level 4, the int8 default) reads one
-// row at the core's memory rate but takes each further row at ~81 G multiply-adds/s on an AVX-512 VNNI core, so a
-// speculative verify row of 5 tokens costs 2.3x one token (docs/benchmarks/matmul_rows.md); DynamicQuantizeMatMul
-// takes further rows ~3x faster but one row 1.64x slower, and both in one graph would hold the weights twice. This
-// kernel streams each weight vector once and applies it to up to ROWS rows with VNNI, so rows 2 to 5 ride on the
-// weight read. Same numbers as MatMulNBits: activations quantized per row and block of 128 to int8 (scale max/127,
-// round to nearest even), int32 dot products, one float scale per block; only the order of float sums differs.
+// row at the core's memory rate but takes each further row at a fraction of the core's int8 rate, so a speculative
+// verify row of 5 tokens costs well over one token's (docs/benchmarks/matmul_rows.md); DynamicQuantizeMatMul takes
+// further rows faster but one row slower, and both in one graph would hold the weights twice. This kernel streams
+// each weight vector once and applies it to up to ROWS rows with VNNI, so rows 2 to 5 ride on the weight read. Same
+// numbers as MatMulNBits: activations quantized per row and block of 128 to int8 (scale max/127, round to nearest
+// even), int32 dot products, one float scale per block; only the order of float sums differs.
 //
 // Weights, written by builder/engine/int8_tiles.py: columns in groups of 64 (N padded), and per group, per block of
 // 128 k, per quad of 4 consecutive k, 64 columns x 4 bytes: W[g][b][q][c][j] = w[64g + c][128b + 4q + j] + 128
@@ -14,19 +14,17 @@
 // vpdpbusd multiplies unsigned by signed bytes: the +128 offset comes back out as 128 x the block's activation sum.
 //
 // On a core with AMX (Intel's tile unit, Sapphire Rapids on), 8 rows or more go to its tiles: one TDPBSUD takes 16
-// rows x 64 k x 16 columns, where VNNI pays each row's multiply-adds (measured on one core: 16 and 64 rows 1.7x and
-// 2.3x faster; under 8 rows no faster, as the weight read bounds both). The tiles read the same weight layout (a
-// quad's 16 columns x 4 bytes are a B-tile row, 256 bytes apart) and make the same int32 dots, summed in the same
-// order: both paths give the same bits. A session whose options hold the entry mbuild.no_amx=1 (runtimes/kernels'
+// rows x 64 k x 16 columns, where VNNI pays each row's multiply-adds (matmul_rows.md's VNNI-only arm beside it; under
+// 8 rows no faster, as the weight read bounds both; ONNX Runtime's AMX kernel for per-column scales does better
+// still, as a block's float sums here cost about what its tiles do). The tiles read the same weight layout (a quad's
+// 16 columns x 4 bytes are a B-tile row, 256 bytes apart) and make the same int32 dots, summed in the same order:
+// both paths give the same bits. A session whose options hold the entry mbuild.no_amx=1 (runtimes/kernels'
 // NO_AMX_ENTRY, set by MBUILD_NO_AMX) before the library registers stays on VNNI.
 #define ORT_API_MANUAL_INIT
 #include <onnxruntime_cxx_api.h>
 #undef ORT_API_MANUAL_INIT
 
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -34,17 +32,11 @@
 #include <string>
 #include <vector>
 
+#include "int8_tiles.h"
+
 namespace {
 
-constexpr int64_t BLK = 128, QUADS = 32, TILE = 16, TILES = 4, GROUP = TILE * TILES, ROWS = 5;
-constexpr int64_t GROUP_BLOCK_BYTES = QUADS * GROUP * 4;
-constexpr int64_t AMX_ROWS = 16, AMX_FROM = 8;  // a tile's rows; the fewest rows sent to the tiles (measured)
-
-struct Activations {
-  std::vector<int8_t> q;       // [M][blocks][128]
-  std::vector<float> scale;    // [M][blocks]
-  std::vector<int32_t> offset; // [M][blocks]: 128 x the sum of the block's quantized values
-};
+using namespace mbuild_tiles;  // the layout's names (int8_tiles.h), shared with the AMX path
 
 // padded: q holds this many rows (zeros past `rows`), as a tile load reads 16 rows whatever the batch
 void quantize(const float* a, int64_t rows, int64_t padded, int64_t k, int64_t blocks, Activations& out) {
@@ -115,74 +107,6 @@ void group_rows(const Activations& a, int64_t row, int64_t blocks, const uint8_t
     for (int t = 0; t < TILES; t++) _mm512_storeu_ps(out[r] + t * TILE, acc[r][t]);
 }
 
-// AMX: whether this core has the tiles and Linux lets the process use them (it asks once for the 8 KB tile state).
-bool amx_granted() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 24) & 1) || !((d >> 25) & 1)) return false;  // TILE, INT8
-  constexpr long REQUEST_PERMISSION = 0x1023, TILE_DATA = 18;  // arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
-  static const bool granted = syscall(SYS_arch_prctl, REQUEST_PERMISSION, TILE_DATA) == 0;
-  return granted;
-}
-
-struct alignas(64) TileConfig {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t bytes_per_row[16];
-  uint8_t rows[16];
-};
-
-// Up to 16 rows by one group of 64 columns on the tiles. Tiles 0-3 sum a block's dots for the group's four 16-column
-// tiles; 4 and 5 hold the rows' two 64-k halves of the block, 6 and 7 the weights'. acc: [16][GROUP] floats.
-#define MBUILD_TILE_DOT(t)                                                            \
-  _tile_loadd(6, p + (t) * TILE * 4, GROUP * 4);                                      \
-  _tile_loadd(7, p + 16 * GROUP * 4 + (t) * TILE * 4, GROUP * 4);                     \
-  _tile_dpbsud(t, 4, 6);                                                              \
-  _tile_dpbsud(t, 5, 7);
-
-__attribute__((target("amx-tile,amx-int8"))) void tile_rows(const Activations& a, int64_t row, int64_t count,
-                                                              int64_t blocks, const uint8_t* w, const float* s,
-                                                              float* acc) {
-  alignas(64) int32_t dots[AMX_ROWS][GROUP];
-  std::fill(acc, acc + AMX_ROWS * GROUP, 0.f);
-  const int64_t stride = blocks * BLK;
-  for (int64_t b = 0; b < blocks; b++) {
-    const int8_t* x = a.q.data() + row * stride + b * BLK;
-    const uint8_t* p = w + b * GROUP_BLOCK_BYTES;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    _tile_loadd(4, x, stride);
-    _tile_loadd(5, x + BLK / 2, stride);
-    MBUILD_TILE_DOT(0)
-    MBUILD_TILE_DOT(1)
-    MBUILD_TILE_DOT(2)
-    MBUILD_TILE_DOT(3)
-    _tile_stored(0, dots[0], GROUP * 4);
-    _tile_stored(1, dots[0] + TILE, GROUP * 4);
-    _tile_stored(2, dots[0] + 2 * TILE, GROUP * 4);
-    _tile_stored(3, dots[0] + 3 * TILE, GROUP * 4);
-    __m512 ws[TILES];
-    for (int t = 0; t < TILES; t++) ws[t] = _mm512_loadu_ps(s + b * GROUP + t * TILE);
-    for (int64_t r = 0; r < count; r++) {  // as group_rows: (dot - offset) x weight scale x row scale, per block
-      const int64_t at = (row + r) * blocks + b;
-      const __m512i offset = _mm512_set1_epi32(a.offset[at]);
-      const __m512 scale = _mm512_set1_ps(a.scale[at]);
-      for (int t = 0; t < TILES; t++) {
-        float* sum = acc + r * GROUP + t * TILE;
-        const __m512i dot = _mm512_load_si512(dots[r] + t * TILE);
-        _mm512_storeu_ps(sum, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot, offset)),
-                                              _mm512_mul_ps(ws[t], scale), _mm512_loadu_ps(sum)));
-      }
-    }
-  }
-}
-#undef MBUILD_TILE_DOT
-
-// A constant, not a local: GCC 12 does not see that ldtilecfg reads its operand, and drops a local's stores.
-constexpr TileConfig TILES_USED{1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
-static_assert(TILES_USED.rows[7] == AMX_ROWS && TILES_USED.bytes_per_row[0] == GROUP);
-
-__attribute__((target("amx-tile"))) void configure_tiles() { _tile_loadconfig(&TILES_USED); }
 
 struct Job {
   const Activations* a;
