@@ -25,7 +25,7 @@ step (watch, check), so one that began in a fuller batch speculates once its dra
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runtimes.engines.step import PASS_TOKENS
 from runtimes.settings import Settings
@@ -71,8 +71,8 @@ class RowSpeculation:
     accepted: int = 0  # draft tokens accepted
     shadow: int | None = None  # lookup's first draft for a step the row decoded plainly, to check against its token
     shadow_from: int = 0  # the tokens it had generated when it was found
-    right: float = 0.0  # drafts accepted and drafts tried (accepted ones and first rejections), decayed by MEMORY:
-    tried: float = 0.0  # acceptance is their ratio, from the prior's PRIOR_TRIES
+    right: float = field(default=0.0, init=False)  # drafts accepted and tried (accepted ones and first rejections),
+    tried: float = field(default=0.0, init=False)  # decayed by MEMORY: acceptance is their ratio, from the prior's
 
     def __post_init__(self) -> None:
         self.right, self.tried = self.acceptance * PRIOR_TRIES, PRIOR_TRIES
