@@ -107,7 +107,6 @@ void group_rows(const Activations& a, int64_t row, int64_t blocks, const uint8_t
     for (int t = 0; t < TILES; t++) _mm512_storeu_ps(out[r] + t * TILE, acc[r][t]);
 }
 
-
 struct Job {
   const Activations* a;
   int64_t rows, n, blocks;

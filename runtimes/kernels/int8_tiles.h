@@ -42,7 +42,7 @@ struct alignas(64) TileConfig {
 // tiles; 4 and 5 hold the rows' two 64-k halves of the block, 6 and 7 the weights'. acc: [16][GROUP] floats.
 #define MBUILD_TILE_DOT(t)                                                            \
   _tile_loadd(6, p + (t) * TILE * 4, GROUP * 4);                                      \
-  _tile_loadd(7, p + 16 * GROUP * 4 + (t) * TILE * 4, GROUP * 4);                     \
+  _tile_loadd(7, p + QUADS / 2 * GROUP * 4 + (t) * TILE * 4, GROUP * 4);              \
   _tile_dpbsud(t, 4, 6);                                                              \
   _tile_dpbsud(t, 5, 7);
 

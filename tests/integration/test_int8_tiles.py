@@ -21,6 +21,7 @@ from builder.engine.weight_writer import pack_rows
 from builder.planning.profiles import load_profiles
 from runtimes.bundle.engine import Batching
 from runtimes.engines.decoder import DecoderEngine
+from runtimes.engines.sessions import open_session
 from runtimes.hardware import read_cpu_flags
 from runtimes.kernels import ATTENTION_OP, DOMAIN, LIBRARY_FILE, NO_AMX_ENTRY
 from tests.support.tiny_models import save_random_decoder
@@ -145,6 +146,28 @@ def test_a_tiles_engine_decodes_as_its_matmulnbits_twin(tmp_path: Path, monkeypa
     diff = np.abs(logits["tiles"] - logits["blocks"]).max(axis=1)
     assert (diff < 1e-4).mean() >= 0.8 and diff.max() < 0.25, diff
     assert (logits["tiles"].argmax(1) == logits["blocks"].argmax(1)).all()
+
+
+@pytest.mark.skipif(not VNNI, reason="this CPU has no AVX-512 VNNI")
+def test_mbuild_no_amx_reaches_the_engines_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MBUILD_NO_AMX sets the option entry the library reads as it registers (the entry's effect: the test above);
+    unset, the session carries no entry and the kernel may take the tiles."""
+    config = LlamaConfig(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    model = save_random_decoder(config, tmp_path / "model")
+    profile = next(p for p in load_profiles() if p.hardware == "cpu.vnni" and p.precision == "int8"
+                   and "text-generation" in p.tasks)
+    exported = export_decoder(model, tmp_path / "out", profile)
+    engine_config = exported.engine_config("onnxruntime", "model.onnx", "int8", Batching(1, 0))
+    monkeypatch.setenv("MBUILD_NO_AMX", "1")
+    session = open_session(tmp_path / "out", engine_config, 1)
+    assert isinstance(session, ort.InferenceSession)
+    assert session.get_session_options().get_session_config_entry(NO_AMX_ENTRY) == "1"
+    monkeypatch.delenv("MBUILD_NO_AMX")
+    session = open_session(tmp_path / "out", engine_config, 1)
+    assert isinstance(session, ort.InferenceSession)
+    with pytest.raises(RuntimeError, match="does not have configuration"):
+        session.get_session_options().get_session_config_entry(NO_AMX_ENTRY)
 
 
 def test_without_a_compiler_the_build_says_so_and_writes_matmulnbits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
