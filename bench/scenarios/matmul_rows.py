@@ -12,7 +12,7 @@ them, so the weights come from memory as in a step. One thread on one pinned cor
 round, rows and arms interleaved over the rounds. Arms:
   int8 mbuild tiles b128  what mbuild's int8 builds run on a VNNI CPU: its MatMulInt8Tiles
                           (runtimes/kernels/int8_tiles.cpp) on 8-bit blocks of 128, compiled here; on a core with
-                          AMX it takes 8 rows or more on the tiles
+                          AMX it takes 10 rows or more on the tiles
   int8 mbuild tiles VNNI  the same kernel kept on VNNI (MBUILD_NO_AMX), run only where the core has AMX
   int8 MatMulNBits b128   ONNX Runtime's kernel for the same blocks (accuracy_level 4), what they ran before
   int4 MatMulNBits b128   mbuild's int4 builds
@@ -43,7 +43,7 @@ from runtimes.hardware import read_cpu_flags
 from runtimes.kernels import DOMAIN, NO_AMX_ENTRY
 
 VOCAB = 32000
-ROWS = (1, 2, 3, 5, 8, 16, 64)
+ROWS = (1, 2, 3, 5, 8, 9, 10, 12, 16, 64)
 QUICK_ROWS = (1, 2)
 CALLS = 20
 ARMS = ("int8 mbuild tiles b128", "int8 mbuild tiles VNNI", "int8 MatMulNBits b128", "int4 MatMulNBits b128",
