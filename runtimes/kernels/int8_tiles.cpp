@@ -13,9 +13,10 @@
 // (unsigned, as MatMulNBits stores them). Scales S[g][b][c] = scale of column 64g + c in block b.
 // vpdpbusd multiplies unsigned by signed bytes: the +128 offset comes back out as 128 x the block's activation sum.
 //
-// On a core with AMX (Intel's tile unit, Sapphire Rapids on), 8 rows or more go to its tiles: one TDPBSUD takes 16
-// rows x 64 k x 16 columns, where VNNI pays each row's multiply-adds (matmul_rows.md's VNNI-only arm beside it; under
-// 8 rows no faster, as the weight read bounds both; ONNX Runtime's AMX kernel for per-column scales does better
+// On a core with AMX (Intel's tile unit, Sapphire Rapids on), 10 rows or more go to its tiles: one TDPBSUD takes 16
+// rows x 64 k x 16 columns, where VNNI pays each row's multiply-adds (matmul_rows.md's VNNI-only arm beside it: at 8
+// and 9 rows the tiles were no faster, as the weight read bounds both, and from 10 faster, so a one-stream verify row
+// of 8 drafts stays on VNNI; ONNX Runtime's AMX kernel for per-column scales does better
 // still, as a block's float sums here cost about what its tiles do). The tiles read the same weight layout (a quad's
 // 16 columns x 4 bytes are a B-tile row, 256 bytes apart) and make the same int32 dots, summed in the same order:
 // both paths give the same bits. A session whose options hold the entry mbuild.no_amx=1 (runtimes/kernels'

@@ -1,5 +1,5 @@
 // MatMulInt8Tiles' layout (int8_tiles.cpp says it), the quantized rows it multiplies, and its AMX path: the tiles
-// that take 8 rows or more where the core has them (int8_tiles.cpp says why).
+// that take 10 rows or more where the core has them (int8_tiles.cpp says why).
 #pragma once
 
 #include <cpuid.h>
@@ -15,7 +15,7 @@ namespace mbuild_tiles {
 
 constexpr int64_t BLK = 128, QUADS = 32, TILE = 16, TILES = 4, GROUP = TILE * TILES, ROWS = 5;
 constexpr int64_t GROUP_BLOCK_BYTES = QUADS * GROUP * 4;
-constexpr int64_t AMX_ROWS = 16, AMX_FROM = 8;  // a tile's rows; the fewest rows sent to the tiles (measured)
+constexpr int64_t AMX_ROWS = 16, AMX_FROM = 10;  // a tile's rows; the fewest rows sent to the tiles (int8_tiles.cpp)
 
 struct Activations {
   std::vector<int8_t> q;       // [M][blocks][128]
