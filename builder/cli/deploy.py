@@ -88,8 +88,10 @@ def deploy(source: str, fmt: str, image: str | None, name: str | None, namespace
         click.echo(f"wrote a chart of {len(files)} files for {spec.image} to {folder}/\n"
                    f"  helm install {spec.name} {folder} --namespace NAMESPACE", err=True)
         return
+    replicas_, _, _, secret = scale
     objects = [inference_service(spec, *scale[1:])] if fmt == "kserve" else \
-        [graph_deployment(spec, scale[0], router, prefill_workers)] if fmt == "dynamo" else manifests(spec, *scale)
+        [graph_deployment(spec, replicas_, router, secret, prefill_workers)] if fmt == "dynamo" else \
+        manifests(spec, *scale)
     text = yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False)
     if output is None:
         click.echo(text, nl=False)

@@ -48,11 +48,13 @@ def _get(path: str, port: str, period: int, timeout: int, failures: int) -> dict
             "failureThreshold": failures}
 
 
-def frontend(spec: DeploySpec, router: str) -> dict[str, Any]:
+def frontend(spec: DeploySpec, router: str, api_key_secret: str) -> dict[str, Any]:
+    """With the Secret's key set, the frontend's process gates every route but /live and /health on it
+    (runtimes/dynamo/gate.py): Dynamo's own HTTP service checks no key."""
     args = ["-m", FRONTEND_MODULE, "--http-port", str(PORT), "--router-mode", router, *NAMESPACE,
             "--discovery-backend", "kubernetes", *PLANES]
     return {
-        "componentType": "frontend", "replicas": 1, "labels": spec.labels,
+        "componentType": "frontend", "replicas": 1, "labels": spec.labels, "envs": [k8s.api_key_env(api_key_secret)],
         "resources": {"requests": {"cpu": "1", "memory": FRONTEND_MEMORY}, "limits": {"memory": FRONTEND_MEMORY}},
         "livenessProbe": _get("/live", "http", 10, 3, 3), "readinessProbe": _get("/health", "http", 10, 3, 3),
         "extraPodSpec": _pod(spec, args, {"ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}]}),
@@ -83,7 +85,8 @@ def worker(spec: DeploySpec, replicas: int, role: str = "agg") -> dict[str, Any]
     }
 
 
-def graph_deployment(spec: DeploySpec, replicas: int, router: str, prefill: int = 0) -> dict[str, Any]:
+def graph_deployment(spec: DeploySpec, replicas: int, router: str, api_key_secret: str,
+                     prefill: int = 0) -> dict[str, Any]:
     """replicas workers; with prefill > 0, that many prefill workers beside replicas decode workers."""
     if spec.task != "text-generation":
         raise InputError(f"--format dynamo serves language models; {spec.model} is a {spec.task} model",
@@ -92,6 +95,6 @@ def graph_deployment(spec: DeploySpec, replicas: int, router: str, prefill: int 
         raise InputError(f"{spec.image} does not carry NVIDIA Dynamo, which its frontend and workers run",
                          hint=f"package it again with --with dynamo: mbuild package {spec.model} --with dynamo")
     return {"apiVersion": API_VERSION, "kind": "DynamoGraphDeployment", "metadata": k8s.metadata(spec),
-            "spec": {"services": {FRONTEND: frontend(spec, router),
+            "spec": {"services": {FRONTEND: frontend(spec, router, api_key_secret),
                                   **({PREFILL: worker(spec, prefill, "prefill")} if prefill else {}),
                                   WORKER: worker(spec, replicas, "decode" if prefill else "agg")}}}

@@ -46,14 +46,19 @@ def probes(spec: DeploySpec) -> dict[str, Any]:
     }
 
 
+def api_key_env(api_key_secret: str) -> dict[str, Any]:
+    """MBUILD_API_KEY from the Secret; optional, so a missing Secret starts an open endpoint that logs it is open."""
+    return {"name": "MBUILD_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": api_key_secret, "key": API_KEY_SECRET_KEY, "optional": True}}}
+
+
 def container(spec: DeploySpec, api_key_secret: str) -> dict[str, Any]:
     return {
         "name": "model", "image": spec.image, "imagePullPolicy": "IfNotPresent",
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": [{"name": "MBUILD_DRAIN_SECONDS", "value": str(DRAIN_SECONDS)},
                 {"name": "MBUILD_GRACE_SECONDS", "value": str(GRACE_SECONDS)},
-                {"name": "MBUILD_API_KEY", "valueFrom": {"secretKeyRef": {
-                    "name": api_key_secret, "key": API_KEY_SECRET_KEY, "optional": True}}}],
+                api_key_env(api_key_secret)],
         "resources": resources(spec),
         **probes(spec),
         "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID,

@@ -25,9 +25,14 @@ from pathlib import Path
 import httpx
 
 from builder.errors import InputError, MbuildError
+from builder.serving.event_broker import event_broker
 from runtimes.dynamo import FRONTEND_MODULE, PLANES, WORKER_MODULE
 
 ROUTERS = ("kv", "round-robin")
+# Dynamo's own variables for where its internal servers listen (by default every interface, or the host's address):
+# the workers' request plane, the frontend's response streams, the KV event publishers, the status servers. On one
+# host they talk over loopback, so nothing but the frontend (or its key gate) listens beyond --host.
+INTERNAL_HOSTS = ("DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST", "DYN_EVENT_PLANE_HOST", "DYN_SYSTEM_HOST")
 READY_SECONDS = 300  # a replica loads and warms its engine before the frontend lists the model
 STOP_SECONDS = 10
 
@@ -52,9 +57,10 @@ class Replicas:
     env: dict[str, str]  # the children's environment (builder/settings.child_env: the runtime's path and settings)
     prefill: int = 0  # of the replicas, how many only prefill and hand the KV to the others, which only decode
 
-    def commands(self, discovery: Path) -> list[tuple[list[str], dict[str, str], list[int] | None]]:
-        """(argv, environment, cores) of the frontend, then of each replica."""
-        base = {**self.env, "DYN_FILE_KV": str(discovery), "PYTHONUNBUFFERED": "1"}
+    def commands(self, discovery: Path, broker: str) -> list[tuple[list[str], dict[str, str], list[int] | None]]:
+        """(argv, environment, cores) of the frontend, then of each replica; broker: event_broker's URL."""
+        base = {**self.env, "DYN_FILE_KV": str(discovery), "PYTHONUNBUFFERED": "1", "DYN_ZMQ_BROKER_URL": broker,
+                **{name: "127.0.0.1" for name in INTERNAL_HOSTS}}
         planes = ["--discovery-backend", "file", *PLANES]
         front = [sys.executable, "-m", FRONTEND_MODULE, "--http-host", self.host, "--http-port", str(self.port),
                  "--router-mode", self.router, *planes]  # the image's frontend: its card, its router defaults
@@ -76,7 +82,8 @@ def _start(argv: list[str], env: dict[str, str], cores: list[int] | None) -> sub
     return subprocess.Popen(argv, env=env, preexec_fn=pin)
 
 
-def _ready(url: str, name: str, children: list[subprocess.Popen[bytes]]) -> None:
+def _ready(url: str, name: str, children: list[subprocess.Popen[bytes]], key: str | None) -> None:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     deadline = time.monotonic() + READY_SECONDS
     while time.monotonic() < deadline:
         ended = [child for child in children if child.poll() is not None]
@@ -84,7 +91,7 @@ def _ready(url: str, name: str, children: list[subprocess.Popen[bytes]]) -> None
             raise MbuildError(f"a serving process ended while starting (exit {ended[0].returncode}): "
                               f"{ended[0].args!r}", hint="its log is above")
         try:
-            listed = httpx.get(f"{url}/v1/models", timeout=2).json().get("data", [])
+            listed = httpx.get(f"{url}/v1/models", timeout=2, headers=headers).json().get("data", [])
             if any(model.get("id") == name for model in listed):
                 return
         except (httpx.HTTPError, ValueError):
@@ -122,18 +129,21 @@ def serve_replicas(plan: Replicas, announce: Callable[[str], None] = print) -> i
         stopping = True
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for argv, env, cores in plan.commands(discovery):
-            children.append(_start(argv, env, cores))
-        url = f"http://{plan.host}:{plan.port}"
-        _ready(url, plan.served_name, children)
-        announce(f"serving {plan.served_name} on {url}: {plan.replicas} replica(s) behind Dynamo's {plan.router} "
-                 "router (Ctrl+C stops them all)")
-        while not stopping and all(child.poll() is None for child in children):
-            time.sleep(0.2)
-        ended = next((child for child in children if child.poll() is not None), None)
-        return 0 if stopping or ended is None else (ended.returncode or 1)
+        with event_broker() as broker:
+            for argv, env, cores in plan.commands(discovery, broker):
+                children.append(_start(argv, env, cores))
+            try:
+                url = f"http://{plan.host}:{plan.port}"
+                _ready(url, plan.served_name, children, (plan.env.get("MBUILD_API_KEY") or "").strip() or None)
+                announce(f"serving {plan.served_name} on {url}: {plan.replicas} replica(s) behind Dynamo's "
+                         f"{plan.router} router (Ctrl+C stops them all)")
+                while not stopping and all(child.poll() is None for child in children):
+                    time.sleep(0.2)
+                ended = next((child for child in children if child.poll() is not None), None)
+                return 0 if stopping or ended is None else (ended.returncode or 1)
+            finally:
+                _stop(children)
     finally:
-        _stop(children)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         shutil.rmtree(discovery, ignore_errors=True)

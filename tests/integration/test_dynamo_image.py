@@ -2,8 +2,9 @@
 DynamoGraphDeployment runs it): a random tiny Llama's image, one frontend container and two worker containers on
 the host's network, sharing only a discovery folder (Dynamo's file backend standing in for the operator's
 Kubernetes one). The frontend finds the model card at the path the workers registered in a filesystem of its own;
-the openai SDK gets chat, a stream and a named tool call through it; each worker's HEALTHCHECK asks its status
-server and reports it healthy."""
+the openai SDK gets chat, a stream and a named tool call through it, with the key the frontend's gate asks for (every
+route but its probes refuses a request without it); each worker's HEALTHCHECK asks its status server and reports it
+healthy."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from tests.support.tiny_models import make_tiny_llama
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TAG = "mbuild-test/tiny-llama-dynamo:it"
+KEY = "dynamo-image-test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
 PLANES = ("--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq")
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
            "additionalProperties": False}
@@ -73,13 +76,13 @@ def frontend(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
     containers = [_run(image, discovery, "runtimes.dynamo", env=(f"DYN_SYSTEM_PORT={_low_port()}",))
                   for _ in range(2)]
     containers.append(_run(image, discovery, "runtimes.dynamo.frontend", "--http-port", str(port),
-                           "--router-mode", "kv"))
+                           "--router-mode", "kv", env=(f"MBUILD_API_KEY={KEY}",)))
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
         while True:
             try:
-                if httpx.get(f"{url}/v1/models", timeout=2).json()["data"]:
+                if httpx.get(f"{url}/v1/models", timeout=2, headers=AUTH).json()["data"]:
                     break
             except (httpx.HTTPError, ValueError, KeyError):
                 pass
@@ -95,7 +98,7 @@ def frontend(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
 
 def test_chat_stream_and_a_tool_call_through_the_frontend(frontend: tuple[str, list[str]]) -> None:
     url, _ = frontend
-    with OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as client:
+    with OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0) as client:
         name = client.models.list().data[0].id
         messages: Any = [{"role": "user", "content": "Weather in Oslo?"}]
         chat = client.chat.completions.create(model=name, messages=messages, max_tokens=8, temperature=0)
@@ -115,3 +118,13 @@ def test_each_workers_healthcheck_asks_its_status_server(frontend: tuple[str, li
     _, workers = frontend
     for worker in workers:
         wait_healthy(worker, timeout=120)
+
+
+def test_the_frontend_asks_for_the_key_on_every_route_but_its_probes(frontend: tuple[str, list[str]]) -> None:
+    url, _ = frontend
+    for method, path in (("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("POST", "/busy_threshold"),
+                         ("GET", "/openapi.json")):
+        got = httpx.request(method, f"{url}{path}", json={}, timeout=10)
+        assert got.status_code == 401 and got.json()["error"]["code"] == "invalid_api_key", (path, got.text[:200])
+    assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+    assert httpx.get(f"{url}/live", timeout=10).status_code == 200

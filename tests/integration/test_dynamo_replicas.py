@@ -1,8 +1,9 @@
 """`mbuild serve BUILD --replicas 2 --router kv`: the tiny Llama's build as two Dynamo workers behind Dynamo's real
-frontend and KV router (real processes, file discovery, TCP and ZMQ), driven with the openai SDK: chat, completions,
-streaming, a stream dropped mid-way, a json_schema answer, a refused field; a repeated long prompt routed to the
-worker whose prefix cache holds it, as the router's own metrics count it; hostile fields, each a 400; and prefill
-and decode on different workers, the prompt's KV moved between them."""
+frontend and KV router (real processes, file discovery, TCP and ZMQ), with MBUILD_API_KEY set, driven with the openai
+SDK: chat, completions, streaming, a stream dropped mid-way, a json_schema answer, a refused field; a repeated long
+prompt routed to the worker whose prefix cache holds it, as the router's own metrics count it; hostile fields, each a
+400; and prefill and decode on different workers, the prompt's KV moved between them. Every route but the health
+probes asks for the key, admin routes too, and nothing listens beyond --host."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 import jsonschema
 import openai
+import psutil
 import pytest
 
 from tests.support.procs import served
@@ -23,6 +25,9 @@ from tests.support.procs import served
 pytestmark = pytest.mark.slow
 pytest.importorskip("dynamo.frontend", reason="the dynamo extra is not installed (tests/run.sh installs it)")
 NAME = "tiny"
+KEY = "replicas-test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+ENV = {"MBUILD_SERVED_MODEL_NAME": NAME, "MBUILD_API_KEY": KEY}
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
                                            "count": {"type": "integer", "minimum": 0, "maximum": 9}},
           "required": ["name", "count"], "additionalProperties": False}
@@ -30,21 +35,20 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 
 @pytest.fixture(scope="module")
 def frontend(tiny_llm_build: Path) -> Iterator[str]:
-    with served(tiny_llm_build, {"MBUILD_SERVED_MODEL_NAME": NAME}, args=("--replicas", "2", "--router", "kv"),
-                ready="/v1/models") as url:
+    with served(tiny_llm_build, ENV, args=("--replicas", "2", "--router", "kv"), ready="/health") as url:
         _registered(url)
         yield url
 
 
 def _registered(url: str) -> None:
     deadline = time.monotonic() + 180
-    while not any(m["id"] == NAME for m in httpx.get(f"{url}/v1/models").json()["data"]):
+    while not any(m["id"] == NAME for m in httpx.get(f"{url}/v1/models", headers=AUTH).json()["data"]):
         assert time.monotonic() < deadline, "the workers never registered the model"
         time.sleep(0.5)
 
 
 def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0)
 
 
 def test_chat_completions_and_streams_through_the_frontend(frontend: str) -> None:
@@ -84,7 +88,7 @@ def test_a_json_schema_answer_and_a_refused_field(frontend: str) -> None:
 
 
 def _selected_cached(url: str) -> float:
-    text = httpx.get(f"{url}/metrics").text
+    text = httpx.get(f"{url}/metrics", headers=AUTH).text
     return sum(float(v) for v in re.findall(r"^dynamo_component_router_kv_selected_cached_prefix_tokens_total\{.*\} "
                                             r"(\S+)$", text, re.M))
 
@@ -108,7 +112,7 @@ def test_prefill_and_decode_apart_answer_as_one_worker_does(frontend: str, tiny_
     messages: Any = [{"role": "system", "content": "Containers package software with everything it needs. " * 6},
                      {"role": "user", "content": "What is it?"}]
     want = client(frontend).chat.completions.create(model=NAME, messages=messages, max_tokens=12, temperature=0)
-    with served(tiny_llm_build, {"MBUILD_SERVED_MODEL_NAME": NAME}, ready="/v1/models",
+    with served(tiny_llm_build, ENV, ready="/health",
                 args=("--replicas", "2", "--prefill-workers", "1")) as url:
         _registered(url)
         api = client(url)
@@ -146,8 +150,40 @@ def test_hostile_fields_through_the_frontend_are_400s_and_lose_nothing(frontend:
         body = json.dumps({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **extra},
                           allow_nan=True)
         got = httpx.post(f"{frontend}/v1/chat/completions", content=body, timeout=30,
-                         headers={"content-type": "application/json"})
+                         headers={"content-type": "application/json", **AUTH})
         assert got.status_code == 400, f"{name}: {got.status_code} {got.text[:200]}"
-        normal = httpx.post(f"{frontend}/v1/chat/completions", timeout=30, json={
+        normal = httpx.post(f"{frontend}/v1/chat/completions", timeout=30, headers=AUTH, json={
             "model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
         assert normal.status_code == 200, f"after {name}: {normal.status_code}"
+
+
+CHAT = {"model": NAME, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+ROUTES = [("GET", "/v1/models", None), ("POST", "/v1/chat/completions", CHAT),
+          ("POST", "/v1/completions", {"model": NAME, "prompt": "hi", "max_tokens": 2}),
+          ("GET", "/openapi.json", None), ("GET", "/docs", None), ("GET", "/no/such/route", None),
+          # Dynamo's admin route: one call of it without a key made every later request a 529
+          ("POST", "/busy_threshold", {"model": NAME, "active_decode_blocks_threshold": 0.0})]
+
+
+def test_every_route_asks_for_the_key_and_the_probes_stay_open(frontend: str) -> None:
+    for method, path, body in ROUTES:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+            got = httpx.request(method, f"{frontend}{path}", json=body, headers=headers, timeout=30)
+            assert got.status_code == 401, f"{method} {path} with {headers}: {got.status_code} {got.text[:200]}"
+            assert got.json()["error"]["code"] == "invalid_api_key" and got.headers["www-authenticate"] == "Bearer"
+    for path in ("/health", "/live"):
+        assert httpx.get(f"{frontend}{path}", timeout=10).status_code == 200, path
+    chat = httpx.post(f"{frontend}/v1/chat/completions", json=CHAT, headers=AUTH, timeout=60)
+    assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"], chat.text[:300]
+
+
+def test_nothing_listens_beyond_the_host(frontend: str) -> None:
+    """`mbuild serve --replicas` (default --host 127.0.0.1): its frontend, workers, their request, response and event
+    planes all listen on loopback only; Dynamo's defaults put several on every interface."""
+    port = int(frontend.rsplit(":", 1)[1])
+    server = next(p for p in psutil.process_iter(["cmdline"])
+                  if "serve" in (p.info["cmdline"] or []) and f"{port}" in (p.info["cmdline"] or []))
+    tree = {server.pid, *(child.pid for child in server.children(recursive=True))}
+    listening = [c for c in psutil.net_connections("inet") if c.status == psutil.CONN_LISTEN and c.pid in tree]
+    assert len(listening) >= 4, listening  # the gate, the frontend, two workers' planes: the scan saw them
+    assert all(c.laddr.ip in ("127.0.0.1", "::1") for c in listening), [c.laddr for c in listening]
