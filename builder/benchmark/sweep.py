@@ -13,13 +13,13 @@ from pathlib import Path
 import yaml
 
 from builder.benchmark import aiperf, energy
-from builder.benchmark.result import RESULT_FILE, BenchResult, Measured, Point, Price
+from builder.benchmark.result import RESULT_FILE, BenchResult, Measured, Point, Price, Unit
 from builder.benchmark.target import Served, serving
 from builder.benchmark.workloads import workload
 from builder.errors import BenchFailed, InputError
 from builder.resources import resource_dir
 
-UNITS = {"chat": "output tokens", "completions": "output tokens", "embeddings": "input tokens"}
+UNITS: dict[str, Unit] = {"chat": "output tokens", "completions": "output tokens", "embeddings": "input tokens"}
 
 
 @dataclass(frozen=True)
