@@ -90,18 +90,18 @@ def test_a_result_round_trips_and_foreign_files_are_refused(tmp_path: Path) -> N
 def test_prompts_files_are_checked_line_by_line_and_rewritten(tmp_path: Path) -> None:
     good = tmp_path / "good.jsonl"
     good.write_text('{"text": "hello", "output_length": 12, "evil": "x"}\n\n{"text": "again"}\n')
-    made = workload("chat", None, None, good, tmp_path)
-    assert made.prompts is not None and made.osl == 12
-    assert [json.loads(line) for line in made.prompts.read_text().splitlines()] == [
+    made = workload("chat", None, None, good)
+    assert made.osl == 12
+    assert [json.loads(line) for line in made.dataset.splitlines()] == [
         {"text": "hello", "output_length": 12}, {"text": "again"}]
     for text in ["", "not json\n", '{"text": ""}\n', '{"prompt": "x"}\n', '["x"]\n',
                  '{"text": "x", "output_length": 0}\n', '{"text": "x", "output_length": true}\n']:
         bad = tmp_path / "bad.jsonl"
         bad.write_text(text)
         with pytest.raises(InputError):
-            workload("chat", None, None, bad, tmp_path)
+            workload("chat", None, None, bad)
     with pytest.raises(InputError):
-        workload("chat", 0, None, None, tmp_path)
+        workload("chat", 0, None, None)
 
 
 def test_energy_comes_from_rapl_counters_across_a_wrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
