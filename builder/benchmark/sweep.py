@@ -16,7 +16,7 @@ from builder.benchmark import aiperf, energy
 from builder.benchmark.output import AIPERF, PROMPTS, Output
 from builder.benchmark.result import RESULT_FILE, BenchResult, Measured, Point, Price, Unit
 from builder.benchmark.target import Served, build_engine, image_engine, serving, split_cores
-from builder.benchmark.workloads import Workload, workload
+from builder.benchmark.workloads import Workload, check_fits, workload
 from builder.errors import BenchFailed, InputError
 from builder.resources import resource_dir
 
@@ -77,7 +77,8 @@ def _for_task(opts: BenchOptions, load: Workload, generates: bool) -> Workload:
 
 def prepare(opts: BenchOptions) -> Workload:
     """Every option checked before anything is written or served: the lengths and prompts, the cores, the
-    tokenizer's place, the target (a URL's form, an image's engine, a build's task)."""
+    tokenizer's place, the target (a URL's form, an image's engine, a build's task and context against the
+    workload)."""
     load = workload(opts.workload or "chat", opts.isl, opts.osl, opts.prompts)
     split_cores(opts.cores)
     if opts.tokenizer and Path(opts.tokenizer).exists() and \
@@ -90,6 +91,7 @@ def prepare(opts: BenchOptions) -> Workload:
         engine = build_engine(Path(opts.target))
         generates = _endpoint_of(engine.task, opts.target) != "embeddings"
         load = _for_task(opts, load, generates)
+        check_fits(load, generates, engine.max_seq_length, opts.target)
     else:
         image_engine(opts.target, opts.engine)
     return load
@@ -125,6 +127,8 @@ def run_sweep(opts: BenchOptions, load: Workload, out: Output, progress: Callabl
                  "but `mbuild serve` refuses to serve it")
         generates = endpoint != "embeddings"
         load = _for_task(opts, load, generates)
+        if served.context is not None:  # an image's or a URL's, as its /v1/metadata says
+            check_fits(load, generates, served.context, served.target)
         if load.dataset:
             prompts = out.path(PROMPTS)
             prompts.write_text(load.dataset)

@@ -44,6 +44,7 @@ class Served:
     gate: str | None = None  # a build whose numerical gate failed or never ran: its summary (its speed is measured)
     chat: bool = True  # it has a chat template (else it takes prompts on /v1/completions only)
     client_cores: tuple[int, ...] = ()  # where the load generator runs: the cores the server was not given
+    context: int | None = None  # tokens a request may hold in all, where the server says (mbuild's /v1/metadata)
 
 
 def _free_port() -> int:
@@ -83,9 +84,11 @@ def describe(kind: str, target: str, url: str, api_key: str | None, tokenizer: s
         if meta.status_code == 200 and isinstance(meta.json(), dict) and meta.json().get("engine"):
             body = meta.json()
             profile, options = body.get("profile") or {}, body["engine"].get("options") or {}
+            context = body["engine"].get("max_seq_length")
             return Served(kind, target, url, str(body["name"]), str(body["engine"].get("task", "")),
                           str(profile.get("id", "")), str(profile.get("name", "")), tokenizer, cores, local,
-                          chat=bool(options.get("chat_template")))
+                          chat=bool(options.get("chat_template")),
+                          context=context if type(context) is int and context > 0 else None)
         listed = _get(f"{url}/v1/models", api_key)
     except (httpx.HTTPError, ValueError) as exc:
         raise BenchFailed(f"cannot reach {url}: {exc}", hint="check the URL and that the server is up; nothing "
@@ -112,7 +115,7 @@ def split_cores(cores: int | None) -> tuple[list[int], tuple[int, ...]]:
 
 
 def build_engine(build_dir: Path) -> EngineConfig:
-    """A build directory's engine.json: its task, read before it is served."""
+    """A build directory's engine.json: its task and context, read before it is served."""
     hint = "give the folder `mbuild package` printed as 'build dir', an image or a URL"
     if not (build_dir / "model" / ENGINE_FILE).is_file():
         raise InputError(f"{build_dir} is not an mbuild build directory (no model/{ENGINE_FILE})", hint=hint)

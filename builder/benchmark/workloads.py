@@ -105,3 +105,26 @@ def workload(name: str, isl: int | None, osl: int | None, prompts: Path | None) 
         return Workload("prompts", 0, _length("--osl", osl, longest or preset.osl or 1), dataset=dataset)
     return Workload(name, _length("--isl", isl, preset.isl), _length("--osl", osl, preset.osl or 1), preset.shared)
 
+
+def check_fits(load: Workload, generates: bool, context: int, target: str) -> None:
+    """A request longer than the model's context is refused by the server (400) at every point: refused here,
+    before any load, with lengths that fit. Only what cannot fit at all is refused: a chat template's own tokens
+    are the server's to count, so the lengths suggested leave them room."""
+    room = min(64, context // 8)
+    each = max(1, (context - room) // 2)
+    if generates:
+        asked = load.isl + load.shared + load.osl
+        if load.dataset and load.osl >= context:
+            raise InputError(f"--prompts asks for up to {load.osl} output tokens a request, and {target} holds "
+                             f"{context} tokens of context in all, its prompt included",
+                             hint=f"give each prompt an output_length (or --osl) that leaves room, e.g. --osl {each}")
+        if load.dataset or asked <= context:
+            return
+        shared = f" + {load.shared} shared" if load.shared else ""
+        raise InputError(f"the {load.name} workload asks {load.isl}{shared} tokens in and {load.osl} out a request "
+                         f"({asked} in all); {target} holds {context} tokens of context, so every request would be "
+                         "refused", hint=f"pass lengths that fit, e.g. {'--workload chat ' if load.shared else ''}"
+                                         f"--isl {each} --osl {each}")
+    if not load.dataset and load.isl > context:
+        raise InputError(f"the {load.name} workload sends {load.isl} tokens a request; {target} takes at most "
+                         f"{context}, so every request would be refused", hint=f"pass --isl {context - room} or less")

@@ -47,7 +47,7 @@ def _tree(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("args", [["--isl", "-1"], ["--osl", "0"], ["--cores", "4000"],
-                                  ["--prompts", "/nonexistent.jsonl"]])
+                                  ["--prompts", "/nonexistent.jsonl"], ["--isl", "4096"]])
 def test_a_bad_option_leaves_an_earlier_run_as_it_was(build: Path, earlier: Path, args: list[str]) -> None:
     before = _tree(earlier)
     result = run(["bench", str(build), "-o", str(earlier), *args])

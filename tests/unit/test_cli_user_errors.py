@@ -155,6 +155,7 @@ def test_a_draft_that_is_not_there_is_a_users_error(tmp_path: Path) -> None:
     (["--cores", "4000"], "this process may use"),
     (["--prompts", "/nonexistent/prompts.jsonl"], "--prompts"),
     (["--prompts", "/dev/zero"], "is a device, not a regular file"),  # was read for ever
+    (["--isl", "4096"], "takes at most 128"),  # more than the build's context: every request would be a 400
 ])
 def test_bench_options_are_checked_before_any_load(tmp_path: Path, args: list[str], said: str) -> None:
     build = tmp_path / "build"
