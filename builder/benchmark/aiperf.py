@@ -23,6 +23,7 @@ from builder.errors import BenchFailed, ToolMissing
 
 VERSION = "0.13.0"
 REPORT = "profile_export_aiperf.json"
+OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 INSTALL_HINT = f"pip install 'mbuild[bench]' (aiperf=={VERSION}), or put aiperf {VERSION} on PATH"
 
 
@@ -44,6 +45,17 @@ class Call:
     workload: Workload
     api_key: str | None = None
     cores: tuple[int, ...] = ()  # AIPerf's own, apart from the server's (empty: wherever the OS puts it)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """AIPerf's environment. Under HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) AIPerf 0.13 looks every tokenizer
+        up in the Hub's cache by repo id, a local folder too, and fails each point; a folder needs no Hub, so for
+        one the two are left out (what AIPerf then loads is the folder alone, no download)."""
+        env = dict(os.environ)
+        if Path(self.tokenizer).is_dir():
+            for name in OFFLINE:
+                env.pop(name, None)
+        return env
 
     @property
     def generates(self) -> bool:
@@ -72,7 +84,7 @@ def run_point(call: Call, concurrency: int, requests: int, folder: Path, timeout
         try:
             pin = (lambda: os.sched_setaffinity(0, call.cores)) if call.cores else None
             code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=False,
-                                  preexec_fn=pin).returncode
+                                  preexec_fn=pin, env=call.env).returncode
         except subprocess.TimeoutExpired as exc:
             raise BenchFailed(f"AIPerf ran past {timeout_s:.0f} s at concurrency {concurrency} and was stopped",
                               hint=f"its log: {log}; fewer --requests, or a larger --point-timeout") from exc

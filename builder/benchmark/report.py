@@ -61,9 +61,8 @@ def table(result: BenchResult, slo: Slo | None) -> Table:
     return view
 
 
-def write_csv(result: BenchResult, slo: Slo | None, folder: Path) -> Path:
+def write_csv(result: BenchResult, slo: Slo | None, path: Path) -> Path:
     found = rows(result, slo)
-    path = folder / CSV_FILE
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(found[0]) if found else ["concurrency"])
         writer.writeheader()
@@ -75,7 +74,7 @@ def _label(p: Point) -> str:
     return f"c={p.concurrency}"
 
 
-def write_plots(result: BenchResult, folder: Path) -> list[Path] | str:
+def write_plots(result: BenchResult, frontier_png: Path, latency_png: Path) -> list[Path] | str:
     """The PNGs, or why there are none (matplotlib comes with AIPerf, so this is rare)."""
     try:
         import matplotlib
@@ -94,7 +93,7 @@ def write_plots(result: BenchResult, folder: Path) -> list[Path] | str:
     ax.set(xlabel=f"{unit}/s per user", ylabel=f"{unit}/s per replica", title=result.measured.model)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(folder / FRONTIER_PNG, dpi=110)
+    fig.savefig(frontier_png, dpi=110)
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(6, 4.5))
     load = [p.concurrency for p in points]
@@ -105,6 +104,6 @@ def write_plots(result: BenchResult, folder: Path) -> list[Path] | str:
     ax.set(xlabel="concurrent requests", ylabel="ms", xscale="log", yscale="log", title="latency against load")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(folder / LATENCY_PNG, dpi=110)
+    fig.savefig(latency_png, dpi=110)
     plt.close(fig)
-    return [folder / FRONTIER_PNG, folder / LATENCY_PNG]
+    return [frontier_png, latency_png]

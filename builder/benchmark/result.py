@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from builder.errors import InputError
+from builder.safepaths import read_regular
 from runtimes.bundle.codec import ContractError, bounds, check_format, decode, encode
 
 RESULT_FILE = "bench.json"
 RESULT_FORMAT = 1
 MAX_RESULT_BYTES = 16 << 20
+MAX_TEXT = 4096  # characters in one of its strings (a target's path, a price's source)
 PERCENTILES = (50, 90, 99)
 SLO_METRICS = {"ttft": "time to first token", "tpot": "time per output token", "itl": "inter-token latency",
                "latency": "request latency"}
 _MS = bounds(0, 3.6e6)  # an hour, in milliseconds
+Unit = Literal["output tokens", "input tokens"]
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ class Measured:
     endpoint: str  # AIPerf's endpoint type
     isl: int = field(metadata=bounds(0, 10**7))
     osl: int = field(metadata=bounds(0, 10**7))
-    unit: str  # "output tokens" or "input tokens": what tokens_per_s counts
+    unit: Unit  # what tokens_per_s counts
     tool: str  # the load generator and its version
 
 
@@ -103,19 +108,39 @@ class BenchResult:
 def read_result(path: Path) -> BenchResult:
     """A bench.json (or the folder holding one), refused by field when it is not this format."""
     file = path / RESULT_FILE if path.is_dir() else path
+    hint = "give the bench.json (or its folder) that `mbuild bench` wrote"
+    data = read_regular(file, MAX_RESULT_BYTES, "the bench result", hint)
     try:
-        if file.stat().st_size > MAX_RESULT_BYTES:
-            raise InputError(f"{file} is {file.stat().st_size} bytes; a bench result is far smaller",
-                             hint="give the bench.json `mbuild bench` wrote")
-        raw = json.loads(file.read_text(errors="replace"))
+        raw = json.loads(data.decode(errors="replace"))
         check_format(raw, str(file), RESULT_FORMAT)
-        return decode(BenchResult, raw, str(file))
-    except OSError as exc:
-        raise InputError(f"cannot read the bench result {file}: {exc.strerror}",
-                         hint="give the bench.json (or its folder) that `mbuild bench` wrote") from exc
-    except (ValueError, ContractError) as exc:
-        raise InputError(f"{file} is not a bench result of this mbuild: {exc}",
+        result = decode(BenchResult, raw, str(file))
+    except (ValueError, ContractError, RecursionError) as exc:  # RecursionError: JSON nested past Python's stack
+        shown = "it is nested too deep" if isinstance(exc, RecursionError) else str(exc)
+        raise InputError(f"{file} is not a bench result of this mbuild: {shown}",
                          hint="run `mbuild bench` again to write one") from exc
+    _check_text(result, file)
+    return result
+
+
+def _check_text(result: BenchResult, file: Path) -> None:
+    """Its words are printed (the profile in a refusal): none may move the cursor, colour, break a line or reorder
+    text (control and format characters); none is longer than a path."""
+    for value in _strings(encode(result)):
+        if len(value) > MAX_TEXT or not value.isprintable():
+            shown = ascii(value[:40]) + ("..." if len(value) > 40 else "")
+            raise InputError(f"{file} is not a bench result of this mbuild: {shown} is over {MAX_TEXT} characters "
+                             "or holds one that is not printable", hint="run `mbuild bench` again to write one")
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 @dataclass(frozen=True)

@@ -57,9 +57,13 @@ def size(result: BenchResult, tokens_per_day: int, slo: Slo, peak_factor: float,
         raise SloUnmet(f"no point of {source} meets {slo.describe()}, so no replica count can promise it",
                        hint="bench lower concurrencies (--concurrency 1,2), loosen --slo, or pick a faster profile")
     sizing = Sizing(tokens_per_day, peak_factor, slo, point, result.measured.unit, source)
-    if sizing.max_replicas > MAX_REPLICAS:
-        raise InputError(f"{tokens_per_day} {result.measured.unit}/day needs {sizing.max_replicas} replicas at peak, "
-                         f"more than the {MAX_REPLICAS} mbuild writes", hint="split the traffic across deployments")
+    needed = sizing.mean_rate * peak_factor / point.tokens_per_s  # before ceil: a rate of 5e-324 makes it infinite
+    if not needed <= MAX_REPLICAS:
+        count = f"{math.ceil(needed)} replicas" if math.isfinite(needed) else "more replicas than can be counted"
+        raise InputError(f"{tokens_per_day} {result.measured.unit}/day needs {count} at peak "
+                         f"({point.tokens_per_s:.4g} {result.measured.unit}/s each), more than the {MAX_REPLICAS} "
+                         "mbuild writes", hint="split the traffic across deployments, or bench again if that rate "
+                                               "is not what a replica serves")
     return sizing
 
 

@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import yaml
 
 from builder.benchmark import aiperf, energy
-from builder.benchmark.result import RESULT_FILE, BenchResult, Measured, Point, Price
-from builder.benchmark.target import Served, serving
-from builder.benchmark.workloads import workload
+from builder.benchmark.output import AIPERF, PROMPTS, Output
+from builder.benchmark.result import RESULT_FILE, BenchResult, Measured, Point, Price, Unit
+from builder.benchmark.target import Served, build_engine, image_engine, serving, split_cores
+from builder.benchmark.workloads import Workload, check_fits, workload
 from builder.errors import BenchFailed, InputError
 from builder.resources import resource_dir
 
-UNITS = {"chat": "output tokens", "completions": "output tokens", "embeddings": "input tokens"}
+UNITS: dict[str, Unit] = {"chat": "output tokens", "completions": "output tokens", "embeddings": "input tokens"}
 
 
 @dataclass(frozen=True)
@@ -54,39 +55,69 @@ def list_price(profile: str, cores: int | None) -> Price | None:
                  source=f"{cores} core(s) x ${entry['per_core_hour']}/core-hour: {entry['source']}")
 
 
-OURS = {RESULT_FILE, "bench.csv", "frontier.png", "latency.png", "server.log", "prompts.jsonl", "aiperf", "tokenizer"}
+def _check_url(target: str) -> None:
+    """A URL httpx and AIPerf can both take: no whitespace or control character, a host."""
+    hint = "give the server's base URL, e.g. http://127.0.0.1:8000"
+    if any(c.isspace() or not c.isprintable() for c in target):
+        raise InputError(f"the target URL {target!a} holds whitespace or a control character", hint=hint)
+    try:
+        host = httpx.URL(target).host
+    except httpx.InvalidURL as exc:
+        raise InputError(f"the target URL {target!a} is not a URL ({exc})", hint=hint) from exc
+    if not host:
+        raise InputError(f"the target URL {target!a} names no host", hint=hint)
 
 
-def claim_output(out: Path) -> None:
-    """A new or empty folder, or an earlier bench's (whose files are replaced): never a folder of the user's."""
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--output {out} is a file", hint="give a folder for the results")
-    found = {p.name for p in out.iterdir()} if out.is_dir() else set()
-    if found and RESULT_FILE not in found and not found <= OURS:
-        raise InputError(f"--output {out} holds files `mbuild bench` did not write ({', '.join(sorted(found)[:3])})",
-                         hint="give a new folder, or an earlier bench's")
-    for name in found & OURS:
-        target = out / name
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+def _for_task(opts: BenchOptions, load: Workload, generates: bool) -> Workload:
+    """An embedder's default preset is embed, once the target says it is one."""
+    if opts.workload is None and opts.prompts is None and not generates:
+        return workload("embed", opts.isl, opts.osl, None)
+    return load
+
+
+def prepare(opts: BenchOptions) -> Workload:
+    """Every option checked before anything is written or served: the lengths and prompts, the cores, the
+    tokenizer's place, the target (a URL's form, an image's engine, a build's task and context against the
+    workload)."""
+    load = workload(opts.workload or "chat", opts.isl, opts.osl, opts.prompts)
+    split_cores(opts.cores)
+    if opts.tokenizer and Path(opts.tokenizer).exists() and \
+            Path(opts.tokenizer).resolve().is_relative_to(opts.out.resolve()):
+        raise InputError(f"--tokenizer {opts.tokenizer} lies inside --output {opts.out}, whose earlier results "
+                         "this run replaces", hint="copy the tokenizer elsewhere, or give another --output")
+    if opts.target.startswith(("http://", "https://")):
+        _check_url(opts.target)
+    elif Path(opts.target).is_dir():
+        engine = build_engine(Path(opts.target))
+        generates = _endpoint_of(engine.task, opts.target) != "embeddings"
+        load = _for_task(opts, load, generates)
+        check_fits(load, generates, engine.max_seq_length, opts.target)
+    else:
+        image_engine(opts.target, opts.engine)
+    return load
+
+
+_ENDPOINTS = {"text-generation": "chat", "embedding": "embeddings"}
+
+
+def _endpoint_of(task: str, target: str) -> str:
+    if task not in _ENDPOINTS:
+        raise InputError(f"{target} serves a {task} model; `mbuild bench` measures language models and embedders",
+                         hint="bench a language model or an embedder build")
+    return _ENDPOINTS[task]
 
 
 def _endpoint(served: Served) -> str:
     """Chat where the model has a chat template (what applications call), else prompts; embeddings."""
-    endpoint = {"text-generation": "chat" if served.chat else "completions", "embedding": "embeddings"}.get(served.task)
-    if endpoint is None:
-        raise InputError(f"{served.target} serves a {served.task} model; `mbuild bench` measures language models "
-                         "and embedders", hint="bench a language model or an embedder build")
-    return endpoint
+    endpoint = _endpoint_of(served.task, served.target)
+    return "completions" if endpoint == "chat" and not served.chat else endpoint
 
 
-def run_sweep(opts: BenchOptions, progress: Callable[[int, int, Point | None], None],
+def run_sweep(opts: BenchOptions, load: Workload, out: Output, progress: Callable[[int, int, Point | None], None],
               warn: Callable[[str], None] = print) -> BenchResult:
-    """Every point, in order; bench.json in opts.out after each. BenchFailed after writing what was measured."""
-    claim_output(opts.out)
-    # every length and prompt checked before anything is served; an embedder's default preset once it says so
-    load = workload(opts.workload or "chat", opts.isl, opts.osl, opts.prompts, opts.out)
-    with serving(opts.target, opts.out, cores=opts.cores, ready_s=opts.ready_s, engine=opts.engine,
+    """Every point, in order; bench.json in out after each. BenchFailed after writing what was measured.
+    load is prepare's; out, claim_output's."""
+    with serving(opts.target, out, cores=opts.cores, ready_s=opts.ready_s, engine=opts.engine,
                  api_key=opts.api_key, tokenizer=opts.tokenizer) as served:
         if opts.tokenizer:
             served = dataclasses.replace(served, tokenizer=opts.tokenizer)
@@ -95,8 +126,13 @@ def run_sweep(opts: BenchOptions, progress: Callable[[int, int, Point | None], N
             warn(f"warning: {served.target} failed its numerical gate ({served.gate}); its speed is measured, "
                  "but `mbuild serve` refuses to serve it")
         generates = endpoint != "embeddings"
-        if opts.workload is None and not generates:
-            load = workload("embed", opts.isl, opts.osl, opts.prompts, opts.out)
+        load = _for_task(opts, load, generates)
+        if served.context is not None:  # an image's or a URL's, as its /v1/metadata says
+            check_fits(load, generates, served.context, served.target)
+        if load.dataset:
+            prompts = out.path(PROMPTS)
+            prompts.write_text(load.dataset)
+            load = dataclasses.replace(load, prompts=prompts)
         meter = energy.meter(served.local)
         price = (Price(opts.price_per_hour, "--price-per-hour") if opts.price_per_hour is not None
                  else list_price(served.profile, served.cores))
@@ -105,21 +141,21 @@ def run_sweep(opts: BenchOptions, progress: Callable[[int, int, Point | None], N
                             workload=load.name, endpoint=endpoint, isl=load.isl, osl=load.osl if generates else 0,
                             unit=UNITS[endpoint], tool=f"aiperf {aiperf.VERSION}")
         call = aiperf.Call(served.url, served.model, endpoint, served.tokenizer, load, opts.api_key,
-                          served.client_cores)
+                           served.client_cores)
         points: list[Point] = []
         result = BenchResult(measured, (), price, meter.how)
         for n, concurrency in enumerate(opts.concurrency):
             progress(n, len(opts.concurrency), None)
-            folder = opts.out / "aiperf" / f"c{concurrency}"
+            folder = out.path(AIPERF) / f"c{concurrency}"
             try:
                 point, joules = meter.measure(functools.partial(
                     aiperf.run_point, call, concurrency, opts.requests_at(concurrency), folder, opts.point_timeout_s))
             except BenchFailed as exc:
-                kept = f"{len(points)} point(s) measured before it are in {opts.out / RESULT_FILE}" if points else \
+                kept = f"{len(points)} point(s) measured before it are in {out.path(RESULT_FILE)}" if points else \
                     "no point was measured"
                 raise BenchFailed(f"{exc.message}\n{kept}", hint=exc.hint) from exc
             points.append(dataclasses.replace(point, energy_j=joules))
             result = dataclasses.replace(result, points=tuple(points))
-            (opts.out / RESULT_FILE).write_text(result.to_json())
+            out.path(RESULT_FILE).write_text(result.to_json())
             progress(n + 1, len(opts.concurrency), points[-1])
     return result

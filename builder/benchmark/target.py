@@ -19,10 +19,11 @@ from typing import Any
 
 import httpx
 
+from builder.benchmark.output import SERVER_LOG, TOKENIZER, Output
 from builder.engine.report import REPORT_FILE, read_report
 from builder.errors import BenchFailed, InputError
 from builder.resources import runtime_env
-from runtimes.bundle import ENGINE_FILE
+from runtimes.bundle import ENGINE_FILE, BundleError, EngineConfig, load_engine_config
 from runtimes.settings import MODEL_DIR
 
 ENGINES = ("docker", "podman")
@@ -43,6 +44,7 @@ class Served:
     gate: str | None = None  # a build whose numerical gate failed or never ran: its summary (its speed is measured)
     chat: bool = True  # it has a chat template (else it takes prompts on /v1/completions only)
     client_cores: tuple[int, ...] = ()  # where the load generator runs: the cores the server was not given
+    context: int | None = None  # tokens a request may hold in all, where the server says (mbuild's /v1/metadata)
 
 
 def _free_port() -> int:
@@ -82,9 +84,11 @@ def describe(kind: str, target: str, url: str, api_key: str | None, tokenizer: s
         if meta.status_code == 200 and isinstance(meta.json(), dict) and meta.json().get("engine"):
             body = meta.json()
             profile, options = body.get("profile") or {}, body["engine"].get("options") or {}
+            context = body["engine"].get("max_seq_length")
             return Served(kind, target, url, str(body["name"]), str(body["engine"].get("task", "")),
                           str(profile.get("id", "")), str(profile.get("name", "")), tokenizer, cores, local,
-                          chat=bool(options.get("chat_template")))
+                          chat=bool(options.get("chat_template")),
+                          context=context if type(context) is int and context > 0 else None)
         listed = _get(f"{url}/v1/models", api_key)
     except (httpx.HTTPError, ValueError) as exc:
         raise BenchFailed(f"cannot reach {url}: {exc}", hint="check the URL and that the server is up; nothing "
@@ -99,7 +103,7 @@ def describe(kind: str, target: str, url: str, api_key: str | None, tokenizer: s
     return Served(kind, target, url, name, "text-generation", "", "", tokenizer, cores, local)
 
 
-def _cores(cores: int | None) -> tuple[list[int], tuple[int, ...]]:
+def split_cores(cores: int | None) -> tuple[list[int], tuple[int, ...]]:
     """(the server's, the load generator's): the last --cores of this process's, the rest for AIPerf so the two do
     not share a core; without --cores the server has all of them and AIPerf runs beside it."""
     mine = sorted(os.sched_getaffinity(0))
@@ -110,15 +114,24 @@ def _cores(cores: int | None) -> tuple[list[int], tuple[int, ...]]:
     return mine[-cores:], tuple(mine[:-cores])
 
 
-@contextmanager
-def _build(build_dir: Path, out: Path, cores: int | None, ready_s: float) -> Iterator[Served]:
+def build_engine(build_dir: Path) -> EngineConfig:
+    """A build directory's engine.json: its task and context, read before it is served."""
+    hint = "give the folder `mbuild package` printed as 'build dir', an image or a URL"
     if not (build_dir / "model" / ENGINE_FILE).is_file():
-        raise InputError(f"{build_dir} is not an mbuild build directory (no model/{ENGINE_FILE})",
-                         hint="give the folder `mbuild package` printed as 'build dir', an image or a URL")
-    share, client = _cores(cores)
+        raise InputError(f"{build_dir} is not an mbuild build directory (no model/{ENGINE_FILE})", hint=hint)
+    try:
+        return load_engine_config(build_dir / "model")
+    except BundleError as exc:
+        raise InputError(f"{build_dir} is not a build `mbuild bench` can run: {exc}", hint=hint) from exc
+
+
+@contextmanager
+def _build(build_dir: Path, out: Output, cores: int | None, ready_s: float) -> Iterator[Served]:
+    build_engine(build_dir)
+    share, client = split_cores(cores)
     port = _free_port()
     env = runtime_env(build_dir / "model", MBUILD_THREADS=str(len(share)))
-    log = out / "server.log"
+    log = out.path(SERVER_LOG)
     with log.open("w") as handle:
         proc = subprocess.Popen([sys.executable, "-m", "runtimes", "--host", "127.0.0.1", "--port", str(port)],
                                 env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
@@ -141,7 +154,8 @@ def _build(build_dir: Path, out: Path, cores: int | None, ready_s: float) -> Ite
             proc.wait()
 
 
-def _engine(image: str, engine: str | None) -> str:
+def image_engine(image: str, engine: str | None) -> str:
+    """The container engine holding image; none is the user's mistake (a typo, or a build directory's path)."""
     chosen = [engine] if engine else [e for e in ENGINES if shutil.which(e)]
     for tool in chosen:
         if shutil.which(tool) and subprocess.run([tool, "image", "inspect", image], capture_output=True,
@@ -153,9 +167,9 @@ def _engine(image: str, engine: str | None) -> str:
 
 
 @contextmanager
-def _image(image: str, out: Path, cores: int | None, ready_s: float, engine: str | None) -> Iterator[Served]:
-    tool = _engine(image, engine)
-    share, client = _cores(cores)
+def _image(image: str, out: Output, cores: int | None, ready_s: float, engine: str | None) -> Iterator[Served]:
+    tool = image_engine(image, engine)
+    share, client = split_cores(cores)
     port = _free_port()
     # The host's network, the server on loopback: hosts without a bridge (rootless, CI) run it the same way.
     run = [tool, "run", "-d", "--network", "host", "-e", "MBUILD_HOST=127.0.0.1", "-e", f"MBUILD_PORT={port}",
@@ -165,7 +179,7 @@ def _image(image: str, out: Path, cores: int | None, ready_s: float, engine: str
         raise BenchFailed(f"{tool} could not run {image}: {started.stderr.strip()[-400:]}",
                           hint=f"try `{' '.join(run)}` by hand")
     container = started.stdout.strip()
-    log = out / "server.log"
+    log = out.path(SERVER_LOG)
 
     def alive() -> bool:
         state = subprocess.run([tool, "inspect", "-f", "{{.State.Running}}", container], capture_output=True,
@@ -174,7 +188,7 @@ def _image(image: str, out: Path, cores: int | None, ready_s: float, engine: str
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_ready(url, ready_s, None, alive, log, f"the container of {image}")
-        tokenizer = out / "tokenizer"
+        tokenizer = out.path(TOKENIZER)
         tokenizer.mkdir(exist_ok=True)
         copied = subprocess.run([tool, "cp", f"{container}:{MODEL_DIR}/tokenizer.json", str(tokenizer)],
                                 capture_output=True, timeout=60, check=False).returncode == 0
@@ -187,7 +201,7 @@ def _image(image: str, out: Path, cores: int | None, ready_s: float, engine: str
 
 
 @contextmanager
-def serving(target: str, out: Path, *, cores: int | None = None, ready_s: float = 300, engine: str | None = None,
+def serving(target: str, out: Output, *, cores: int | None = None, ready_s: float = 300, engine: str | None = None,
             api_key: str | None = None, tokenizer: str | None = None) -> Iterator[Served]:
     if target.startswith(("http://", "https://")):
         url = target.rstrip("/")

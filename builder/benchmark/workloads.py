@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import InputError
+from builder.safepaths import read_regular
 
 MAX_PROMPTS_BYTES = 256 << 20
 MAX_PROMPTS = 100_000
@@ -40,7 +41,8 @@ class Workload:
     isl: int
     osl: int
     shared: int = 0
-    prompts: Path | None = None  # AIPerf's single_turn JSONL, rewritten from the user's file
+    dataset: str = ""  # the user's prompts, checked and rewritten as AIPerf's single_turn JSONL ("" for a preset)
+    prompts: Path | None = None  # where dataset was written for AIPerf
 
     def arguments(self, generates: bool) -> list[str]:
         """AIPerf's input options; a language model is asked for exactly osl tokens (ignore_eos), so every
@@ -63,46 +65,66 @@ def _length(what: str, value: int | None, default: int) -> int:
     return chosen
 
 
-def _rewritten(source: Path, dest: Path) -> tuple[Path, int]:
-    """The user's JSONL ({"text": ..., "output_length": N} a line), checked line by line and written again with
-    only those fields: AIPerf reads nothing else of it. The largest output_length, for the report."""
+def _rewritten(source: Path) -> tuple[str, int]:
+    """The user's JSONL ({"text": ..., "output_length": N} a line), checked line by line and rewritten with only
+    those fields: AIPerf reads nothing else of it. Read whole before the output folder is touched (the file may
+    lie in it). The largest output_length, for the report."""
     hint = 'give one JSON object a line: {"text": "a prompt"} or {"text": "...", "output_length": 128}'
-    try:
-        size = source.stat().st_size
-    except OSError as exc:
-        raise InputError(f"--prompts {source}: {exc.strerror}", hint=hint) from exc
-    if size > MAX_PROMPTS_BYTES:
-        raise InputError(f"--prompts {source} is {size} bytes; at most {MAX_PROMPTS_BYTES} are read", hint=hint)
+    text = read_regular(source, MAX_PROMPTS_BYTES, "--prompts", hint).decode(errors="replace")
     lines, longest = [], 0
-    with source.open(errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"--prompts {source}, line {number}"
-            try:
-                entry = json.loads(line)
-            except ValueError as exc:
-                raise InputError(f"{where} is not JSON ({exc})", hint=hint) from exc
-            text = entry.get("text") if isinstance(entry, dict) else None
-            if not isinstance(text, str) or not text.strip() or len(text) > MAX_PROMPT_CHARS:
-                raise InputError(f"{where} needs a non-empty \"text\" of at most {MAX_PROMPT_CHARS} characters",
-                                 hint=hint)
-            out = entry.get("output_length")
-            if out is not None and (type(out) is not int or not 1 <= out <= MAX_LENGTH):
-                raise InputError(f"{where}: output_length must be a whole number in 1..{MAX_LENGTH}", hint=hint)
-            lines.append(json.dumps({"text": text, **({"output_length": out} if out else {})}))
-            longest = max(longest, out or 0)
-            if len(lines) > MAX_PROMPTS:
-                raise InputError(f"--prompts {source} holds over {MAX_PROMPTS} prompts", hint=hint)
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"--prompts {source}, line {number}"
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise InputError(f"{where} is not JSON ({'nested too deep' if isinstance(exc, RecursionError) else exc})",
+                             hint=hint) from exc
+        prompt = entry.get("text") if isinstance(entry, dict) else None
+        if not isinstance(prompt, str) or not prompt.strip() or len(prompt) > MAX_PROMPT_CHARS:
+            raise InputError(f"{where} needs a non-empty \"text\" of at most {MAX_PROMPT_CHARS} characters",
+                             hint=hint)
+        out = entry.get("output_length")
+        if out is not None and (type(out) is not int or not 1 <= out <= MAX_LENGTH):
+            raise InputError(f"{where}: output_length must be a whole number in 1..{MAX_LENGTH}", hint=hint)
+        lines.append(json.dumps({"text": prompt, **({"output_length": out} if out else {})}))
+        longest = max(longest, out or 0)
+        if len(lines) > MAX_PROMPTS:
+            raise InputError(f"--prompts {source} holds over {MAX_PROMPTS} prompts", hint=hint)
     if not lines:
         raise InputError(f"--prompts {source} holds no prompt", hint=hint)
-    dest.write_text("\n".join(lines) + "\n")
-    return dest, longest
+    return "\n".join(lines) + "\n", longest
 
 
-def workload(name: str, isl: int | None, osl: int | None, prompts: Path | None, out: Path) -> Workload:
+def workload(name: str, isl: int | None, osl: int | None, prompts: Path | None) -> Workload:
+    """What a sweep sends, every length and prompt checked; nothing is written."""
     preset = PRESETS[name]
     if prompts is not None:
-        path, longest = _rewritten(prompts, out / "prompts.jsonl")
-        return Workload("prompts", 0, _length("--osl", osl, longest or preset.osl or 1), prompts=path)
+        dataset, longest = _rewritten(prompts)
+        return Workload("prompts", 0, _length("--osl", osl, longest or preset.osl or 1), dataset=dataset)
     return Workload(name, _length("--isl", isl, preset.isl), _length("--osl", osl, preset.osl or 1), preset.shared)
+
+
+def check_fits(load: Workload, generates: bool, context: int, target: str) -> None:
+    """A request longer than the model's context is refused by the server (400) at every point: refused here,
+    before any load, with lengths that fit. Only what cannot fit at all is refused: a chat template's own tokens
+    are the server's to count, so the lengths suggested leave them room."""
+    room = min(64, context // 8)
+    each = max(1, (context - room) // 2)
+    if generates:
+        asked = load.isl + load.shared + load.osl
+        if load.dataset and load.osl >= context:
+            raise InputError(f"--prompts asks for up to {load.osl} output tokens a request, and {target} holds "
+                             f"{context} tokens of context in all, its prompt included",
+                             hint=f"give each prompt an output_length (or --osl) that leaves room, e.g. --osl {each}")
+        if load.dataset or asked <= context:
+            return
+        shared = f" + {load.shared} shared" if load.shared else ""
+        raise InputError(f"the {load.name} workload asks {load.isl}{shared} tokens in and {load.osl} out a request "
+                         f"({asked} in all); {target} holds {context} tokens of context, so every request would be "
+                         "refused", hint=f"pass lengths that fit, e.g. {'--workload chat ' if load.shared else ''}"
+                                         f"--isl {each} --osl {each}")
+    if not load.dataset and load.isl > context:
+        raise InputError(f"the {load.name} workload sends {load.isl} tokens a request; {target} takes at most "
+                         f"{context}, so every request would be refused", hint=f"pass --isl {context - room} or less")

@@ -9,10 +9,12 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from builder.benchmark.report import table, write_csv, write_plots
+from builder.benchmark.output import claim_output
+from builder.benchmark.report import CSV_FILE, FRONTIER_PNG, LATENCY_PNG, table, write_csv, write_plots
 from builder.benchmark.result import PERCENTILES, RESULT_FILE, Point, parse_slo, slo_point
-from builder.benchmark.sweep import BenchOptions, run_sweep
+from builder.benchmark.sweep import BenchOptions, prepare, run_sweep
 from builder.benchmark.workloads import PRESETS
+from builder.cli.options import FiniteRange
 from builder.errors import InputError, SloUnmet
 
 MAX_POINTS = 16
@@ -34,7 +36,8 @@ def _concurrency(text: str) -> tuple[int, ...]:
 @click.command()
 @click.argument("target")
 @click.option("--output", "-o", type=click.Path(path_type=Path, file_okay=False), default=Path("bench-out"),
-              show_default=True, help="Folder for bench.json, bench.csv, the plots and AIPerf's raw results.")
+              show_default=True, help="Folder for bench.json, bench.csv, the plots and AIPerf's raw results: a "
+              "new or empty one, or an earlier bench's (only what that run wrote is replaced).")
 @click.option("--workload", type=click.Choice(sorted(PRESETS)), default=None,
               help="chat 1k/1k, reasoning 1k/8k, summarization 8k/1k (InferenceMAX's), rag (a shared 4k "
                    "document), embed (256-token passages). Default: chat, or embed for an embedder.")
@@ -47,7 +50,7 @@ def _concurrency(text: str) -> tuple[int, ...]:
 @click.option("--slo", help="Latency bounds, e.g. ttft=500ms,tpot=50ms (ttft, tpot, itl, latency): the table "
                             "marks the highest load meeting them; none meeting is exit 17.")
 @click.option("--slo-percentile", type=click.Choice([str(p) for p in PERCENTILES]), default="90", show_default=True)
-@click.option("--price-per-hour", type=click.FloatRange(0, 1e6), help="US$ an hour for one replica (default: "
+@click.option("--price-per-hour", type=FiniteRange(0, 1e6), help="US$ an hour for one replica (default: "
               "the profile's device's list price in profiles/prices.yaml, times its cores, where one is kept).")
 @click.option("--cores", type=click.IntRange(1, 4096), help="Cores to give a build or image (default: all of "
               "this process's); a URL's, for its price.")
@@ -56,7 +59,7 @@ def _concurrency(text: str) -> tuple[int, ...]:
 @click.option("--api-key", help="A URL's key (it reaches AIPerf on its command line).")
 @click.option("--tokenizer", help="A folder with the model's tokenizer.json (default: the build's or image's; for "
                                   "a URL, AIPerf's builtin).")
-@click.option("--ready-timeout", type=click.FloatRange(1, 3600), default=300, show_default=True,
+@click.option("--ready-timeout", type=FiniteRange(1, 3600), default=300, show_default=True,
               help="Seconds a build or image may take to become ready.")
 def bench(target: str, output: Path, workload: str | None, prompts: Path | None, isl: int | None, osl: int | None,
           concurrency: str, requests: int | None, slo: str | None, slo_percentile: str, price_per_hour: float | None,
@@ -74,6 +77,8 @@ def bench(target: str, output: Path, workload: str | None, prompts: Path | None,
                         workload=workload, isl=isl, osl=osl,
                         prompts=prompts, requests=requests, price_per_hour=price_per_hour, cores=cores,
                         ready_s=ready_timeout, engine=engine, api_key=api_key, tokenizer=tokenizer)
+    load = prepare(opts)  # every option checked: nothing is written or served before
+    out = claim_output(output)  # a folder of the user's is refused; an earlier bench's results are replaced
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as bar:
@@ -85,11 +90,11 @@ def bench(target: str, output: Path, workload: str | None, prompts: Path | None,
             if point is not None:
                 bar.console.print(f"  c={point.concurrency}: {point.tokens_per_s:.1f} tokens/s, "
                                   f"{point.requests} requests, {point.errors} errors")
-        result = run_sweep(opts, moved, lambda line: bar.console.print(line, style="yellow"))
+        result = run_sweep(opts, load, out, moved, lambda line: bar.console.print(line, style="yellow"))
     wide = None if sys.stdout.isatty() else 200  # logs and CI: one line a row
     Console(highlight=False, width=wide).print(table(result, objective))
-    write_csv(result, objective, output)
-    plots = write_plots(result, output)
+    write_csv(result, objective, out.path(CSV_FILE))
+    plots = write_plots(result, out.path(FRONTIER_PNG), out.path(LATENCY_PNG))
     click.echo(f"energy: {result.energy}", err=True)
     if result.price is None:
         click.echo("cost: no price kept for this device; give --price-per-hour", err=True)

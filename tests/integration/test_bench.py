@@ -86,6 +86,17 @@ def test_bench_of_a_language_model_build(tiny_llm_build: Path, tmp_path: Path) -
     assert "energy: " in result.stderr  # read, or the reason it cannot be
 
 
+def test_bench_offline_reads_the_builds_own_tokenizer(tiny_llm_build: Path, tmp_path: Path) -> None:
+    # HF_HUB_OFFLINE=1 (the quickstart's air-gapped setting): AIPerf looked the build's tokenizer folder up in the
+    # Hub cache as a repo id, and every point failed ("no point was measured")
+    out = tmp_path / "offline"
+    result = mbuild("bench", str(tiny_llm_build), "-o", str(out), "--isl", "32", "--osl", "8", "--concurrency", "1",
+                    "--requests", "4", env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr
+    point = json.loads((out / "bench.json").read_text())["points"][0]
+    assert point["requests"] == 4 and point["errors"] == 0
+
+
 def test_an_slo_no_point_meets_keeps_the_sweep(tiny_llm_build: Path, tmp_path: Path) -> None:
     out = tmp_path / "slo"
     result = mbuild("bench", str(tiny_llm_build), "-o", str(out), "--isl", "32", "--osl", "8", "--concurrency", "1",

@@ -4,6 +4,7 @@ hostile or foreign result file, a bad --slo and a bad prompts file are clear err
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from builder.benchmark.result import frontier, parse_slo, read_result, slo_point
 from builder.benchmark.workloads import workload
 from builder.errors import InputError
 from tests.support.bench_results import point, sweep, write
+from tests.support.hostile_cases import DEEP
 
 
 def test_the_frontier_drops_the_points_another_beats_on_both_axes() -> None:
@@ -62,6 +64,12 @@ def test_a_result_round_trips_and_foreign_files_are_refused(tmp_path: Path) -> N
         "nan": path.read_text().replace('"tokens_per_s": 40.0', '"tokens_per_s": NaN'),
         "missing-field": json.dumps({k: v for k, v in raw.items() if k != "measured"}),
         "string-number": json.dumps({**raw, "points": [{**raw["points"][0], "concurrency": "4"}]}),
+        "nested-100k-deep": DEEP.decode(),
+        # printed by deploy --bench: a unit or profile that moves the cursor, colours or breaks the line
+        "unit-escapes": json.dumps({**raw, "measured": {**raw["measured"], "unit": "tokens\x1b[2J\nreplicas: 0"}}),
+        "profile-escapes": json.dumps({**raw, "measured": {**raw["measured"], "profile": "cpu\x1b]0;owned\x07"}}),
+        "profile-bidi": json.dumps({**raw, "measured": {**raw["measured"], "profile": "cpu\u202efp32"}}),
+        "long-source": json.dumps({**raw, "price": {**raw["price"], "source": "x" * 100_000}}),
     }
     for name, text in cases.items():
         bad = tmp_path / f"{name}.json"
@@ -71,23 +79,29 @@ def test_a_result_round_trips_and_foreign_files_are_refused(tmp_path: Path) -> N
         assert "bench result" in caught.value.message, name
     with pytest.raises(InputError):
         read_result(tmp_path / "absent.json")
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # opening it waited for a writer for ever; /dev/zero was read until memory ran out
+    for endless, kind in ((fifo, "a FIFO"), (Path("/dev/zero"), "a device")):
+        with pytest.raises(InputError) as refused:
+            read_result(endless)
+        assert f"is {kind}, not a regular file" in refused.value.message
 
 
 def test_prompts_files_are_checked_line_by_line_and_rewritten(tmp_path: Path) -> None:
     good = tmp_path / "good.jsonl"
     good.write_text('{"text": "hello", "output_length": 12, "evil": "x"}\n\n{"text": "again"}\n')
-    made = workload("chat", None, None, good, tmp_path)
-    assert made.prompts is not None and made.osl == 12
-    assert [json.loads(line) for line in made.prompts.read_text().splitlines()] == [
+    made = workload("chat", None, None, good)
+    assert made.osl == 12
+    assert [json.loads(line) for line in made.dataset.splitlines()] == [
         {"text": "hello", "output_length": 12}, {"text": "again"}]
     for text in ["", "not json\n", '{"text": ""}\n', '{"prompt": "x"}\n', '["x"]\n',
                  '{"text": "x", "output_length": 0}\n', '{"text": "x", "output_length": true}\n']:
         bad = tmp_path / "bad.jsonl"
         bad.write_text(text)
         with pytest.raises(InputError):
-            workload("chat", None, None, bad, tmp_path)
+            workload("chat", None, None, bad)
     with pytest.raises(InputError):
-        workload("chat", 0, None, None, tmp_path)
+        workload("chat", 0, None, None)
 
 
 def test_energy_comes_from_rapl_counters_across_a_wrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

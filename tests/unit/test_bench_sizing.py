@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -80,12 +81,30 @@ def test_plan_prints_the_same_range(plan: Path, tmp_path: Path) -> None:
     (["--slo", "ttft=500ms,ttft=400ms"], 2, "twice"),
     (["--slo", "gpu=5ms"], 2, "not a latency"),
     ([], 2, "--slo missing"),
+    (["--slo", "ttft=500ms", "--peak-factor", "nan"], 2, "not a finite number"),  # was a ValueError (exit 70)
 ])
 def test_sizing_input_errors_are_clear(plan: Path, tmp_path: Path, args: list[str], code: int, said: str) -> None:
     bench = write(sweep(_profile_id(plan)), tmp_path / "bench")
     result = cli("deploy", str(plan), "--image", image_for("minilm-cpu"), "--bench", str(bench),
                  "--tokens-per-day", str(DAY), *args)
     assert result.returncode == code and said in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_rate_too_small_to_count_replicas_for_is_refused(plan: Path, tmp_path: Path) -> None:
+    # 5e-324 tokens/s (the smallest float) passes the field's bounds; the replicas it needs overflowed (exit 70)
+    slow = (point(1, 5e-324, 5e-324, 100.0),)
+    bench = write(sweep(_profile_id(plan), points=slow), tmp_path / "bench")
+    result = cli("deploy", str(plan), "--image", image_for("minilm-cpu"), "--bench", str(bench),
+                 "--tokens-per-day", str(DAY), "--slo", "ttft=500ms")
+    assert result.returncode == 2 and "more than the 1000 mbuild writes" in result.stderr, result.stderr
+
+
+def test_a_fifo_as_the_result_is_refused_not_waited_on(plan: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "bench.json"
+    os.mkfifo(fifo)
+    result = cli("deploy", str(plan), "--image", image_for("minilm-cpu"), "--bench", str(fifo),
+                 "--tokens-per-day", str(DAY), "--slo", "ttft=500ms")
+    assert result.returncode == 2 and "is a FIFO, not a regular file" in result.stderr, result.stderr
 
 
 def test_a_result_of_another_profile_or_with_replicas_given_is_refused(plan: Path, tmp_path: Path) -> None:

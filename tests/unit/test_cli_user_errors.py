@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from builder.build.build_dir import MARKER
 from builder.cli import INTERNAL_ERROR, cli
 from builder.errors import BaseImageError, OutputUnusable, PortBusy, UnsafeInput, ValidationFailed
 from tests.support.bundles import write_bundle_files
+from tests.support.procs import mbuild
 
 PLAN = ["package", "all-minilm-l6-v2", "--backend", "none", "--plan-only", "--output"]
 
@@ -152,6 +154,8 @@ def test_a_draft_that_is_not_there_is_a_users_error(tmp_path: Path) -> None:
     (["--isl", "0"], "outside 1..131072"),
     (["--cores", "4000"], "this process may use"),
     (["--prompts", "/nonexistent/prompts.jsonl"], "--prompts"),
+    (["--prompts", "/dev/zero"], "is a device, not a regular file"),  # was read for ever
+    (["--isl", "4096"], "takes at most 128"),  # more than the build's context: every request would be a 400
 ])
 def test_bench_options_are_checked_before_any_load(tmp_path: Path, args: list[str], said: str) -> None:
     build = tmp_path / "build"
@@ -170,5 +174,28 @@ def test_bench_never_writes_into_a_users_folder(tmp_path: Path) -> None:
     mine.mkdir()
     (mine / "thesis.tex").write_text("chapter 1")
     result = run(["bench", "http://127.0.0.1:9", "-o", str(mine)])
-    assert result.exit_code == 2 and "did not write" in result.output, result.output
+    assert result.exit_code == OutputUnusable.exit_code and "did not write" in result.output, result.output
     assert [p.name for p in mine.iterdir()] == ["thesis.tex"]
+
+
+@pytest.mark.parametrize("args", [["--price-per-hour", "nan"], ["--ready-timeout", "nan"],
+                                  ["--price-per-hour", "inf"]])
+def test_bench_numbers_must_be_finite(tmp_path: Path, args: list[str]) -> None:
+    result = run(["bench", "http://127.0.0.1:9", "-o", str(tmp_path / "out"), *args])  # nan was written to bench.json
+    assert result.exit_code == 2 and f"Invalid value for '{args[0]}'" in result.output, result.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9\nX-Injected: 1", "http://127.0.0.1:9/\x1b[31m", "http://",
+                                 "http://exa mple.com"])
+def test_bench_of_a_malformed_url_says_so(tmp_path: Path, url: str) -> None:
+    result = run(["bench", url, "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "the target URL" in result.output and "hint:" in result.output, result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_bench_refuses_a_fifo_for_prompts(tmp_path: Path) -> None:
+    fifo = tmp_path / "prompts.jsonl"
+    os.mkfifo(fifo)  # opening it waited for a writer for ever
+    result = mbuild("bench", "http://127.0.0.1:9", "-o", str(tmp_path / "out"), "--prompts", str(fifo), timeout=60)
+    assert result.returncode == 2 and "is a FIFO, not a regular file" in result.stderr, result.stderr
