@@ -4,7 +4,9 @@ Each scenario is the module of its name in bench/scenarios/. `all` runs the publ
 llm_served, builds) in one go; the others run on their own. `--quick` runs a scenario (with `all`: every scenario)
 at its smallest size, one round, writing its report to a scratch folder instead of docs/benchmarks/: a check that
 it still runs, not a result. A peer that takes long to build (llama.cpp's server, sentence-transformers' ONNX
-venv) is left out of a quick run with a line saying so when it is missing; mbuild's arms always run.
+venv) is left out of a quick run with a line saying so when it is missing; mbuild's arms always run. Every page a run
+writes starts with a header naming its machine, date, commit and the command to reproduce it; `index` rewrites
+docs/benchmarks/README.md's table of pages from those headers (`index --check`: exit 1 if it is stale).
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import sys
 import time
 import traceback
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from bench.lib import index
 from bench.lib.harness import OUT, QUICK_OUT
 from bench.lib.mbuild import this_checkout_first
+from bench.lib.page_header import start_run
 
 SCENARIOS_DIR = Path(__file__).parent / "scenarios"
 PUBLISHED = ("embeddings", "llm_served", "builds")  # what `all` runs without --quick (the README's comparison)
@@ -55,11 +60,14 @@ def main() -> None:
     listed = scenarios()
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, epilog=_epilog(listed),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenario", choices=[*listed, "all"], metavar="SCENARIO", help="a scenario below, or all")
+    parser.add_argument("scenario", choices=[*listed, "all", "index"], metavar="SCENARIO",
+                        help="a scenario below, all, or index (the README's table of pages)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true",
                         help=f"smallest size, one round, reports to {QUICK_OUT} (every scenario with `all`)")
     args, rest = parser.parse_known_args()
+    if args.scenario == "index":
+        raise SystemExit(index.main(rest))
     this_checkout_first()
     every = list(listed) if args.quick else list(PUBLISHED)
     started = time.perf_counter()
@@ -67,6 +75,7 @@ def main() -> None:
     for name in every if args.scenario == "all" else [args.scenario]:
         began = time.perf_counter()
         print(f"bench {name}{' (quick)' if args.quick else ''}", flush=True)
+        start_run(name, sys.argv[1:], args.scenario)
         if not args.quick:
             module = importlib.import_module(f"bench.scenarios.{name}")
             module.main(repeats=args.repeats, **_options(parser, module, rest))

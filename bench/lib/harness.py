@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bench.lib import page_header
 from bench.lib.loadgen import Load
-from bench.lib.mbuild import ROOT
 
 if TYPE_CHECKING:
     import onnx
 
-OUT = ROOT / "docs" / "benchmarks"
+OUT = page_header.DOCS
 QUICK_OUT = Path(tempfile.gettempdir()) / "mbuild-bench-quick"  # `--quick` reports: a scratch folder, never OUT
 
 
@@ -76,8 +76,9 @@ def interleave(cases: list[tuple[str, Callable[[], float]]], repeats: int,
 
 
 def machine() -> dict[str, Any]:
+    """A run's record: the machine, the date, and the command and checkout it ran (its page's header says them)."""
     return {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d")}
+            "date": time.strftime("%Y-%m-%d"), **page_header.run_record()}
 
 
 def _cpu() -> str:
@@ -164,11 +165,15 @@ def fp32_peak_gflops(threads: int = 1, shapes: tuple[tuple[int, int, int], ...] 
     return best
 
 
-def write(name: str, data: dict[str, Any], markdown: str, out: Path = OUT) -> Path:
+def write(name: str, data: dict[str, Any], markdown: str, out: Path = OUT, *, measures: str,
+          run: dict[str, Any] | None = None) -> Path:
+    """name.json and name.md in `out`, the page with its header under its title: `measures` (one short line: the
+    README's index shows it) and the run's record, `run` or else data's "machine" (harness.machine's)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     path = out / f"{name}.md"
-    path.write_text(markdown)
+    path.write_text(page_header.with_header(markdown, page_header.for_run(measures, run or data.get("machine")
+                                                                          or machine())))
     return path
 
 

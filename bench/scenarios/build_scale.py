@@ -49,6 +49,9 @@ from bench.lib.mbuild import plan as mbuild_plan
 from bench.lib.rss import Sampled, disk_bytes, run_sampled
 from builder.errors import ValidationFailed
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "a build's peak memory, time and output against model size"
+
 SCALE = llamacpp.CACHE / "scale"
 MAX_SHARD = 5_000_000_000  # transformers' max_shard_size="5GB", what the Hub's Llama checkpoints were saved with
 PRECISIONS = ("fp32", "int8", "int4")
@@ -176,6 +179,12 @@ def merge(previous: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
     return {"scenario": "build_scale", "shapes": {key: shapes[key] for key in order}}
 
 
+def _newest(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The newest shape's run record: the page merges shapes measured at different times (`--report-only` measures
+    none), so its header names the latest run, not today's rewrite."""
+    return max((shape["machine"] for shape in data["shapes"].values()), key=lambda m: m["date"], default=None)
+
+
 def parse_options(argv: list[str]) -> dict[str, Any]:
     """This scenario's own options, after `python -m bench build_scale`."""
     parser = argparse.ArgumentParser(prog="python -m bench build_scale")
@@ -218,7 +227,7 @@ def main(repeats: int = 1, shapes: list[str] | None = None, precisions: list[str
             measured[key] = measure_shape(SHAPES[key], list(PRECISIONS) if precisions is None else precisions,
                                           list(GGUF_TYPES) if gguf_types is None else gguf_types, serve)
     data = merge(previous, measured)
-    path = write("build_scale", data, render(data, __doc__ or ""), out)
+    path = write("build_scale", data, render(data, __doc__ or ""), out, measures=MEASURES, run=_newest(data))
     plot(data, out / "build_scale.png")
     print(path.read_text())
     return path

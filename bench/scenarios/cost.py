@@ -30,6 +30,9 @@ from builder.benchmark.report import rows
 from builder.benchmark.result import BenchResult, parse_slo, read_result, slo_point
 from builder.benchmark.sweep import list_price
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "what a replica serves and costs at an SLO, via mbuild bench"
+
 ARMS = {  # name: (workload options, SLO)
     "embedder": (["--workload", "embed"], "latency=100ms"),
     "language model": (["--isl", "512", "--osl", "128"], "ttft=1s,tpot=100ms"),
@@ -113,7 +116,7 @@ def main(repeats: int = 1, quick: bool = False, out: Path = OUT, work: Path | No
             text = text.replace("profile \n", f"its int8 engine, served past its gate ({gate})\n", 1)
         parts.append(text)
     parts.append(LOAD_GENERATOR)
-    path = write("cost", data, "\n".join(parts), out)
+    path = write("cost", data, "\n".join(parts), out, measures=MEASURES)
     print(path.read_text())
     return path
 

@@ -34,6 +34,9 @@ from bench.lib.mbuild import build_mbuild
 from bench.lib.rerank_model import workload
 from bench.lib.servers import HOST, free_port, mbuild_serve, server, split_cores, timed_rate
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "a decoder-body embedder served, against infinity-emb"
+
 CONCURRENCY = (1, 16)
 SECONDS = {1: 15.0, 16: 45.0}
 QUICK_SECONDS = 1.0
@@ -115,7 +118,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     command = "python -m bench decoder_embed" + (" --quick" if quick else "" if repeats == 3 else
                                                  f" --repeats {repeats}")
     data = summary(found, results, loads, repeats, seconds, command, load.passage_tokens)
-    path = write("decoder_embed", data, render(data, quick), out)
+    path = write("decoder_embed", data, render(data, quick), out, measures=MEASURES)
     print(path.read_text())
     return path
 

@@ -23,6 +23,9 @@ from bench.lib.mbuild import build_mbuild, source_hash
 from bench.lib.mixed_load import Load, Round, measure, summary
 from bench.lib.servers import dynamo_frontend, served_name
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "prefill and decode apart on Dynamo, against two whole workers"
+
 ARMS = {"aggregated": (), "disaggregated": ("--prefill-workers", "1")}
 QUICK_LOAD = Load(streams=2, new_tokens=1536, long_prompts=1, long_tokens=256, spacing=0.05)  # the tiny model is quick
 
@@ -73,6 +76,6 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
                   f"{found[arm]['long_ttft_p50_ms']:.0f} ms", flush=True)
     command = f"python -m bench disagg {'--quick' if quick else f'--repeats {repeats}'}"
     data, markdown = report(found, load, rounds, command, quick)
-    path = write("disagg", data, markdown, out)
+    path = write("disagg", data, markdown, out, measures=MEASURES)
     print(markdown)
     return path

@@ -40,6 +40,9 @@ from bench.lib.rss import tree_memory
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
 from runtimes.bundle.engine import KV_BLOCK_TOKENS
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "server memory, ready and under a burst, beside llama.cpp"
+
 SLOTS, CONTEXT, NEW, LONG_PROMPT = 16, 2048, 64, 1000
 SHAPES: dict[str, dict[str, Any]] = {"100m": LLAMA_100M, "1b": LLAMA_1B}
 SETTLE_S, SAMPLE_S = 3.0, 0.05
@@ -199,6 +202,7 @@ def main(repeats: int = 1, quick: bool = False, out: Path = OUT, work: Path | No
                 results["arms"][name] = {"error": str(exc).splitlines()[0][:300]}
             print(f"  {name}: {results['arms'][name]}")
     markdown = _markdown(results, __doc__ or "", quick)
-    path = write("kv_memory" if shape == "100m" else f"kv_memory-{shape}", results, markdown, out)
+    path = write("kv_memory" if shape == "100m" else f"kv_memory-{shape}", results, markdown, out,
+                 measures=MEASURES + ("" if shape == "100m" else f", the {shape} shape"))
     print(markdown)
     return path

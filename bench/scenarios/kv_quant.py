@@ -30,6 +30,9 @@ from bench.lib.llm_models import LLAMA_1B, LLAMA_100M, LLAMA_TINY, make_llama_sp
 from bench.lib.mbuild import build_or_engine
 from bench.lib.servers import pinned, split_cores
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "an 8-bit and a 4-bit KV cache: attention calls and decode steps"
+
 SHAPES = {"100m": (10, 5, 64), "8b": (32, 8, 128)}  # heads, KV heads, head dim
 CASES = ((1, 2048), (16, 2048), (16, 8192))  # (sequences, cached tokens)
 QUICK_CASES = ((2, 256),)
@@ -205,6 +208,6 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
         # the whole steps share llm_context's (and llm_peer's) models and builds
         results["steps"] = _steps(work if quick else work_folder("peer"), quick, 1 if quick else repeats)
     markdown = _markdown(results, __doc__ or "", quick) + "\n".join(_steps_markdown(results["steps"])) + "\n"
-    path = write("kv_quant", results, markdown, out)
+    path = write("kv_quant", results, markdown, out, measures=MEASURES)
     print(markdown)
     return path

@@ -29,6 +29,9 @@ from bench.lib.servers import HOST, free_port, pinned, split_cores
 from runtimes.bundle import load_engine_config
 from runtimes.engines.decoder import DecoderEngine
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "moving a prefilled slot's KV against computing it again"
+
 CHUNK = 512  # the server's MBUILD_PREFILL_CHUNK default: how a prompt is prefilled
 RECEIVER = """
 import socket, sys
@@ -128,6 +131,6 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
         receiver.kill()
     command = f"python -m bench kv_transfer {'--quick' if quick else f'--repeats {repeats}'}"
     data, markdown = report(results, engine.bytes_per_token, rounds, command, quick)
-    path = write("kv_transfer", data, markdown, out)
+    path = write("kv_transfer", data, markdown, out, measures=MEASURES)
     print(markdown)
     return path

@@ -35,6 +35,9 @@ from runtimes.generation.sampling import SamplingParams
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "generation engines in-process: mbuild, transformers, ort-genai"
+
 NEW_TOKENS = 64
 QUICK_NEW_TOKENS = 16  # a quick run's: the one-at-a-time arms' c=16 wave is 16 requests in turn
 CONCURRENCY = (1, 16)
@@ -175,6 +178,6 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
         "Reproduce: `python -m bench llm` (writes docs/benchmarks/llm.json and llm.md).",
         "",
     ])
-    path = write("llm", data, markdown, out)
+    path = write("llm", data, markdown, out, measures=MEASURES)
     print(markdown)
     return path

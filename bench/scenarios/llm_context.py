@@ -40,6 +40,9 @@ from builder.engine.export_decoder import export_decoder_tensorrt
 from runtimes.bundle import Batching
 from runtimes.engines.decoder import DecoderEngine
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "decode-step time against cached context, beside llama.cpp"
+
 CONTEXTS = (128, 512, 1024, 2047)  # cached positions; the step's token is the next one (2048 at most)
 BATCHES = (1, 8)
 TG = 16  # llama-batched-bench's decode steps per row
@@ -111,7 +114,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     results = {key: _measure_shape(key, work, repeats, peer) for key in SHAPES if key in chosen}
     data: dict[str, Any] = {"machine": machine(), "unit": "ms per decode step (lower is better)", "read_gbs": rate,
                             "results": {key: {k: v.values for k, v in r.items()} for key, r in results.items()}}
-    return write("llm_context", data, _markdown(results, rate), out)
+    return write("llm_context", data, _markdown(results, rate), out, measures=MEASURES)
 
 
 def _floor_rows(key: str, series: dict[str, Series], names: list[str], rate: float) -> list[str]:

@@ -46,6 +46,9 @@ from bench.lib.servers import pinned, split_cores
 from bench.lib.step_profile import step_profile
 from bench.lib.weight_bytes import experts_read, step_bytes
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "Qwen3-MoE and dense Qwen3 served, against llama.cpp"
+
 PAIRS: Pairs = (("int8", "q8_0"), ("int4", "q4_0"))  # (mbuild precision, llama.cpp GGUF type)
 QUICK_PAIRS: Pairs = (("fp32", "f32"), *PAIRS)  # quick: greedy agreement of fp32 / f32 too (both built in seconds)
 SOURCE = "bf16"  # what llama.cpp's converter writes for llama-quantize: the checkpoint's own dtype
@@ -181,7 +184,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     named = "" if families in (None, list(FAMILIES)) else f" --families {','.join(families or [])}"
     command = f"python -m bench llm_families {'--quick' if quick else f'--repeats {repeats}'}{named}"
     data, markdown = report(results, shapes, pairs, repeats, quick, __doc__ or "", TARGETS, command)
-    path = write("llm_families", data, markdown, out)
+    path = write("llm_families", data, markdown, out, measures=MEASURES)
     plot(results, shapes, pairs, out / "llm_families.png")
     print(markdown)
     return path

@@ -35,6 +35,9 @@ from builder.engine.compile_ort import optimize
 from runtimes.bundle import load_engine_config
 from runtimes.engines.decoder import DecoderEngine
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "decode-step time and logit error per quantizer"
+
 STEPS = 20
 ACCURACY_TOKENS, ACCURACY_ROWS = 96, 8
 BATCHES = (1, 4, 16)
@@ -154,7 +157,8 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     data = {"machine": machine(), "unit": "ms per decode step (lower is better)",
             "results": {k: v.values for k, v in results.items()}, "accuracy": accuracy,
             "matrix_ms": {k: v.values for k, v in matrix.items()}}
-    return write("llm_kernels", data, _markdown(results, names, accuracy, _matrix_markdown(matrix)), out)
+    return write("llm_kernels", data, _markdown(results, names, accuracy, _matrix_markdown(matrix)), out,
+                 measures=MEASURES)
 
 
 def _matrix_markdown(matrix: dict[str, Series]) -> str:

@@ -29,6 +29,9 @@ from bench.lib.mbuild import context_of
 from bench.lib.servers import pinned, split_cores
 from bench.lib.weight_bytes import step_bytes
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "language models served, against llama.cpp's llama-server"
+
 PAIRS = (("fp32", "f32"), ("int8", "q8_0"), ("int4", "q4_0"))  # (mbuild precision, llama.cpp GGUF type)
 PREFIX_PAIR = ("int8", "fp32")  # shared-prefix TTFT on mbuild's default precision, fp32 if int8 did not build
 
@@ -65,7 +68,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     for shape in shapes:
         measure_shape(shape, work, repeats, results, peer)
     data, markdown = report(results, shapes, PAIRS, repeats, quick, __doc__ or "")
-    path = write("llm_peer", data, markdown, out)
+    path = write("llm_peer", data, markdown, out, measures=MEASURES)
     plot(results, shapes, PAIRS, out / "llm_peer.png")
     print(markdown)
     return path

@@ -28,6 +28,9 @@ from bench.lib.mbuild import build_mbuild
 from bench.lib.plots import save_llm_plot
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores, uvicorn_app
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "a served language model against a naive transformers server"
+
 NEW_TOKENS = 32
 CONCURRENCY = (1, 4, 16)
 SEQUENTIAL = 4  # requests at concurrency 1
@@ -158,7 +161,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     cores = split_cores()
     table = tabulate(measure(build, model, cores, repeats))
     data, markdown = report(table, cores, repeats)
-    path = write("llm_served", data, markdown, out)
+    path = write("llm_served", data, markdown, out, measures=MEASURES)
     plot(table, out / "llm_served.png")
     print(markdown)
     return path

@@ -31,6 +31,9 @@ from bench.lib.llm_peer_shapes import QUICK, SHAPES, Shape
 from bench.lib.mbuild import context_of
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "language models served, against vLLM's CPU build"
+
 PRECISIONS = ("fp32", "int8", "int4")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # vLLM arm -> --dtype
 # at the top concurrency: (mbuild precision, vLLM arm) -> least mbuild / vLLM tokens/s wanted
@@ -154,6 +157,6 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     command = f"python -m bench llm_vllm {'--quick' if quick else f'--repeats {repeats}'}" + (
         "" if quick or (shapes or ["100m"]) == ["100m"] else f" --shapes {','.join(shapes or [])}")
     data, markdown = report(results, chosen, repeats, quick, command)
-    path = write("llm_vllm", data, markdown, out)
+    path = write("llm_vllm", data, markdown, out, measures=MEASURES)
     print(markdown)
     return path

@@ -36,6 +36,9 @@ from bench.lib.mbuild import ROOT, source_hash
 from bench.lib.mixed_load import Load, Round, measure, summary
 from bench.lib.servers import HOST, free_port, pinned, served_name, server, split_cores
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "running streams' token gaps while long prompts arrive"
+
 BEFORE = "cecfc19"  # the parent of "engine: one step of works" (51eab35): the scheduler that prefilled apart
 SMALL_CHUNK = 128  # the third arm's MBUILD_PREFILL_CHUNK
 QUICK_LOAD = Load(streams=2, new_tokens=1024, long_prompts=1, long_tokens=256, spacing=0.3)
@@ -155,6 +158,6 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     shown = f"python -m bench mixed_step {'--quick' if quick else f'--repeats {repeats}'}" + (
         "" if before == BEFORE else f" --before {before}")
     data, markdown = _report(results, load, shown, quick)
-    path = write("mixed_step", data, markdown, out)
+    path = write("mixed_step", data, markdown, out, measures=MEASURES)
     print(markdown)
     return path

@@ -43,6 +43,9 @@ from runtimes.bundle import load_engine_config
 from runtimes.engines.encoder import EncoderEngine
 from runtimes.tokenize import PairTokenizer
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "a cross-encoder reranker served, against infinity-emb"
+
 CONCURRENCY = (1, 16)
 SECONDS = {1: 15.0, 16: 45.0}  # a c=16 request waits ~16 others (~25 s here): its window spans a few of them
 QUICK_SECONDS = 1.0  # a quick run: one request per connection, enough to see every arm answer
@@ -171,7 +174,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     with pinned(servers):
         data["floor"]["mbuild_op_shares"] = mbuild_op_shares(work / "mbuild-default" / "model", load, threads, work)
     data["floor"].update(ceiling(data["floor"]))
-    path = write("rerank", data, render(data, quick), out)
+    path = write("rerank", data, render(data, quick), out, measures=MEASURES)
     print(path.read_text())
     return path
 

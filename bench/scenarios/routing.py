@@ -36,6 +36,9 @@ from bench.lib.mbuild import MBUILD, build_mbuild, source_hash
 from bench.lib.routing_load import Workload, run, summarize
 from bench.lib.servers import HOST, dynamo_frontend, free_port, served_name, server, uvicorn_app
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "Dynamo's KV router against round-robin, two replicas"
+
 ARMS = ("dynamo kv", "dynamo kv 1:1", "dynamo round-robin", "proxy round-robin", "one replica")
 SCALE_1_1 = {"DYN_ROUTER_PREFILL_LOAD_SCALE": "1"}  # Dynamo's own weighing of prefill against load
 CONTROL_ARMS = ("dynamo kv", "dynamo round-robin")  # the control's one question: nothing shared, nothing lost
@@ -188,6 +191,6 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     command = f"python -m bench routing {'--quick' if quick else f'--repeats {repeats}'}" + (
         "" if usual else f" --turns {turns} --users {users}")
     data, markdown = report(results, loads, rounds, command, quick)
-    path = write("routing" if usual else f"routing-{users}u-{turns}t", data, markdown, out)
+    path = write("routing" if usual else f"routing-{users}u-{turns}t", data, markdown, out, measures=MEASURES)
     print(markdown)
     return path

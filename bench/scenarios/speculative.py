@@ -53,6 +53,9 @@ from bench.lib.spec_prompts import Kind, chained, kinds, lookup, prompts, replay
 from bench.lib.spec_report import plot, report
 from runtimes.generation.speculative import DEFAULT_DRAFTS
 
+# the one line of its pages' headers and of the README's index, n-gram and draft: bench/lib/page_header.py
+MEASURES = ("n-gram speculative decoding, against llama.cpp", "draft-model speculative decoding, against llama.cpp")
+
 EDITS = (2, 3, 5, 10)  # edit prompts: every J-th chain token replaced
 GGUF = "q8_0"  # llama.cpp's type beside mbuild's int8, made from the bf16 GGUF its converter writes
 REPLAYS = 16  # prompts a kind's replayed acceptance averages over
@@ -161,7 +164,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
         f" --draft-error {draft_error}" if draft else "") + ("" if pairs == PAIRS or quick else f" --pairs {pairs}")
     page = "speculative" if draft is None else "speculative_draft"
     data, markdown, rows = report(results, run_plan, quick, __doc__ or "", command, page)
-    path = write(page, data, markdown, out)
+    path = write(page, data, markdown, out, measures=MEASURES[draft is not None])
     plot(rows, out / f"{page}.png")
     print(markdown)
     for row in rows:

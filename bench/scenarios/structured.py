@@ -34,6 +34,9 @@ from bench.lib.llm_peer_checks import PROMPT_TOKENS, Texts
 from bench.lib.mbuild import build_or_engine, context_of
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
 
+# the one line of its page's header and of the README's index: bench/lib/page_header.py
+MEASURES = "what a JSON schema costs, beside llama.cpp's grammar"
+
 NEW_TOKENS = 64
 CONCURRENCY = (1, 16)
 SEQUENTIAL = 4  # requests at concurrency 1
@@ -116,7 +119,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
             runs[name].clear()
         interleave(cases, repeats)
     data, markdown = report(runs, samples, repeats, ungated, list(ports))
-    path = write("structured", data, markdown, out)
+    path = write("structured", data, markdown, out, measures=MEASURES)
     print(markdown)
     return path
 
