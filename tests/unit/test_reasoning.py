@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from openai import OpenAI
 from tokenizers import Tokenizer
 
+from runtimes.generation.chat_template import ChatTemplate, ChatTemplateError
 from runtimes.generation.reasoning import ThinkText, detect_reasoning, opened_by
 from runtimes.generation.reply import ReplyFormat
 from runtimes.generation.tools import TOOL_FORMATS, detect_format
@@ -236,9 +237,34 @@ def test_reasoning_sent_back_reaches_the_template(served: tuple[TestClient, Scri
     ({"chat_template_kwargs": {"bos_token": "x"}}, "set by the server"),
     ({"chat_template_kwargs": {"a b": 1}}, "template variable names"),
     ({"chat_template_kwargs": {"note": "x" * 2000}}, "1024"),
+    ({"chat_template_kwargs": {"namespace": 1}}, "a function the chat template may call"),  # issue 57: was a 500
+    ({"chat_template_kwargs": {"range": [1]}}, "a function the chat template may call"),
+    ({"chat_template_kwargs": {"raise_exception": 1}}, "a function the chat template may call"),
+    ({"reasoning_effort": "low", "chat_template_kwargs": {"reasoning_effort": "high"}}, "not both"),
 ])
 def test_bad_reasoning_fields_are_400s_that_say_why(served: tuple[TestClient, ScriptedEngine], extra: dict[str, Any],
                                                     words: str) -> None:
     response = served[0].post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 4, **extra})
     assert response.status_code == 400, response.text
     assert words in response.json()["error"]["message"], response.json()["error"]["message"]
+
+
+def test_a_template_variable_render_itself_uses_still_renders(served: tuple[TestClient, ScriptedEngine],
+                                                             tokenizer: Tokenizer) -> None:
+    """issue 57: "self" collided with jinja's render(self, ...): a 500 with a traceback."""
+    script(served, tokenizer, "Hi.")
+    response = served[0].post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 8,
+                                                            "chat_template_kwargs": {"self": 1}})
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "Hi."
+
+
+def test_a_template_that_fails_on_a_requests_variable_is_a_400() -> None:
+    """A template is the model's code run on the request's values: whatever it raises is the request's 400
+    (invalid_messages), never a 500 with a traceback (issue 57)."""
+    template = ChatTemplate("{{ '<|im_start|>' + (limit + 1) | string }}{% for m in messages %}{{ m.content }}"
+                            "{% endfor %}", {})
+    assert template.render(ASK, extra={"limit": 1}) == "<|im_start|>2Weather in Paris?"
+    for bad in ({"limit": "x"}, {"limit": None}):
+        with pytest.raises(ChatTemplateError, match="the chat template failed on these messages"):
+            template.render(ASK, extra=bad)
