@@ -56,7 +56,7 @@ class Stream:
 
     async def deltas(self) -> AsyncIterator[Delta]:
         params = self.request.params
-        detok = Detokenizer(self.tokenizer, self.request.prompt, params.skip_special_tokens)
+        detok = Detokenizer(self.tokenizer, self.request.prompt, params.skip_special_tokens, params.keep_special_tokens)
         held = ""  # text that might be the start of a stop string, not sent yet
         hold = max((len(s) for s in params.stop), default=1) - 1
         tokens = 0

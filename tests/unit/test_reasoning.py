@@ -268,3 +268,47 @@ def test_a_template_that_fails_on_a_requests_variable_is_a_400() -> None:
     for bad in ({"limit": "x"}, {"limit": None}):
         with pytest.raises(ChatTemplateError, match="the chat template failed on these messages"):
             template.render(ASK, extra=bad)
+
+
+@pytest.fixture(scope="module")
+def served_special(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, ScriptedEngine,
+                                                                             Tokenizer]]:
+    """The same model with its think and tool-call markers special tokens (as Mistral's [TOOL_CALLS] is)."""
+    tokenizer = byte_level_tokenizer([], ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
+                                          "<tool_call>", "</tool_call>"])
+    end = tokenizer.token_to_id("<|im_end|>")
+    assert end is not None
+    folder = write_bundle(tmp_path_factory.mktemp("qwen3-special"), tokenizer.to_str(), tokenizer.get_vocab_size(),
+                          QWEN3_TEMPLATE, (end,), {"eos_token": "<|im_end|>"})
+    with serving_scripted(folder, served_name="m") as (client, engine):
+        engine.marker = tuple(tokenizer.encode("<|im_start|>assistant\n").ids)
+        yield client, engine, tokenizer
+
+
+@pytest.mark.parametrize("special_markers", [False, True])
+@pytest.mark.parametrize("tools", [None, [WEATHER]])
+def test_no_special_token_but_the_markers_reaches_the_reply(served: tuple[TestClient, ScriptedEngine],
+                                                            tokenizer: Tokenizer,
+                                                            served_special: tuple[TestClient, ScriptedEngine,
+                                                                                  Tokenizer],
+                                                            special_markers: bool, tools: Any) -> None:
+    """issue 57: a chat with reasoning or tools decoded every special token into the text, so <|im_start|> and
+    <|endoftext|> reached content. Only the markers the readers read stay (and are read: reasoning and calls)."""
+    client, engine, vocabulary = served_special if special_markers else (*served, tokenizer)
+    sdk = OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=client, max_retries=0)
+    extra = {"tools": tools} if tools else {}
+    script((client, engine), vocabulary, THOUGHT + "Sunny.<|im_start|>user<|endoftext|>")
+    message = sdk.chat.completions.create(model="m", messages=ASK, max_tokens=200, **extra).choices[0].message
+    assert (message.content, getattr(message, "reasoning_content", None)) == (
+        "Sunny.user", "The user wants the weather.\nI should answer.")
+    assert streamed(sdk, messages=ASK, max_tokens=200, **extra)[:2] == (
+        "The user wants the weather.\nI should answer.", "Sunny.user")
+    kept = client.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 200, "skip_special_tokens": False,
+                                                     **extra})
+    assert kept.json()["choices"][0]["message"]["content"] == "Sunny.<|im_start|>user<|endoftext|>"  # as asked
+    if tools:
+        script((client, engine), vocabulary, THOUGHT + CALL)
+        choice = sdk.chat.completions.create(model="m", messages=ASK, max_tokens=200, **extra).choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        assert [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []] == [  # type: ignore[union-attr]
+            ("weather", '{"city": "Paris"}')]
