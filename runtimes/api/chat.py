@@ -71,9 +71,10 @@ async def chat_completions(request: Request) -> Any:
     def whole() -> dict[str, Any]:
         choices = []
         for i, text in enumerate(run.text):
-            message, finish = chat_message(text, run.token_ids[i], reply, run.finish[i], keep)
+            message, finish, logprobs = chat_message(text, run.token_ids[i], reply, run.finish[i], keep,
+                                                     (run.logprobs[i], run.ends[i]))
             choices.append({"index": i, "message": message, "finish_reason": finish,
-                            "logprobs": chat_logprobs(runtime.tokenizer, run.logprobs[i]) if body.logprobs else None})
+                            "logprobs": chat_logprobs(runtime.tokenizer, logprobs) if body.logprobs else None})
         return {"id": ident, "object": "chat.completion", "created": created, "model": model, "choices": choices}
 
     return await respond(request, body, run, chunks, whole)

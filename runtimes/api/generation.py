@@ -110,6 +110,7 @@ class Run:
         self.finish: list[str | None] = [None] * len(self.streams)
         self.tokens = [0] * len(self.streams)
         self.logprobs: list[list[TokenLogprob]] = [[] for _ in self.streams]
+        self.ends: list[list[int]] = [[] for _ in self.streams]  # where each logprob's token ends in the text
         self.prompt_logprobs: list[tuple[TokenLogprob | None, ...] | None] = [None] * len(self.streams)
         self.speculating = runtime.scheduler.batch.speculation.on
         self.drafted = self.accepted = 0  # over every sequence, as llama.cpp's timings count them
@@ -128,6 +129,7 @@ class Run:
                 self.token_ids[index] += delta.tokens
                 self.tokens[index] = delta.completion_tokens
                 self.logprobs[index] += delta.logprobs
+                self.ends[index] += delta.ends
                 if delta.prompt_logprobs is not None:
                     self.prompt_logprobs[index] = delta.prompt_logprobs
                 if delta.finish:

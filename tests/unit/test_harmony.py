@@ -125,6 +125,21 @@ def test_include_reasoning_false_leaves_the_analysis_out(served: tuple[TestClien
     assert streamed(sdk, **body) == ("", "It is sunny in Paris.", [], "stop")
 
 
+def test_include_reasoning_false_leaves_the_analysis_logprobs_out(served: tuple[TestClient, ScriptedEngine],
+                                                                  sdk: OpenAI) -> None:
+    """issue 57: the analysis channel's tokens are reasoning: hidden with it, their logprobs are left out too."""
+    script(served, ANALYSIS + FINAL)
+    body: dict[str, Any] = {"messages": ASK, "max_tokens": 200, "logprobs": True}
+    every = "".join(e.token for e in sdk.chat.completions.create(model="m", **body).choices[0].logprobs.content or [])
+    assert "The user asks for the weather." in every  # type: ignore[union-attr]
+    for stream in (False, True):
+        reply = sdk.chat.completions.create(model="m", stream=stream, **body,  # type: ignore[call-overload]
+                                            extra_body={"include_reasoning": False})
+        choices = [reply.choices[0]] if not stream else [c.choices[0] for c in reply if c.choices]
+        text = "".join(e.token for c in choices if c.logprobs for e in c.logprobs.content or [])
+        assert text == "<|start|>assistant<|channel|>final<|message|>It is sunny in Paris.", text
+
+
 def test_a_call_round_trips_and_call_ends_the_reply(served: tuple[TestClient, ScriptedEngine], sdk: OpenAI) -> None:
     engine = script(served, ANALYSIS + CALL + "<|start|>assistant<|channel|>final<|message|>never written")
     whole = sdk.chat.completions.create(model="m", messages=ASK, tools=[WEATHER], max_tokens=200)

@@ -312,3 +312,26 @@ def test_no_special_token_but_the_markers_reaches_the_reply(served: tuple[TestCl
         assert choice.finish_reason == "tool_calls" and choice.message.content is None
         assert [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []] == [  # type: ignore[union-attr]
             ("weather", '{"city": "Paris"}')]
+
+
+def logprob_text(choice: Any) -> str:
+    return "".join(entry.token for entry in choice.logprobs.content or [])
+
+
+@pytest.mark.parametrize("reply", [THOUGHT + "Sunny, 20 degrees.", "<think>\nThe user wants the weather.\n"],
+                         ids=["answered", "cut-off-while-reasoning"])
+def test_include_reasoning_false_leaves_its_logprobs_out_too(served: tuple[TestClient, ScriptedEngine],
+                                                            tokenizer: Tokenizer, sdk: OpenAI, reply: str) -> None:
+    """issue 57: with include_reasoning false and logprobs, logprobs.content spelled out the hidden reasoning token
+    by token. Its tokens, tags included, are left out; the answer's stay, as its content is, streamed or not."""
+    script(served, tokenizer, reply)
+    answer = reply.split("</think>\n\n")[1] if "</think>" in reply else ""
+    body: dict[str, Any] = {"messages": ASK, "max_tokens": 200, "logprobs": True, "top_logprobs": 2}
+    shown = sdk.chat.completions.create(model="m", **body).choices[0]
+    assert logprob_text(shown) == reply  # with the reasoning: every token
+    hidden = sdk.chat.completions.create(model="m", **body, extra_body={"include_reasoning": False}).choices[0]
+    assert hidden.message.content == answer and logprob_text(hidden) == answer
+    assert all(len(entry.top_logprobs) == 2 for entry in hidden.logprobs.content or [])  # type: ignore[union-attr]
+    chunks = list(sdk.chat.completions.create(model="m", stream=True, **body, extra_body={"include_reasoning": False}))
+    assert "".join(logprob_text(c.choices[0]) for c in chunks if c.choices and c.choices[0].logprobs) == answer
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == answer
