@@ -130,13 +130,14 @@ def test_include_reasoning_false_leaves_the_analysis_logprobs_out(served: tuple[
     """issue 57: the analysis channel's tokens are reasoning: hidden with it, their logprobs are left out too."""
     script(served, ANALYSIS + FINAL)
     body: dict[str, Any] = {"messages": ASK, "max_tokens": 200, "logprobs": True}
-    every = "".join(e.token for e in sdk.chat.completions.create(model="m", **body).choices[0].logprobs.content or [])
-    assert "The user asks for the weather." in every  # type: ignore[union-attr]
-    for stream in (False, True):
-        reply = sdk.chat.completions.create(model="m", stream=stream, **body,  # type: ignore[call-overload]
-                                            extra_body={"include_reasoning": False})
-        choices = [reply.choices[0]] if not stream else [c.choices[0] for c in reply if c.choices]
-        text = "".join(e.token for c in choices if c.logprobs for e in c.logprobs.content or [])
+    every = sdk.chat.completions.create(model="m", **body).choices[0].logprobs
+    assert "The user asks for the weather." in "".join(e.token for e in every.content or [])  # type: ignore[union-attr]
+    hide = {"include_reasoning": False}
+    whole = sdk.chat.completions.create(model="m", **body, extra_body=hide).choices[0].logprobs
+    stream = sdk.chat.completions.create(model="m", stream=True, **body, extra_body=hide)
+    chunks = [c.choices[0].logprobs for c in stream if c.choices and c.choices[0].logprobs]
+    for logprobs in ([whole], chunks):
+        text = "".join(e.token for part in logprobs if part for e in part.content or [])
         assert text == "<|start|>assistant<|channel|>final<|message|>It is sunny in Paris.", text
 
 
