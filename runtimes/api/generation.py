@@ -145,14 +145,19 @@ class Run:
             pass
 
 
+def check_sequences(runtime: GenerationRuntime, sequences: int, what: str) -> None:
+    """A request the queue can never hold whole is the caller's 400 (a 429 would ask for retries that never pass)."""
+    most = runtime.scheduler.max_queue
+    if sequences > most:
+        raise ApiError(400, f"this request asks for {sequences} {what}; this server queues at most {most} sequences "
+                            f"(MBUILD_MAX_QUEUE): send at most {most} a request", "too_many_sequences")
+
+
 def admit_run(body: _Sampling, runtime: GenerationRuntime, prompts: list[list[int]], asked: int | None,
               logprobs: tuple[int | None, int | None] = (None, None), grammar: Grammar | None = None,
               keep: frozenset[int] = frozenset()) -> Run:
     """Context fit for every prompt x n, the request's size against the queue, then all of it or none."""
-    sequences = len(prompts) * body.n
-    if sequences > runtime.scheduler.max_queue:
-        raise ApiError(400, f"this request asks for {sequences} sequences (prompts x n); this server queues at "
-                            f"most {runtime.scheduler.max_queue} (MBUILD_MAX_QUEUE)", "too_many_sequences")
+    check_sequences(runtime, len(prompts) * body.n, "sequences (prompts x n)")
     indexed = len(prompts) > 1
     jobs = [(p, sampling(body, runtime, len(p), asked, c, i if indexed else None, logprobs, grammar, keep))
             for i, p in enumerate(prompts) for c in range(body.n)]

@@ -265,6 +265,8 @@ LLM_CASES = [
     Case("v2 llm: input parameters a list", V2, v2([text("text_input", ["a"], parameters=[1])]), 400),
     Case("v2 llm: shape [2**40, 2**40]", V2, v2([text("text_input", [], [2**40, 2**40])]), 400),
     Case("v2 llm: 10k texts", V2, v2([text("text_input", ["hello"] * 10_000)]), 400),
+    Case("v2 llm: 300 rows, more than the queue ever holds (was a 429 forever)", V2,
+         v2([text("text_input", ["hello"] * 300)]), 400, names="MBUILD_MAX_QUEUE"),
     Case("v2 llm: 100k nested lists", V2, raw(inputs=DEEP), 400),
     Case("v2 llm: Inference-Header-Content-Length '١٢'", V2, json.dumps(v2(TXT_IN)).encode(), 400,
          headers=header("١٢".encode())),
