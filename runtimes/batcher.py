@@ -32,9 +32,10 @@ T = TypeVar("T", bound=Sized)
 
 @dataclass(eq=False)  # hashed by identity: jobs sit in a set while they wait
 class Job(Generic[T]):
-    seqs: list[T]
     future: asyncio.Future[np.ndarray]
+    seqs: list[T] = field(default_factory=list)
     enqueued: float = field(default_factory=time.perf_counter)
+    queued: bool = False  # its sequences are in the queue (a reserved job's are still being tokenized)
     started: bool = False  # its batch reached the engine
 
     @property
@@ -71,16 +72,30 @@ class Batcher(Generic[T]):
             await asyncio.gather(self._task, return_exceptions=True)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def enqueue(self, seqs: list[T]) -> Job[T]:
-        """Queue one request's sequences (QueueFull when there is no room); cancel its future to abandon it."""
+    def reserve(self) -> Job[T]:
+        """A place in the queue for one request (QueueFull when there is none), taken before its inputs are
+        tokenized: at most max_queue requests hold tokenized inputs at once, and a refusal costs no work. Cancel
+        its future to give the place back."""
         if len(self._waiting) >= self.max_queue:
             raise QueueFull
-        job = Job(seqs, asyncio.get_running_loop().create_future())
+        job: Job[T] = Job(asyncio.get_running_loop().create_future())
         self.in_flight += 1
         self._waiting.add(job)
         job.future.add_done_callback(lambda _: self._finished(job))
-        self._queue.put_nowait(job)
         self._metrics.set("queue_depth", len(self._waiting))
+        return job
+
+    def post(self, job: Job[T], seqs: list[T]) -> None:
+        """A reserved job's sequences, into the queue for the engine."""
+        if job.future.done():
+            return  # abandoned meanwhile
+        job.seqs, job.queued, job.enqueued = seqs, True, time.perf_counter()
+        self._queue.put_nowait(job)
+
+    def enqueue(self, seqs: list[T]) -> Job[T]:
+        """Queue one request's sequences (QueueFull when there is no room); cancel its future to abandon it."""
+        job = self.reserve()
+        self.post(job, seqs)
         return job
 
     def _finished(self, job: Job[T]) -> None:

@@ -3,14 +3,15 @@
 In order: auth (the routers' dependency), the body (bodies.py: size, time, JSON, depth, numbers, text),
 the served model (readiness 503, then an unknown name 404, then the wrong task 404), the fields' bounds
 (the request schemas), tokenization off the event loop, context fit for every prompt x n, then capacity
-for the whole request at once (the scheduler or batcher takes all of it or none: 429). Once in, a request
-runs under one deadline and stops using the engine as soon as its client leaves.
+for the whole request at once (the scheduler or batcher takes all of it or none: 429; an encoder's request takes
+its place before it tokenizes). Once in, a request runs under one deadline (an encoder's tokenizing included)
+and stops using the engine as soon as its client leaves.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sized
+from collections.abc import Awaitable, Callable, Iterator, Sized
 from typing import TypeVar
 
 import numpy as np
@@ -26,7 +27,9 @@ from runtimes.tokenize import INLINE_CHARS, InputTooLong
 T = TypeVar("T")
 U = TypeVar("U")
 S = TypeVar("S", bound=Sized)
-TOKENIZE_CHUNK = 256  # inputs tokenized between two checks that the client is still there
+# Inputs and characters tokenized at most between two looks at the deadline and the client: tens of milliseconds.
+TOKENIZE_CHUNK = 256
+TOKENIZE_CHARS = 1 << 18
 
 
 def served(request: Request) -> ServiceState:
@@ -96,20 +99,51 @@ def fit_context(prompt_tokens: int, asked: int | None, context: int, index: int 
     return asked or context - prompt_tokens
 
 
-async def tokenized(request: Request, inputs: list[T], encode: Callable[[list[T]], Awaitable[list[U]]],
-                    too_long: Callable[[int, InputTooLong], ApiError]) -> list[U]:
-    """Every input tokenized, in chunks, asking between them whether the client is still there: 50 abandoned
-    maximal requests would otherwise tokenize 100k texts for nobody while the next real request waits.
-    too_long(index, error) is the 400 for the first input over the model's limit."""
-    out: list[U] = []
-    for start in range(0, len(inputs), TOKENIZE_CHUNK):
-        if await request.is_disconnected():
-            raise client_closed()
+def _chunks(sizes: list[int]) -> Iterator[tuple[int, int]]:
+    """(start, end) of consecutive inputs, at most TOKENIZE_CHUNK of them and TOKENIZE_CHARS characters (or one
+    input) a chunk."""
+    start = total = 0
+    for end, size in enumerate(sizes):
+        if end > start and (end - start >= TOKENIZE_CHUNK or total + size > TOKENIZE_CHARS):
+            yield start, end
+            start, total = end, 0
+        total += size
+    if start < len(sizes):
+        yield start, len(sizes)
+
+
+async def encoded(request: Request, batcher: Batcher[S], inputs: list[T], sizes: list[int],
+                  encode: Callable[[list[T]], list[S]], too_long: Callable[[int, InputTooLong], ApiError]
+                  ) -> tuple[np.ndarray, int]:
+    """An encoder's inputs (sizes: their characters) tokenized and run as one job, all under the request's
+    deadline: its rows, in order, and their tokens (prompt tokens). too_long(index, error) is the 400 for the
+    first input over the model's limit.
+
+    The request takes its place in the queue first, so a full queue refuses it before any work and at most
+    max_queue requests hold tokenized inputs at once. It tokenizes in bounded chunks, off the event loop unless
+    small, and the deadline or a client that leaves stops it between two chunks: a maximal rerank once
+    tokenized for 20 s before its deadline began."""
+    state = served(request)
+    job = enter(batcher.reserve)
+
+    async def work() -> tuple[np.ndarray, int]:
         try:
-            out += await encode(inputs[start:start + TOKENIZE_CHUNK])
-        except InputTooLong as exc:
-            raise too_long(start + exc.index, exc) from exc
-    return out
+            seqs: list[S] = []
+            for start, end in _chunks(sizes):
+                try:
+                    seqs += await off_loop(encode, inputs[start:end], size=sum(sizes[start:end]))
+                except InputTooLong as exc:
+                    raise too_long(start + exc.index, exc) from exc
+            batcher.post(job, seqs)
+            rows = await job.future
+        finally:
+            job.future.cancel()  # gives the place back unless answered
+        tokens = sum(len(s) for s in seqs)
+        state.metrics.inc("tokens_total", tokens, kind="prompt")
+        return rows, tokens
+
+    # Time out while tokenizing: a 504 (the server was working on it); while queued: a 503 (nothing ran yet).
+    return await run_to_end(request, work(), state.settings.request_timeout, lambda: job.started or not job.queued)
 
 
 def enter(submit: Callable[[], T]) -> T:

@@ -47,8 +47,6 @@ async def chat_completions(request: Request) -> Any:
                             "would constrain all of it, which this server does not do for harmony yet: send the "
                             "request without it", "unsupported_parameter")
     grammar = await compile_constraint(runtime, constraint)
-    if tools is not None or runtime.thinks:  # markers may be special tokens ([TOOL_CALLS]): the readers read them
-        body.skip_special_tokens = False
     if runtime.harmony is not None:  # <|return|> and <|call|> end the reply, whatever the bundle's eos ids are
         body.stop_token_ids = [*body.stop_token_ids, *runtime.harmony.stops]
     messages = [m.for_template() for m in body.messages]
@@ -59,7 +57,10 @@ async def chat_completions(request: Request) -> Any:
     except ChatTemplateError as exc:
         raise ApiError(400, str(exc), "invalid_messages") from exc
     top = (body.top_logprobs or 0) if body.logprobs else None
-    run = admit_run(body, runtime, [prompt], body.max_completion_tokens or body.max_tokens, (top, None), grammar)
+    # Markers may be special tokens ([TOOL_CALLS]): they stay in the text for the readers, no other special token does
+    markers = runtime.marker_ids(tools is not None)
+    run = admit_run(body, runtime, [prompt], body.max_completion_tokens or body.max_tokens, (top, None), grammar,
+                    markers)
     ident, created, model = f"chatcmpl-{hex_id()}", int(time.time()), state.served_names()[0]
     # A constrained reply is the answer the constraint asked for: no reasoning is read out of it.
     reply = ReplyFormat(tools.form if tools else None, runtime.thinks and grammar is None, opened, runtime.harmony,
@@ -70,9 +71,10 @@ async def chat_completions(request: Request) -> Any:
     def whole() -> dict[str, Any]:
         choices = []
         for i, text in enumerate(run.text):
-            message, finish = chat_message(text, run.token_ids[i], reply, run.finish[i], keep)
+            message, finish, logprobs = chat_message(text, run.token_ids[i], reply, run.finish[i], keep,
+                                                     (run.logprobs[i], run.ends[i]))
             choices.append({"index": i, "message": message, "finish_reason": finish,
-                            "logprobs": chat_logprobs(runtime.tokenizer, run.logprobs[i]) if body.logprobs else None})
+                            "logprobs": chat_logprobs(runtime.tokenizer, logprobs) if body.logprobs else None})
         return {"id": ident, "object": "chat.completion", "created": created, "model": model, "choices": choices}
 
     return await respond(request, body, run, chunks, whole)

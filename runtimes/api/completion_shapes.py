@@ -4,13 +4,14 @@ very first without a value), and the chat route's list of entries with their byt
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from tokenizers import Tokenizer
 
 from runtimes.generation.generator import Delta
 from runtimes.generation.logprobs import TokenLogprob
-from runtimes.generation.reply import ReplyFormat
+from runtimes.generation.reply import Reply, ReplyFormat
 from runtimes.generation.tools import ToolCall
 
 
@@ -43,6 +44,29 @@ def chat_logprobs(tokenizer: Tokenizer, entries: list[TokenLogprob]) -> dict[str
             "refusal": None}
 
 
+class AnswerLogprobs:
+    """A choice's logprobs with its reasoning left out (include_reasoning false): a token's entry waits until the
+    reply's reader knows whether the token is the answer's; the reasoning's, its tags included, never go out, so
+    they cannot spell out what the reply hides."""
+
+    def __init__(self, reader: Reply) -> None:
+        self.reader = reader
+        self.waiting: deque[tuple[int, int, int, TokenLogprob]] = deque()  # (token index, start, end, entry)
+        self.count = self.end = 0
+
+    def take(self, entries: list[TokenLogprob], ends: list[int]) -> list[TokenLogprob]:
+        """The entries that can go out now, of those waiting and these (the reader has been fed their text)."""
+        for entry, end in zip(entries, ends, strict=True):
+            self.waiting.append((self.count, self.end, end, entry))
+            self.count, self.end = self.count + 1, end
+        out = []
+        while self.waiting and (hidden := self.reader.hidden(*self.waiting[0][:3])) is not None:
+            entry = self.waiting.popleft()[3]
+            if not hidden:
+                out.append(entry)
+        return out
+
+
 class ChatChunks:
     """A chat stream's chunks: reasoning (delta.reasoning_content, vLLM's and NIM's field) and content go out as
     they come, each tool call whole at the end."""
@@ -52,6 +76,8 @@ class ChatChunks:
         self.base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model}
         self.n, self.tokenizer, self.include_reasoning = n, tokenizer, include_reasoning
         self.readers = {i: reply.reader() for i in range(n)}
+        hides = reply.reasons and not include_reasoning
+        self.shown = {i: AnswerLogprobs(reader) for i, reader in self.readers.items()} if hides else {}
 
     def first(self) -> list[dict[str, Any]]:
         return [{**self.base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
@@ -70,7 +96,8 @@ class ChatChunks:
             reasoning, text = reasoning + more, text + rest
         fields = {"reasoning_content": reasoning} if reasoning and self.include_reasoning else {}
         fields |= {"content": text} if text else {}
-        out = [self._chunk(index, fields, delta.logprobs, None)] if fields or delta.logprobs else []
+        logprobs = self.shown[index].take(delta.logprobs, delta.ends) if self.shown else delta.logprobs
+        out = [self._chunk(index, fields, logprobs, None)] if fields or logprobs else []
         for number, call in enumerate(calls):  # OpenAI's shape: id and name first, then the arguments
             opening = {"index": number, "id": call.id, "type": "function",
                        "function": {"name": call.name, "arguments": ""}}
@@ -86,19 +113,22 @@ class ChatChunks:
 
 
 def chat_message(text: str, tokens: list[int], reply: ReplyFormat, finish: str | None,
-                 include_reasoning: bool = True) -> tuple[dict[str, Any], str | None]:
-    """A whole reply as OpenAI's assistant message, and its finish reason (tool_calls when it made calls): read
+                 include_reasoning: bool = True, logprobs: tuple[list[TokenLogprob], list[int]] = ([], [])
+                 ) -> tuple[dict[str, Any], str | None, list[TokenLogprob]]:
+    """A whole reply as OpenAI's assistant message, its finish reason (tool_calls when it made calls) and the
+    logprobs it shows (entries and their tokens' text ends; the reasoning's are left out with the reasoning): read
     as its stream is, in one piece, so the two agree. reasoning_content is there for a model that reasons."""
     reader = reply.reader()
     reasoning, content = reader.feed(text, tokens)
     more, rest, calls = reader.end()
     reasoning, content = reasoning + more, content + rest
+    shown = AnswerLogprobs(reader).take(*logprobs) if reply.reasons and not include_reasoning else logprobs[0]
     message: dict[str, Any] = {"role": "assistant", "content": (content or None) if calls else content}
     if reply.reasons and include_reasoning:
         message["reasoning_content"] = reasoning or None
     if not calls:
-        return message, finish
-    return {**message, "tool_calls": [c.openai() for c in calls]}, "tool_calls"
+        return message, finish, shown
+    return {**message, "tool_calls": [c.openai() for c in calls]}, "tool_calls", shown
 
 
 class CompletionChunks:
@@ -137,7 +167,8 @@ class CompletionChunks:
     def whole(self, index: int, text: str, logprobs: list[TokenLogprob],
               prompt: tuple[TokenLogprob | None, ...] | None, finish: str | None) -> dict[str, Any]:
         """A non-streamed choice: the same text and logprobs as its chunks joined."""
-        choice: dict[str, Any] = self.piece(index, Delta(text, None, 0, logprobs, prompt), finish)["choices"][0]
+        choice: dict[str, Any] = self.piece(index, Delta(text, None, 0, logprobs, prompt_logprobs=prompt),
+                                            finish)["choices"][0]
         return choice
 
 

@@ -7,7 +7,7 @@ import base64
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
-from runtimes.api.admission import batched, embedding_runtime, served, tokenized
+from runtimes.api.admission import batched, embedding_runtime, encoded, served
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
 from runtimes.api.errors import ApiError, OpenAIRoute
@@ -102,9 +102,10 @@ async def embed(request: Request, runtime: EmbeddingRuntime, texts: list[str], t
         return ApiError(400, f"input {index} has {exc.tokens} tokens; this model takes at most {exc.limit}; "
                              f"shorten it or {hint}", "input_too_long")
 
-    seqs = ids or await tokenized(request, texts, lambda chunk: runtime.tokenizer.encode_async(chunk, truncate),
-                                  too_long)
-    return await batched(request, runtime.batcher, seqs), sum(len(s) for s in seqs)
+    if ids:
+        return await batched(request, runtime.batcher, ids), sum(len(s) for s in ids)
+    return await encoded(request, runtime.batcher, texts, [len(t) for t in texts],
+                         lambda chunk: runtime.tokenizer.encode(chunk, truncate), too_long)
 
 
 def _encode(vector: np.ndarray, fmt: str) -> list[float] | str:

@@ -47,8 +47,9 @@ def check_token_ids(runtime: GenerationRuntime, prompts: list[list[int]]) -> Non
 
 def sampling(body: _Sampling, runtime: GenerationRuntime, prompt_tokens: int, asked: int | None, choice: int,
              index: int | None = None, logprobs: tuple[int | None, int | None] = (None, None),
-             grammar: Grammar | None = None) -> SamplingParams:
-    """logprobs: (alternatives per generated token, per prompt token); None where not asked."""
+             grammar: Grammar | None = None, keep: frozenset[int] = frozenset()) -> SamplingParams:
+    """logprobs: (alternatives per generated token, per prompt token); None where not asked. keep: special tokens
+    that stay in the text while skip_special_tokens skips the others."""
     max_tokens = fit_context(prompt_tokens, asked, runtime.context, index)
     if body.min_tokens > max_tokens:
         raise ApiError(400, f"min_tokens ({body.min_tokens}) exceeds max_tokens ({max_tokens})", "invalid_request")
@@ -59,7 +60,7 @@ def sampling(body: _Sampling, runtime: GenerationRuntime, prompt_tokens: int, as
         presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty, stop=body.stops(),
         stop_token_ids=frozenset(body.stop_token_ids), ignore_eos=body.ignore_eos, min_tokens=body.min_tokens,
         logit_bias=body.bias(), logprobs=logprobs[0], prompt_logprobs=logprobs[1], grammar=grammar,
-        skip_special_tokens=body.skip_special_tokens, speculative=body.speculative)
+        skip_special_tokens=body.skip_special_tokens, keep_special_tokens=keep, speculative=body.speculative)
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -109,6 +110,7 @@ class Run:
         self.finish: list[str | None] = [None] * len(self.streams)
         self.tokens = [0] * len(self.streams)
         self.logprobs: list[list[TokenLogprob]] = [[] for _ in self.streams]
+        self.ends: list[list[int]] = [[] for _ in self.streams]  # where each logprob's token ends in the text
         self.prompt_logprobs: list[tuple[TokenLogprob | None, ...] | None] = [None] * len(self.streams)
         self.speculating = runtime.scheduler.batch.speculation.on
         self.drafted = self.accepted = 0  # over every sequence, as llama.cpp's timings count them
@@ -127,6 +129,7 @@ class Run:
                 self.token_ids[index] += delta.tokens
                 self.tokens[index] = delta.completion_tokens
                 self.logprobs[index] += delta.logprobs
+                self.ends[index] += delta.ends
                 if delta.prompt_logprobs is not None:
                     self.prompt_logprobs[index] = delta.prompt_logprobs
                 if delta.finish:
@@ -142,15 +145,21 @@ class Run:
             pass
 
 
+def check_sequences(runtime: GenerationRuntime, sequences: int, what: str) -> None:
+    """A request the queue can never hold whole is the caller's 400 (a 429 would ask for retries that never pass)."""
+    most = runtime.scheduler.max_queue
+    if sequences > most:
+        raise ApiError(400, f"this request asks for {sequences} {what}; this server queues at most {most} sequences "
+                            f"(MBUILD_MAX_QUEUE): send at most {most} a request", "too_many_sequences")
+
+
 def admit_run(body: _Sampling, runtime: GenerationRuntime, prompts: list[list[int]], asked: int | None,
-              logprobs: tuple[int | None, int | None] = (None, None), grammar: Grammar | None = None) -> Run:
+              logprobs: tuple[int | None, int | None] = (None, None), grammar: Grammar | None = None,
+              keep: frozenset[int] = frozenset()) -> Run:
     """Context fit for every prompt x n, the request's size against the queue, then all of it or none."""
-    sequences = len(prompts) * body.n
-    if sequences > runtime.scheduler.max_queue:
-        raise ApiError(400, f"this request asks for {sequences} sequences (prompts x n); this server queues at "
-                            f"most {runtime.scheduler.max_queue} (MBUILD_MAX_QUEUE)", "too_many_sequences")
+    check_sequences(runtime, len(prompts) * body.n, "sequences (prompts x n)")
     indexed = len(prompts) > 1
-    jobs = [(p, sampling(body, runtime, len(p), asked, c, i if indexed else None, logprobs, grammar))
+    jobs = [(p, sampling(body, runtime, len(p), asked, c, i if indexed else None, logprobs, grammar, keep))
             for i, p in enumerate(prompts) for c in range(body.n)]
     return Run(runtime, jobs, sum(len(p) for p in prompts))
 

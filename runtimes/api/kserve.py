@@ -32,7 +32,7 @@ from runtimes.api.auth import require_key
 from runtimes.api.bodies import describe, read_body
 from runtimes.api.embeddings import check_texts, embed
 from runtimes.api.errors import ApiError, V2Route, generation_failed
-from runtimes.api.generation import Run, sampling
+from runtimes.api.generation import Run, check_sequences, sampling
 from runtimes.api.kserve_codec import HEADER, InferRequest, TensorError, encode_response, parse_infer
 from runtimes.api.rerank import relevance, score_pairs
 from runtimes.api.schemas import MAX_INPUTS
@@ -194,6 +194,7 @@ async def _generate(request: Request, state: ServiceState, parsed: InferRequest,
     if "text_input" not in parsed.inputs:
         raise _error(400, "this model takes input 'text_input' (BYTES [N]) and an optional 'max_tokens'")
     texts = _texts(parsed, "text_input")
+    check_sequences(runtime, len(texts), "rows of text_input")
     asked = parsed.inputs.get("max_tokens")
     if asked is not None and asked.dtype.kind not in "iu":
         raise _error(400, "max_tokens must be INT32 or INT64")

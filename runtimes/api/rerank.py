@@ -10,7 +10,7 @@ import time
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
-from runtimes.api.admission import batched, rerank_runtime, served, tokenized
+from runtimes.api.admission import encoded, rerank_runtime, served
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
 from runtimes.api.errors import ApiError, OpenAIRoute
@@ -49,9 +49,8 @@ async def score_pairs(request: Request, runtime: RerankRuntime, pairs: list[tupl
         return ApiError(400, f"passage {index} and the query make {exc.tokens} tokens; this model takes at most "
                              f"{exc.limit} a pair; shorten it or {hint}", "input_too_long")
 
-    seqs = await tokenized(request, pairs, lambda chunk: runtime.tokenizer.encode_async(chunk, truncate), too_long)
-    logits = await batched(request, runtime.batcher, seqs)
-    return logits, sum(len(s) for s in seqs)
+    return await encoded(request, runtime.batcher, pairs, [len(q) + len(p) for q, p in pairs],
+                         lambda chunk: runtime.tokenizer.encode(chunk, truncate), too_long)
 
 
 def relevance(runtime: RerankRuntime, logits: np.ndarray) -> np.ndarray:

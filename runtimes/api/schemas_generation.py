@@ -11,10 +11,10 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from runtimes.api.schemas import EXTRAS_IGNORED, STRICT, TEXTS_OR_IDS
-from runtimes.generation.chat_template import server_name
+from runtimes.generation.chat_template import TEMPLATE_GLOBALS, server_name
 from runtimes.generation.guided import MAX_CHOICES
 from runtimes.generation.harmony import Effort
 from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
@@ -232,11 +232,20 @@ class ChatCompletionRequest(_Sampling):
                 raise ValueError(f"keys are template variable names (letters, digits, _; at most 64), not {key[:20]!r}")
             if server_name(key):
                 raise ValueError(f"{key!r} is set by the server itself; send the request's own field instead")
+            if key in TEMPLATE_GLOBALS:
+                raise ValueError(f"{key!r} is a function the chat template may call; name the variable otherwise")
             if item is not None and not isinstance(item, bool | int | float | str):
                 raise ValueError(f"{key!r}: values are strings, numbers, booleans or null, not {type(item).__name__}")
             if isinstance(item, str) and len(item) > MAX_TEMPLATE_TEXT:
                 raise ValueError(f"{key!r}: a text value has at most {MAX_TEMPLATE_TEXT} characters")
         return value
+
+    @model_validator(mode="after")
+    def _one_effort(self) -> ChatCompletionRequest:
+        # The renderer sets the template's reasoning_effort from the field: the two must not disagree unseen.
+        if self.reasoning_effort is not None and "reasoning_effort" in (self.chat_template_kwargs or {}):
+            raise ValueError("send reasoning_effort once: as the field or in chat_template_kwargs, not both")
+        return self
 
 
 class CompletionRequest(_Sampling):

@@ -30,6 +30,7 @@ class Delta:
     finish: str | None = None  # stop | length, on the last delta
     completion_tokens: int = 0
     logprobs: list[TokenLogprob] = field(default_factory=list)  # the tokens made since the last delta, if asked
+    ends: list[int] = field(default_factory=list)  # where each of those tokens' text ends in the sequence's text
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # on the first delta, if asked
     tokens: list[int] = field(default_factory=list)  # the ids made since the last delta (harmony reads ids)
     drafted: int = 0  # on the last delta: draft tokens verified for the sequence (speculative decoding) ...
@@ -56,11 +57,12 @@ class Stream:
 
     async def deltas(self) -> AsyncIterator[Delta]:
         params = self.request.params
-        detok = Detokenizer(self.tokenizer, self.request.prompt, params.skip_special_tokens)
+        detok = Detokenizer(self.tokenizer, self.request.prompt, params.skip_special_tokens, params.keep_special_tokens)
         held = ""  # text that might be the start of a stop string, not sent yet
         hold = max((len(s) for s in params.stop), default=1) - 1
         tokens = 0
         logprobs: list[TokenLogprob] = []  # of tokens whose text has not gone out yet
+        ends: list[int] = []  # the same tokens' text ends, as offsets into the text (what a reader is fed)
         ids: list[int] = []  # the same tokens' ids
         prompt: tuple[TokenLogprob | None, ...] | None = None
         drafted = accepted = 0
@@ -78,22 +80,23 @@ class Stream:
                     held += detok.push(event.token)
                     if event.logprob is not None:
                         logprobs.append(event.logprob)
+                        ends.append(len(detok.text))
                 if event.finish is not None:
                     held += detok.flush()
                 cut = _earliest_stop(held, params.stop) if params.stop else -1
                 if cut >= 0:
-                    yield Delta(held[:cut], "stop", tokens, logprobs, prompt, ids, drafted, accepted)
+                    yield Delta(held[:cut], "stop", tokens, logprobs, ends, prompt, ids, drafted, accepted)
                     return
                 if event.finish is not None:
-                    yield Delta(held, "length" if event.finish == "length" else "stop", tokens, logprobs, prompt,
-                                ids, event.drafted, event.accepted)
+                    yield Delta(held, "length" if event.finish == "length" else "stop", tokens, logprobs, ends,
+                                prompt, ids, event.drafted, event.accepted)
                     return
                 if not self.request.events.empty():
                     continue  # a step's tokens go out as one delta: a verify row's several, one chunk (as vLLM's)
                 ready = len(held) - hold if params.stop else len(held)
                 if ready > 0:
-                    yield Delta(held[:ready], None, tokens, logprobs, prompt, ids)
-                    held, logprobs, prompt, ids = held[ready:], [], None, []
+                    yield Delta(held[:ready], None, tokens, logprobs, ends, prompt, ids)
+                    held, logprobs, ends, prompt, ids = held[ready:], [], [], None, []
         finally:
             self.cancel()
 

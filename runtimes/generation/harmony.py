@@ -170,18 +170,31 @@ class HarmonyText:
         self.ends = {*harmony.stops, *harmony.encoding.encode("<|end|>", allowed_special="all")}
         self.unread: list[int] = []  # tokens whose text has not gone out (a header, or all once parsing failed)
         self.failed = False
+        # Per token fed: whether it belongs to a message of the analysis channel (the reasoning), header included;
+        # None until its message's channel is known.
+        self.hidden: list[bool | None] = []
+        self.judged = 0  # tokens whose entry in hidden is known: those after are the current message's
 
     def feed(self, tokens: Iterable[int]) -> tuple[str, str]:
         reasoning = answer = ""
         for token in tokens:
             self.unread.append(token)
+            self.hidden.append(None)
             if self.failed:
+                self._judge(False)
                 continue
+            before = self.parser.current_channel
             try:
                 self.parser.process(token)
             except self.harmony.oh.HarmonyError:
                 self.failed = True
+                self._judge(False)
                 continue
+            channel = self.parser.current_channel or before  # before: its <|end|> closed it
+            if channel is not None:
+                self._judge(channel == "analysis")
+            if token in self.ends:
+                self._judge(False)  # a message whose channel never came is no reasoning
             delta = self.parser.last_content_delta
             if delta and self.parser.current_recipient is None:
                 if self.parser.current_channel == "analysis":
@@ -193,8 +206,14 @@ class HarmonyText:
                 self.unread = []
         return reasoning, answer
 
+    def _judge(self, hidden: bool) -> None:
+        """The current message's tokens not judged yet are (or are not) the reasoning's."""
+        self.hidden[self.judged:] = [hidden] * (len(self.hidden) - self.judged)
+        self.judged = len(self.hidden)
+
     def end(self) -> tuple[str, list[ToolCall]]:
         """The answer text left (what the parser could not read), and the calls."""
+        self._judge(False)
         if not self.failed:
             try:
                 self.parser.process_eos()

@@ -42,10 +42,15 @@ class ThinkText:
         self.ends = (CLOSE, *calls)
         self.held = ""
         self.begun = False  # reasoning text went out (its leading blank lines are behind)
+        self.fed = 0  # characters fed so far
+        # Where the answer starts in the text fed (what comes before is reasoning, its tags and the blank lines
+        # after them); None until known. Once the reply ends in its reasoning, all of it is.
+        self.answer_at: int | None = None
 
     def feed(self, text: str) -> tuple[str, str]:
         """(reasoning, answer) that can go out now."""
         self.held += text
+        self.fed += len(text)
         reasoning = answer = ""
         if self.state == "start":
             stripped = self.held.lstrip()
@@ -54,7 +59,7 @@ class ThinkText:
             if stripped.startswith(OPEN):
                 self.state, self.held = "reasoning", stripped[len(OPEN):]
             else:
-                self.state = "content"  # no reasoning: the reply is all answer, as written
+                self.state, self.answer_at = "content", 0  # no reasoning: the reply is all answer, as written
         if self.state == "reasoning":
             reasoning = self._reasoning()
         if self.state in ("answer", "content"):
@@ -71,6 +76,8 @@ class ThinkText:
         else:
             answer += self.held
         self.held = ""
+        if self.answer_at is None:
+            self.answer_at = self.fed
         return reasoning, answer
 
     def _reasoning(self) -> str:
@@ -82,6 +89,8 @@ class ThinkText:
             out = self.held[:at].rstrip()
             self.held = self.held[at + len(marker):] if marker == CLOSE else self.held[at:]
             self.state = "answer" if marker == CLOSE else "content"
+            if self.state == "content":  # a call's marker opens the answer
+                self.answer_at = self.fed - len(self.held)
             return out
         ready = len(self.held[:len(self.held) - _open_tail(self.held, self.ends)].rstrip())
         out, self.held = self.held[:ready], self.held[ready:]
@@ -93,6 +102,6 @@ class ThinkText:
             self.held = self.held.lstrip()
             if not self.held:
                 return ""
-            self.state = "content"
+            self.state, self.answer_at = "content", self.fed - len(self.held)
         out, self.held = self.held, ""
         return out

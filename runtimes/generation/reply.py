@@ -45,6 +45,18 @@ class Reply:
         reasoning, content = self.think.feed(text) if self.think else ("", text)
         return reasoning, self.tools.feed(content) if self.tools else content
 
+    def hidden(self, index: int, start: int, end: int) -> bool | None:
+        """Whether the reply's token `index`, whose text spans [start, end) of the text fed, is the reasoning's (its
+        tags and the blank lines after them included); None while that is not known yet."""
+        if self.harmony:
+            return self.harmony.hidden[index] if index < len(self.harmony.hidden) else None
+        if not self.think:
+            return False
+        at = self.think.answer_at
+        if at is None:
+            return None
+        return start < at and end <= at  # a token that reaches into the answer is the answer's
+
     def end(self) -> tuple[str, str, list[ToolCall]]:
         """(reasoning, content) left once the reply is whole, and its calls."""
         if self.harmony:

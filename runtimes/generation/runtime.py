@@ -16,7 +16,7 @@ from runtimes.generation.chat_template import ChatTemplate, ChatTemplateError
 from runtimes.generation.draft import DraftModel, open_draft
 from runtimes.generation.guided import Grammars
 from runtimes.generation.harmony import Harmony, detect_harmony, vocabulary_folder
-from runtimes.generation.reasoning import detect_reasoning, opened_by
+from runtimes.generation.reasoning import CLOSE, OPEN, detect_reasoning, opened_by
 from runtimes.generation.scheduler import Scheduler
 from runtimes.generation.speculative import Speculation
 from runtimes.generation.tools import ToolFormat, chosen_format
@@ -82,6 +82,14 @@ class GenerationRuntime:
             return {}
         found = {s: self.tokenizer.token_to_id(s) for s in self.tool_format.markers}
         return {s: i for s, i in found.items() if i is not None}
+
+    def marker_ids(self, tools: bool) -> frozenset[int]:
+        """The reply's markers that are tokens of their own: <think> and </think> for a model that reasons, and the
+        tool format's where tools were offered."""
+        markers: tuple[str, ...] = (OPEN, CLOSE) if self.thinks else ()
+        if tools and self.tool_format is not None:
+            markers += self.tool_format.markers
+        return frozenset(i for marker in markers if (i := self.tokenizer.token_to_id(marker)) is not None)
 
     def encode(self, text: str, special: bool = True) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=special).ids)

@@ -32,6 +32,7 @@ class SamplingParams:
     prompt_logprobs: int | None = None  # the same for every prompt token after the first (echo)
     grammar: Grammar | None = None  # constrained decoding: only tokens the grammar allows are sampled
     skip_special_tokens: bool = True  # as vLLM: False keeps markers such as [TOOL_CALLS] in the text
+    keep_special_tokens: frozenset[int] = frozenset()  # skipped but these: the markers a chat's readers read
     speculative: bool = True  # False: this request never speculates, whatever the server's setting
 
 

@@ -10,6 +10,9 @@ from tests.support.hostile_cases import BIG, DEEP, DIGITS, SURROGATE, V2, metada
 RANK, RERANK, SCORE = "/v1/ranking", "/v1/rerank", "/v1/score"
 PASSAGES = [{"text": "the quick brown dog"}, {"text": "vector python docker"}]
 LONG = "docker python vector " * 2000  # far past any pair's tokens
+# issue 57: the largest legal rerank (MAX_QUERY_CHARS, MAX_INPUTS): the query is tokenized once, not once a pair
+MAXIMAL = j(query=("the quick brown fox jumps " * 400)[:8192],
+            documents=[f"document {i} lazy dog vector python docker" for i in range(2048)], truncate="END")
 Q = [text("query", ["fox"])]
 P = [text("passages", ["the quick brown dog", "vector python docker"])]
 
@@ -46,6 +49,7 @@ RERANK_CASES = [
     Case("rerank: a pair longer than the context (cut, as Cohere cuts)", RERANK, j(query="fox", documents=[LONG]),
          200),
     Case("rerank: the same, truncate NONE", RERANK, j(query="fox", documents=[LONG], truncate="NONE"), 400),
+    Case("rerank: an 8,192-character query against 2,048 documents, truncate END", RERANK, MAXIMAL, 200),
     Case("/rerank: lone surrogate in a document", "/rerank", j(query="fox", documents=[SURROGATE]), 400),
     Case("/v2/rerank: max_tokens_per_doc (not implemented)", "/v2/rerank",
          j(query="fox", documents=["a"], max_tokens_per_doc=4), 400, names="max_tokens_per_doc"),

@@ -125,6 +125,22 @@ def test_include_reasoning_false_leaves_the_analysis_out(served: tuple[TestClien
     assert streamed(sdk, **body) == ("", "It is sunny in Paris.", [], "stop")
 
 
+def test_include_reasoning_false_leaves_the_analysis_logprobs_out(served: tuple[TestClient, ScriptedEngine],
+                                                                  sdk: OpenAI) -> None:
+    """issue 57: the analysis channel's tokens are reasoning: hidden with it, their logprobs are left out too."""
+    script(served, ANALYSIS + FINAL)
+    body: dict[str, Any] = {"messages": ASK, "max_tokens": 200, "logprobs": True}
+    every = sdk.chat.completions.create(model="m", **body).choices[0].logprobs
+    assert "The user asks for the weather." in "".join(e.token for e in every.content or [])  # type: ignore[union-attr]
+    hide = {"include_reasoning": False}
+    whole = sdk.chat.completions.create(model="m", **body, extra_body=hide).choices[0].logprobs
+    stream = sdk.chat.completions.create(model="m", stream=True, **body, extra_body=hide)
+    chunks = [c.choices[0].logprobs for c in stream if c.choices and c.choices[0].logprobs]
+    for logprobs in ([whole], chunks):
+        text = "".join(e.token for part in logprobs if part for e in part.content or [])
+        assert text == "<|start|>assistant<|channel|>final<|message|>It is sunny in Paris.", text
+
+
 def test_a_call_round_trips_and_call_ends_the_reply(served: tuple[TestClient, ScriptedEngine], sdk: OpenAI) -> None:
     engine = script(served, ANALYSIS + CALL + "<|start|>assistant<|channel|>final<|message|>never written")
     whole = sdk.chat.completions.create(model="m", messages=ASK, tools=[WEATHER], max_tokens=200)

@@ -137,3 +137,9 @@ def test_v2_generation(tiny_llm_build: Path) -> None:
         openai = client.post("/v1/completions", json={"prompt": "The quick brown", "max_tokens": 8,
                                                       "temperature": 0}).json()["choices"][0]["text"]
         assert v2 == openai
+        # issue 57: more rows than the queue (64 here) can ever hold were a 429 with Retry-After, forever
+        rows = {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [300], "data": ["Hi"] * 300}]}
+        refused = client.post(f"/v2/models/{name}/infer", json=rows)
+        assert refused.status_code == 400 and "Retry-After" not in refused.headers, refused.text
+        assert refused.json()["error"] == ("this request asks for 300 rows of text_input; this server queues at most "
+                                           "64 sequences (MBUILD_MAX_QUEUE): send at most 64 a request")

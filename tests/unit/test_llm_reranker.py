@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from runtimes.bundle import load_engine_config
 from runtimes.bundle.engine import attention_bytes
 from runtimes.engines import encoder
 from tests.support.fakehub import FakeHub, FakeRepo
+from tests.support.hostile_rerank_cases import MAXIMAL
 from tests.support.tiny_models import RANKING_CARD, make_tiny_qwen3_reranker
 from tests.unit.test_generation_service import serving
 
@@ -125,6 +127,20 @@ def test_a_long_document_is_refused_or_cut_as_the_card_cuts_it(client: TestClien
     scores, _ = card_scores(reranker[0], QUERY, [long, DOCS[0]], limit)
     np.testing.assert_allclose([d["score"] for d in cut["data"]], scores, atol=1e-4)
     assert cut["usage"]["prompt_tokens"] > limit  # the long pair was cut to the limit, not dropped
+
+
+def test_the_deadline_covers_tokenizing(reranker: tuple[Path, Path]) -> None:
+    """issue 57: a decoder reranker reads each pair as one text, so the largest legal rerank tokenizes its 8,192-
+    character query with each of 2,048 passages: 15 s of tokenizing that MBUILD_REQUEST_TIMEOUT did not cover (a
+    504 only after it, 670 MB later). The deadline covers it now, and stops it between two chunks."""
+    with serving(reranker[1] / "model", request_timeout=1) as deadline_client:
+        started = time.monotonic()
+        stopped = deadline_client.post("/v1/rerank", json=MAXIMAL)
+        took = time.monotonic() - started
+        assert stopped.status_code == 504 and stopped.json()["error"]["code"] == "deadline_exceeded", stopped.text
+        assert took < 4, f"the 504 came after {took:.1f} s"
+        small = deadline_client.post("/v1/rerank", json={"query": QUERY, "documents": DOCS})
+        assert small.status_code == 200, small.text  # nothing of the stopped request still holds the engine
 
 
 def test_the_catalog_plans_qwen3_rerankers_as_rerankers_without_an_lm_head() -> None:

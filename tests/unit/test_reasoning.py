@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from openai import OpenAI
 from tokenizers import Tokenizer
 
+from runtimes.generation.chat_template import ChatTemplate, ChatTemplateError
 from runtimes.generation.reasoning import ThinkText, detect_reasoning, opened_by
 from runtimes.generation.reply import ReplyFormat
 from runtimes.generation.tools import TOOL_FORMATS, detect_format
@@ -236,9 +237,101 @@ def test_reasoning_sent_back_reaches_the_template(served: tuple[TestClient, Scri
     ({"chat_template_kwargs": {"bos_token": "x"}}, "set by the server"),
     ({"chat_template_kwargs": {"a b": 1}}, "template variable names"),
     ({"chat_template_kwargs": {"note": "x" * 2000}}, "1024"),
+    ({"chat_template_kwargs": {"namespace": 1}}, "a function the chat template may call"),  # issue 57: was a 500
+    ({"chat_template_kwargs": {"range": [1]}}, "a function the chat template may call"),
+    ({"chat_template_kwargs": {"raise_exception": 1}}, "a function the chat template may call"),
+    ({"reasoning_effort": "low", "chat_template_kwargs": {"reasoning_effort": "high"}}, "not both"),
 ])
 def test_bad_reasoning_fields_are_400s_that_say_why(served: tuple[TestClient, ScriptedEngine], extra: dict[str, Any],
                                                     words: str) -> None:
     response = served[0].post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 4, **extra})
     assert response.status_code == 400, response.text
     assert words in response.json()["error"]["message"], response.json()["error"]["message"]
+
+
+def test_a_template_variable_render_itself_uses_still_renders(served: tuple[TestClient, ScriptedEngine],
+                                                             tokenizer: Tokenizer) -> None:
+    """issue 57: "self" collided with jinja's render(self, ...): a 500 with a traceback."""
+    script(served, tokenizer, "Hi.")
+    response = served[0].post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 8,
+                                                            "chat_template_kwargs": {"self": 1}})
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "Hi."
+
+
+def test_a_template_that_fails_on_a_requests_variable_is_a_400() -> None:
+    """A template is the model's code run on the request's values: whatever it raises is the request's 400
+    (invalid_messages), never a 500 with a traceback (issue 57)."""
+    template = ChatTemplate("{{ '<|im_start|>' + (limit + 1) | string }}{% for m in messages %}{{ m.content }}"
+                            "{% endfor %}", {})
+    assert template.render(ASK, extra={"limit": 1}) == "<|im_start|>2Weather in Paris?"
+    for bad in ({"limit": "x"}, {"limit": None}):
+        with pytest.raises(ChatTemplateError, match="the chat template failed on these messages"):
+            template.render(ASK, extra=bad)
+
+
+@pytest.fixture(scope="module")
+def served_special(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, ScriptedEngine,
+                                                                             Tokenizer]]:
+    """The same model with its think and tool-call markers special tokens (as Mistral's [TOOL_CALLS] is)."""
+    tokenizer = byte_level_tokenizer([], ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
+                                          "<tool_call>", "</tool_call>"])
+    end = tokenizer.token_to_id("<|im_end|>")
+    assert end is not None
+    folder = write_bundle(tmp_path_factory.mktemp("qwen3-special"), tokenizer.to_str(), tokenizer.get_vocab_size(),
+                          QWEN3_TEMPLATE, (end,), {"eos_token": "<|im_end|>"})
+    with serving_scripted(folder, served_name="m") as (client, engine):
+        engine.marker = tuple(tokenizer.encode("<|im_start|>assistant\n").ids)
+        yield client, engine, tokenizer
+
+
+@pytest.mark.parametrize("special_markers", [False, True])
+@pytest.mark.parametrize("tools", [None, [WEATHER]])
+def test_no_special_token_but_the_markers_reaches_the_reply(served: tuple[TestClient, ScriptedEngine],
+                                                            tokenizer: Tokenizer,
+                                                            served_special: tuple[TestClient, ScriptedEngine,
+                                                                                  Tokenizer],
+                                                            special_markers: bool, tools: Any) -> None:
+    """issue 57: a chat with reasoning or tools decoded every special token into the text, so <|im_start|> and
+    <|endoftext|> reached content. Only the markers the readers read stay (and are read: reasoning and calls)."""
+    client, engine, vocabulary = served_special if special_markers else (*served, tokenizer)
+    sdk = OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=client, max_retries=0)
+    extra = {"tools": tools} if tools else {}
+    script((client, engine), vocabulary, THOUGHT + "Sunny.<|im_start|>user<|endoftext|>")
+    message = sdk.chat.completions.create(model="m", messages=ASK, max_tokens=200, **extra).choices[0].message
+    assert (message.content, getattr(message, "reasoning_content", None)) == (
+        "Sunny.user", "The user wants the weather.\nI should answer.")
+    assert streamed(sdk, messages=ASK, max_tokens=200, **extra)[:2] == (
+        "The user wants the weather.\nI should answer.", "Sunny.user")
+    kept = client.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 200, "skip_special_tokens": False,
+                                                     **extra})
+    assert kept.json()["choices"][0]["message"]["content"] == "Sunny.<|im_start|>user<|endoftext|>"  # as asked
+    if tools:
+        script((client, engine), vocabulary, THOUGHT + CALL)
+        choice = sdk.chat.completions.create(model="m", messages=ASK, max_tokens=200, **extra).choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        assert [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []] == [  # type: ignore[union-attr]
+            ("weather", '{"city": "Paris"}')]
+
+
+def logprob_text(choice: Any) -> str:
+    return "".join(entry.token for entry in choice.logprobs.content or [])
+
+
+@pytest.mark.parametrize("reply", [THOUGHT + "Sunny, 20 degrees.", "<think>\nThe user wants the weather.\n"],
+                         ids=["answered", "cut-off-while-reasoning"])
+def test_include_reasoning_false_leaves_its_logprobs_out_too(served: tuple[TestClient, ScriptedEngine],
+                                                            tokenizer: Tokenizer, sdk: OpenAI, reply: str) -> None:
+    """issue 57: with include_reasoning false and logprobs, logprobs.content spelled out the hidden reasoning token
+    by token. Its tokens, tags included, are left out; the answer's stay, as its content is, streamed or not."""
+    script(served, tokenizer, reply)
+    answer = reply.split("</think>\n\n")[1] if "</think>" in reply else ""
+    body: dict[str, Any] = {"messages": ASK, "max_tokens": 200, "logprobs": True, "top_logprobs": 2}
+    shown = sdk.chat.completions.create(model="m", **body).choices[0]
+    assert logprob_text(shown) == reply  # with the reasoning: every token
+    hidden = sdk.chat.completions.create(model="m", **body, extra_body={"include_reasoning": False}).choices[0]
+    assert hidden.message.content == answer and logprob_text(hidden) == answer
+    assert all(len(entry.top_logprobs) == 2 for entry in hidden.logprobs.content or [])  # type: ignore[union-attr]
+    chunks = list(sdk.chat.completions.create(model="m", stream=True, **body, extra_body={"include_reasoning": False}))
+    assert "".join(logprob_text(c.choices[0]) for c in chunks if c.choices and c.choices[0].logprobs) == answer
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == answer

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,7 +24,8 @@ from builder.engine.validate_reranker import rank_correlation
 from builder.model.facts import infer_task
 from runtimes.bundle import load_engine_config, load_report
 from runtimes.bundle.report import RerankReport
-from runtimes.tokenize import PairTokenizer
+from runtimes.tokenize import InputTooLong, PairTokenizer
+from tests.support.hostile_rerank_cases import MAXIMAL
 from tests.support.tiny_models import TOPICS
 from tests.unit.test_generation_service import serving
 
@@ -137,6 +139,47 @@ def test_the_pair_tokenizer_is_transformers_pair_encoding(tiny_rerank_build: Pat
     for (query, passage), got in zip(pairs, ours.encode(pairs, truncate="END"), strict=True):
         want = hf(query, passage, truncation=True, max_length=64)
         assert got.ids == want["input_ids"] and got.types == want["token_type_ids"]
+
+
+@pytest.mark.parametrize("limit", [63, 64])  # an odd budget gives its spare token to the longer side
+def test_each_length_is_cut_as_transformers_cuts_it(tiny_rerank_build: Path, tiny_cross_encoder: Path,
+                                                    limit: int) -> None:
+    """The query is tokenized once a request, apart from its passages (issue 57): every pair of lengths around the
+    limit, either side longer, still cuts as transformers cuts the pair, and an uncut pair's count is its tokens."""
+    hf = AutoTokenizer.from_pretrained(tiny_cross_encoder)
+    ours = PairTokenizer(tiny_rerank_build / "model" / "tokenizer.json", limit)
+    lengths = [1, 2, 30, 31, limit - 4, limit - 3, limit - 2, limit - 1, limit, limit + 1, limit + 2, 200]
+    pairs = [("a " * q, "b " * p) for q in lengths for p in lengths]  # one token a letter
+    for (query, passage), got in zip(pairs, ours.encode(pairs, truncate="END"), strict=True):
+        want = hf(query, passage, truncation=True, max_length=limit)
+        assert (got.ids, got.types) == (want["input_ids"], want["token_type_ids"]), (len(query), len(passage))
+    for index, pair in enumerate(pairs):
+        whole = len(hf(*pair)["input_ids"])
+        if whole > limit:
+            with pytest.raises(InputTooLong) as refused:
+                ours.encode([pairs[0], pair])
+            assert (refused.value.index, refused.value.tokens) == (1, whole)
+        else:
+            assert len(ours.encode([pair])[0]) == whole, index
+
+
+def _status(field: str) -> float:
+    """This process's resident memory (VmRSS) or its peak (VmHWM), in MB."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return int(status[field].split()[0]) / 1024
+
+
+def test_a_maximal_rerank_is_quick_and_small(client: TestClient) -> None:
+    """issue 57: the largest legal rerank (an 8,192-character query, 2,048 documents, truncate END) tokenized its
+    query twice a pair and kept every cut pair's whole query as overflow: 22 s and +160 MB of resident memory on the
+    tiny model (+860 MB on a 512-token one), kept after. The query is tokenized once now."""
+    Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here
+    before, started = _status("VmRSS"), time.monotonic()
+    ranked = post(client, "/v1/rerank", MAXIMAL)
+    took, grew = time.monotonic() - started, _status("VmHWM") - before
+    assert len(ranked["results"]) == 2048
+    assert grew < 48, f"one maximal rerank raised the peak by {grew:.0f} MB"
+    assert took < 10, f"one maximal rerank took {took:.1f} s"
 
 
 def test_batched_pairs_score_as_they_do_alone(client: TestClient) -> None:

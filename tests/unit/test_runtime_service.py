@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from runtimes.api.admission import off_loop
 from runtimes.api.app import create_app
 from runtimes.bundle import load_engine_config
 from runtimes.engines import encoder_for
@@ -201,10 +202,10 @@ def test_tokenizing_inline_and_on_a_thread_agree(tiny_build: Path) -> None:
     model_dir = tiny_build / "model"
     tokenizer = TextTokenizer(model_dir / "tokenizer.json", load_engine_config(model_dir).max_seq_length)
     short, long = ["hello world"], ["the quick brown fox " * (INLINE_CHARS // 10)]
-    assert asyncio.run(tokenizer.encode_async(short)) == tokenizer.encode(short)
-    assert asyncio.run(tokenizer.encode_async(long, "END")) == tokenizer.encode(long, "END")
+    assert asyncio.run(off_loop(tokenizer.encode, short, size=len(short[0]))) == tokenizer.encode(short)
+    assert asyncio.run(off_loop(tokenizer.encode, long, "END", size=len(long[0]))) == tokenizer.encode(long, "END")
     with pytest.raises(InputTooLong):
-        asyncio.run(tokenizer.encode_async(long))
+        asyncio.run(off_loop(tokenizer.encode, long, size=len(long[0])))
 
 
 def test_token_id_inputs_embed_as_their_text_does(client: TestClient, tiny_build: Path) -> None:
