@@ -4,7 +4,8 @@ model/draft/ (runtimes/bundle/metadata.py's DRAFT_DIR), with the target's profil
 The draft is an engine like any: exported, compiled and gated against its own checkpoint, cached under its own key.
 It must speak the target's tokens: the two tokenizers' vocabularies (every token and id, added tokens too) must be
 the same, checked before the draft's export where its checkpoint has a tokenizer.json, and on the engines' own
-files after. Its memory (weights, and a KV cache for each of the target's slots) is in the plan's.
+files after. Their logits may have different rows (a padded embedding, as Qwen2.5's sizes have): the runtime
+drafts over the rows both have. Its memory (weights, and a KV cache for each of the target's slots) is in the plan's.
 The runtime's half is runtimes/generation/draft.py.
 """
 

@@ -115,3 +115,22 @@ def test_the_plan_names_the_draft_and_holds_its_memory(tiny_llama: Path, tiny_dr
     assert both["digest"] != alone["digest"] and "draft" not in alone
     text = plan("--draft", str(tiny_draft))
     assert f"draft      local/{tiny_draft.name}" in text and "with the draft model: its weights" in text
+
+
+@pytest.mark.slow
+def test_a_draft_with_the_targets_tokenizer_and_fewer_rows_drafts_for_it(tmp_path_factory: pytest.TempPathFactory,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Qwen2.5-0.5B drafting for 7B: one tokenizer, embeddings padded to 151,936 and 152,064 rows. Here the
+    target's 640 rows and the draft's 512 pad the same ~400 tokens; the build takes them and the server drafts."""
+    changed = TRAINING_TEXT.replace("lazy dog", "lazy cat").replace("Hello, world", "Hello, there")
+    target = make_tiny_llama(tmp_path_factory.mktemp("padded-target"), rows=640)
+    draft = make_tiny_llama(tmp_path_factory.mktemp("padded-draft"), train_steps=40, seed=1, text=changed, rows=512)
+    out = tmp_path_factory.mktemp("padded-build")
+    package(PackageOptions(model=str(target), output=out, backend="none", draft=str(draft)), Reporter(quiet=True))
+    model = out / "model"
+    rows = [load_engine_config(m).decoder.vocab_size for m in (model, model / DRAFT_DIR)]
+    assert rows == [640, 512]
+    monkeypatch.setattr(draft_module, "draft_cost", lambda draft, target: 0.1)  # as in the test above
+    drafted, accepted = same_greedy_answers(model, 1)
+    assert 0 < accepted <= drafted
+
