@@ -134,3 +134,25 @@ def test_a_draft_with_the_targets_tokenizer_and_fewer_rows_drafts_for_it(tmp_pat
     drafted, accepted = same_greedy_answers(model, 1)
     assert 0 < accepted <= drafted
 
+
+@pytest.mark.parametrize(("draft", "says"), [
+    ("", "--draft is empty"),
+    ("no-tokenizer", "has no tokenizer.json, so mbuild cannot check that it speaks the target's tokens"),
+])
+def test_an_empty_draft_or_one_without_its_tokenizer_is_a_users_error(tiny_llama: Path, tmp_path: Path, draft: str,
+                                                                      says: str) -> None:
+    if draft:
+        shutil.copytree(tiny_llama, tmp_path / draft)
+        (tmp_path / draft / "tokenizer.json").unlink()
+        draft = str(tmp_path / draft)
+    result = CliRunner().invoke(cli, ["package", str(tiny_llama), "--backend", "none", "--plan-only",
+                                      "-o", str(tmp_path / "out"), "--draft", draft])
+    assert result.exit_code == 2 and says in result.output and "hint:" in result.output, result.output
+
+
+def test_a_draft_for_a_model_that_decodes_nothing_says_drafts_are_for_language_models(
+        tiny_cross_encoder: Path, tiny_llama: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["package", str(tiny_cross_encoder), "--backend", "none", "--plan-only",
+                                      "-o", str(tmp_path / "out"), "--draft", str(tiny_llama)])
+    assert result.exit_code == 2 and "draft models are for language models" in result.output, result.output
+    assert "the target is a rerank model" in result.output and "tokenizer" not in result.output
