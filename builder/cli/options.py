@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,18 +12,6 @@ from builder.planning.precisions import PRECISIONS
 from builder.versions import EXTRAS
 
 F = Callable[..., Any]
-
-
-class FiniteRange(click.FloatRange):
-    """click's FloatRange, which takes nan (no comparison with nan is false) and, unbounded, inf: a number only."""
-
-    name = "finite float range"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a number in the range {self._describe_range()}", param, ctx)
-        return number
 
 
 def target_options(func: F) -> F:
@@ -69,7 +56,7 @@ def sizing_options(func: F) -> F:
                      help="With --bench and --slo: the day's volume (output tokens; input tokens for embedders)."),
         click.option("--slo", help="With --bench: latency bounds a replica must keep, e.g. ttft=500ms,tpot=50ms."),
         click.option("--slo-percentile", type=click.Choice(["50", "90", "99"]), default="90", show_default=True),
-        click.option("--peak-factor", type=FiniteRange(1, 100), default=2.0, show_default=True,
+        click.option("--peak-factor", type=click.FloatRange(1, 100), default=2.0, show_default=True,
                      help="The busiest hour's rate over the day's mean: the autoscaler's ceiling."),
     ]):
         func = option(func)
