@@ -40,11 +40,12 @@ def plan_draft(model: str, target: ModelFacts, profile: Profile, offline: bool, 
     if not model.strip():
         raise InputError("--draft is empty", hint="name the draft model (a folder, org/name or an alias), or leave "
                                                   "--draft out")
-    if target.task != "text-generation":
-        raise InputError(f"--draft: draft models are for language models (speculative decoding drafts the tokens "
-                         f"they generate), and the target is a {target.task} model",
-                         hint="leave --draft out for it")
     spec = parse_model_ref(model)
+    if target.task != "text-generation":
+        article = "an" if target.task[0] in "aeiou" else "a"
+        raise InputError(f"--draft: draft models are for language models (speculative decoding drafts the tokens "
+                         f"they generate), and the target is {article} {target.task} model",
+                         hint="leave --draft out for it")
     early = model_facts(spec, None, offline) if spec.local_path is not None else None
     ref = resolve_or_defer(spec, offline) if for_plan_only else resolve(spec, offline)
     facts = early or model_facts(spec, ref, offline)
