@@ -1,7 +1,8 @@
 """Service settings: the only reader of the environment in runtimes/ (MBUILD_*, NIM_*), read once at start.
 
 Every setting is a field below with its one default; from_env supplies only what the environment sets, parsed by
-runtimes/envparse.py. docs/settings.md lists every variable (a test holds it to this module).
+runtimes/envparse.py; the few booleans read where no Settings reaches (an engine's session) go through flag().
+docs/settings.md lists every variable (a test holds it to this module).
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ _INTEGERS = (  # field, variable, lowest, highest
     ("dynamo_system_port", "DYN_SYSTEM_PORT", 1, 32767))  # Dynamo 1.6.1 reads it as a signed 16-bit number
 _BOOLEANS = (
     ("protect_metrics", "MBUILD_PROTECT_METRICS"), ("access_log", "MBUILD_ACCESS_LOG"), ("tracing", "MBUILD_TRACING"),
-    ("skip_hardware_check", "MBUILD_SKIP_HARDWARE_CHECK"), ("trt_build_at_start", "MBUILD_TRT_BUILD_AT_START"),
-    ("allow_unauthenticated", "MBUILD_ALLOW_UNAUTHENTICATED"))
+    ("skip_hardware_check", "MBUILD_SKIP_HARDWARE_CHECK"), ("allow_unauthenticated", "MBUILD_ALLOW_UNAUTHENTICATED"))
+# Read by flag() where an engine's session opens, which no Settings reaches; from_env still checks their values, so a
+# malformed one stops the start as any other does.
+FLAGS = ("MBUILD_NO_AMX", "MBUILD_TRT_BUILD_AT_START")
 _TEXTS = (("host", "MBUILD_HOST"), ("served_name", "MBUILD_SERVED_MODEL_NAME"), ("site", "MBUILD_SITE"),
           ("ssl_certfile", "MBUILD_SSL_CERTFILE"), ("ssl_keyfile", "MBUILD_SSL_KEYFILE"),
           ("model_profile", "MBUILD_MODEL_PROFILE"))
@@ -94,7 +97,6 @@ class Settings:
     failed_flag: Path | None = None  # the worker writes it when the model cannot load
     site: str | None = None  # the image's own packages folder (tied to one Python version)
     skip_hardware_check: bool = False
-    trt_build_at_start: bool = False
     model_profile: str | None = None  # the profile to serve, by name or id (prefix): must be one the image carries
     tool_call_parser: str = "auto"  # the tool-call format; auto: the one the chat template renders
     allow_unauthenticated: bool = False  # serve without a key on purpose (an empty key is refused otherwise)
@@ -135,6 +137,8 @@ class Settings:
         values |= {name: env.text(variable) for name, variable in _TEXTS}
         values |= {name: env.path(variable) for name, variable in _PATHS}
         values |= {name: env.choice(variable, choices) for name, variable, choices in _CHOICES}
+        for variable in FLAGS:
+            env.boolean(variable)
         nim_json = env.boolean("NIM_JSONL_LOGGING")  # NIM's is a boolean: JSON lines or not
         if values["log_format"] is None and nim_json is not None:
             values["log_format"] = "json" if nim_json else "text"

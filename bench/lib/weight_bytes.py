@@ -2,7 +2,7 @@
 
 At one stream a decode step reads every weight matrix once (of a mixture of experts, the experts its token is
 routed to), so these bytes over the time per output token are the rate a server streams its weights; one core's
-read rate (bench.harness.read_rate_gbs) bounds that rate.
+read rate (bench/lib/harness.py's read_rate_gbs) bounds that rate.
 """
 
 from __future__ import annotations

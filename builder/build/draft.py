@@ -3,8 +3,10 @@ model/draft/ (runtimes/bundle/metadata.py's DRAFT_DIR), with the target's profil
 
 The draft is an engine like any: exported, compiled and gated against its own checkpoint, cached under its own key.
 It must speak the target's tokens: the two tokenizers' vocabularies (every token and id, added tokens too) must be
-the same, checked before the draft's export where its checkpoint has a tokenizer.json, and on the engines' own
-files after. Its memory (weights, and a KV cache for each of the target's slots) is in the plan's.
+the same, checked before the draft's export on its checkpoint's tokenizer.json (one it must have), and on the
+engines' own files after. Their logits may have different rows (a padded embedding, as Qwen2.5's sizes have): the
+runtime drafts over the rows both have. Its memory (weights, and a KV cache for each of the target's slots) is in
+the plan's.
 The runtime's half is runtimes/generation/draft.py.
 """
 
@@ -19,6 +21,7 @@ from builder.engine import cache as engine_cache
 from builder.engine.make import make_engine
 from builder.engine.report import GateReport
 from builder.errors import InputError
+from builder.model.catalog import ModelFacts
 from builder.model.facts import model_facts
 from builder.model.pull import pull, resolve, resolve_or_defer
 from builder.model.sources import parse_model_ref
@@ -31,9 +34,18 @@ from runtimes.bundle.metadata import DRAFT_DIR
 TOKENIZER = "tokenizer.json"
 
 
-def plan_draft(model: str, profile: Profile, offline: bool, *, for_plan_only: bool = False) -> DraftPlan:
+def plan_draft(model: str, target: ModelFacts, profile: Profile, offline: bool, *,
+               for_plan_only: bool = False) -> DraftPlan:
     """The draft's pinned checkpoint, facts and memory under the target's profile; refused where it cannot draft."""
+    if not model.strip():
+        raise InputError("--draft is empty", hint="name the draft model (a folder, org/name or an alias), or leave "
+                                                  "--draft out")
     spec = parse_model_ref(model)
+    if target.task != "text-generation":
+        article = "an" if target.task[0] in "aeiou" else "a"
+        raise InputError(f"--draft: draft models are for language models (speculative decoding drafts the tokens "
+                         f"they generate), and the target is {article} {target.task} model",
+                         hint="leave --draft out for it")
     early = model_facts(spec, None, offline) if spec.local_path is not None else None
     ref = resolve_or_defer(spec, offline) if for_plan_only else resolve(spec, offline)
     facts = early or model_facts(spec, ref, offline)
@@ -44,6 +56,11 @@ def plan_draft(model: str, profile: Profile, offline: bool, *, for_plan_only: bo
         raise InputError(f"--draft: profile {profile.name} builds a TensorRT engine, which takes no multi-token "
                          "step over a past, so it cannot verify drafts",
                          hint="build for a CPU profile (ONNX Runtime) to carry a draft model, or drop --draft")
+    if ref.files and TOKENIZER not in ref.files:  # a deferred plan's ref lists no files yet
+        raise InputError(f"--draft {model} has no {TOKENIZER}, so mbuild cannot check that it speaks the target's "
+                         "tokens",
+                         hint=f"copy the target's {TOKENIZER} (and tokenizer_config.json) into the draft's folder, "
+                              "or pick a draft released with the target's tokenizer")
     return DraftPlan(ref, facts, memory_need(facts, profile))
 
 

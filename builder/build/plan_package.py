@@ -99,9 +99,9 @@ def plan_package(opts: PackageOptions, reporter: Reporter, *, for_plan_only: boo
         raise InputError(f"--with dynamo serves language models; {ref.repo} is a {facts.task} model",
                          hint="leave --with dynamo out for it")
     draft = None
-    if opts.draft:
-        with reporter.stage("resolve", f"draft model {parse_model_ref(opts.draft).display()}"):
-            draft = plan_draft(opts.draft, chosen[0].profile, opts.is_offline, for_plan_only=for_plan_only)
+    if opts.draft is not None:  # "" too: refused, never taken for no draft
+        with reporter.stage("resolve", f"draft model {opts.draft}"):
+            draft = plan_draft(opts.draft, facts, chosen[0].profile, opts.is_offline, for_plan_only=for_plan_only)
     plan = make_plan(ref, facts, found.target, chosen[0].profile, chosen[0].need, found.selection.why,
                      image_name=opts.name, version=opts.version, base_image=opts.base_image, engines=engines,
                      draft=draft, extras=opts.extras)

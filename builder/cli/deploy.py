@@ -15,7 +15,7 @@ from builder.deploy.helm import write_chart
 from builder.deploy.k8s import manifests
 from builder.deploy.kserve import inference_service
 from builder.deploy.spec import load_spec
-from builder.errors import InputError
+from builder.errors import InputError, OutputUnusable
 from builder.serving.replicas import ROUTERS
 
 
@@ -64,6 +64,9 @@ def deploy(source: str, fmt: str, image: str | None, name: str | None, namespace
     if not sized:  # the cheap checks before reading anything
         min_replicas, max_replicas = min_replicas or 1, max_replicas or 4
         inputs.check_options(name, namespace, api_key_secret, replicas, min_replicas, max_replicas)
+    if output is not None and fmt != "helm" and output.is_dir():
+        raise InputError(f"-o {output} is a folder; --format {fmt} writes one file",
+                         hint=f"give the file to write, e.g. -o {output / (fmt + '.yaml')}")
     if prefill_workers and fmt != "dynamo":
         raise InputError("--prefill-workers splits a Dynamo graph; the other formats run whole replicas",
                          hint="add --format dynamo, or leave --prefill-workers out")
@@ -96,5 +99,9 @@ def deploy(source: str, fmt: str, image: str | None, name: str | None, namespace
     if output is None:
         click.echo(text, nl=False)
         return
-    output.write_text(text)
+    try:
+        output.write_text(text)
+    except OSError as exc:
+        raise OutputUnusable(f"cannot write {output}: {exc.strerror or exc}",
+                             hint="give -o a file in a folder you can write") from exc
     click.echo(f"wrote {len(objects)} objects for {spec.image} to {output}", err=True)

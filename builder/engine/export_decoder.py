@@ -14,10 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoConfig
 
 from builder.engine.decoder_graph import write_decoder
 from builder.engine.decoder_torch import write_grown_cache_graph
+from builder.engine.export_encoder import fast_tokenizer
 from builder.engine.exported import ExportResult
 from builder.engine.native_kernels import build_library
 from builder.engine.quiet import quiet_ml
@@ -43,12 +44,18 @@ def _chat_template(model_dir: Path, tokenizer: Any) -> str | None:
 
 
 def _eos_ids(model_dir: Path, config: Any, tokenizer: Any) -> list[int]:
+    """Every end token the model's files name; one outside the vocabulary is a broken file, refused by name."""
     found: list[int] = []
     path = model_dir / "generation_config.json"
-    sources = [json.loads(path.read_text()).get("eos_token_id")] if path.is_file() else []
-    sources += [getattr(config, "eos_token_id", None), tokenizer.eos_token_id]
-    for value in sources:
+    sources = [("generation_config.json", json.loads(path.read_text()).get("eos_token_id"))] if path.is_file() else []
+    sources += [("config.json", getattr(config, "eos_token_id", None)), ("the tokenizer", tokenizer.eos_token_id)]
+    rows = int(config.vocab_size)
+    for where, value in sources:
         for token in value if isinstance(value, list) else [value]:
+            if isinstance(token, int) and not 0 <= token < rows:
+                raise UnsupportedModel(f"{where} names eos_token_id {token}, outside the model's vocabulary of "
+                                       f"{rows} tokens (config.json's vocab_size)",
+                                       hint=f"fix eos_token_id in {where} to the id of the model's end token")
             if isinstance(token, int) and token not in found:
                 found.append(token)
     return found
@@ -57,9 +64,7 @@ def _eos_ids(model_dir: Path, config: Any, tokenizer: Any) -> list[int]:
 def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearFormat | None = None) -> ExportResult:
     config = AutoConfig.from_pretrained(model_dir)
     family(config.model_type)  # refuses, naming the families mbuild builds
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if not getattr(tokenizer, "is_fast", False):
-        raise UnsupportedModel("the model has no fast (Rust) tokenizer, which the runtime needs")
+    tokenizer = fast_tokenizer(model_dir)
     if grown_cache:
         past, dims = write_grown_cache_graph(model_dir, config, out_dir)
         inputs: tuple[str, ...] = ("input_ids", "attention_mask", "position_ids", "logits_at", *past)

@@ -147,7 +147,14 @@ class _PooledEncoder(torch.nn.Module):
 
 def fast_tokenizer(model_dir: Path) -> Any:
     """The model's transformers tokenizer; refused unless it is the fast (Rust) one the runtime loads."""
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError, TypeError) as exc:  # what transformers raises for missing or unreadable files
+        said = " ".join(str(exc).split())[:400] or type(exc).__name__
+        lacks = "" if (model_dir / "tokenizer.json").is_file() else "it has no tokenizer.json, and "
+        raise UnsupportedModel(f"the model's tokenizer cannot be loaded: {lacks}transformers says: {said}",
+                               hint="mbuild serves with the model's fast tokenizer: the folder needs its "
+                                    "tokenizer.json (and tokenizer_config.json) as transformers saves them") from exc
     if not getattr(tokenizer, "is_fast", False):
         raise UnsupportedModel("the model has no fast (Rust) tokenizer, which the runtime needs")
     return tokenizer

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from builder.errors import ValidationFailed
+from builder.errors import UnsupportedModel, ValidationFailed
 from builder.planning.profiles import Tolerance
 from runtimes.bundle import load_engine_config
 from runtimes.bundle.codec import write_contract
@@ -94,6 +94,24 @@ def _compare(engine: list[np.ndarray], reference: list[np.ndarray]) -> dict[str,
             "mean_logit_error": float(np.mean([d.mean(axis=1) for d in diffs])), "positions": total}
 
 
+def _gate_prompts(runtime: GenerationRuntime) -> list[list[int]]:
+    """PROMPTS through the tokenizer the image serves with; a tokenizer that fails on plain text, or drops all of it
+    (characters outside its vocabulary, and no unknown token its model holds), is the model's fault, said so."""
+    hint = ("check the model's tokenizer.json: its vocabulary should cover plain text, and the unknown token its "
+            "model names must be one of the model's own tokens")
+    prompts = []
+    for text in PROMPTS:
+        try:
+            ids = runtime.encode(text)
+        except Exception as exc:  # tokenizers raises a bare Exception (e.g. "Unk token `<unk>` not found")
+            raise UnsupportedModel(f"the model's tokenizer cannot encode the text {text!r}: {exc}", hint=hint) from exc
+        if not ids:
+            raise UnsupportedModel(f"the model's tokenizer turns the text {text!r} into no tokens at all, so the "
+                                   "engine has nothing to be checked on", hint=hint)
+        prompts.append(ids)
+    return prompts
+
+
 def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_path: Path) -> DecoderReport:
     # The gate's sequences are short: a small context keeps the KV cache's reservation small (its pages are
     # committed as positions are written, but an 8B model's slot reserves 1 GB of address space at 4096 tokens).
@@ -102,7 +120,7 @@ def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_pat
     started = time.perf_counter()  # the load as the image does it: deploy sizes its startup probe from this
     runtime = GenerationRuntime.load(engine_dir, config, settings, Metrics())
     load_seconds = time.perf_counter() - started
-    prompts = [runtime.encode(text) for text in PROMPTS]  # the tokenizer the image serves with
+    prompts = _gate_prompts(runtime)
     served, batch = asyncio.run(_served(runtime, prompts))
     engine_logits = _forced_logits(runtime, prompts, served)
     del runtime

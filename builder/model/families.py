@@ -2,7 +2,8 @@
 refusal of other models and docs/models.md read.
 
 A family here is one the streamed export (builder/engine/decoder_graph.py) writes and the family test matrix
-(tests/unit/test_decoder_families.py) checks against transformers; a test keeps the two equal.
+(tests/support/family_configs.py) checks against transformers (tests/unit/test_decoder_graph.py); a test keeps the
+two equal (tests/unit/test_models_doc.py).
 """
 
 from __future__ import annotations

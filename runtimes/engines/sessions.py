@@ -39,7 +39,7 @@ def _onnxruntime(model_dir: Path, config: EngineConfig, threads: int) -> Session
     options.inter_op_num_threads = 1
     if config.task in ENCODER_TASKS:
         # Idle intra-op threads spin by default, taking the core the event loop needs to answer the last
-        # batch and gather the next; the service then sheds ~20% of its throughput (bench/serving.py).
+        # batch and gather the next; the service then sheds ~20% of its throughput (bench/scenarios/serving.py).
         # Decoders keep spinning: a decode step is hundreds of tiny ops, where waking threads would cost.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # The graph was optimized at build time; repeating it here would only slow the start.

@@ -9,6 +9,10 @@ steps, every proposing slot in the same runs; each draft is the draft's greedy t
 target (runtimes/engines/decoder.py). A draft proposal is one token with certainty, so the target's acceptance rule
 (speculative.py) keeps the output's distribution.
 
+The two may have different rows of logits over the one tokenizer (Qwen2.5-0.5B pads its embedding to 151,936 rows,
+7B to 152,064, both over the same 151,665 tokens), as vLLM accepts: a draft proposes from the rows both have, so a
+proposal is always a token the target can score; the build checked that the two tokenizers are the same.
+
 The draft's failures stay with the draft: a run that fails gives that slot no drafts and forgets its draft cache
 (it is rebuilt from the sequence next time); the request decodes on without speculation.
 """
@@ -47,10 +51,11 @@ class StepEngine(Protocol):
 
 
 class DraftModel:
-    """A draft engine's proposals; `pass_cost` is a draft step's time as a fraction of a target step's."""
+    """A draft engine's proposals; `pass_cost` is a draft step's time as a fraction of a target step's; `rows`, the
+    logits' rows it proposes from (the ones it shares with the target; None: all of its own)."""
 
-    def __init__(self, engine: StepEngine, context: int, pass_cost: float) -> None:
-        self.engine, self.context, self.pass_cost = engine, context, pass_cost
+    def __init__(self, engine: StepEngine, context: int, pass_cost: float, rows: int | None = None) -> None:
+        self.engine, self.context, self.pass_cost, self.rows = engine, context, pass_cost, rows
 
     def room(self, tokens: int) -> int:
         """The most drafts a sequence of `tokens` tokens can get before the draft's context is full."""
@@ -64,6 +69,9 @@ class DraftModel:
             held = int(self.engine.lengths[slot])
             if held >= len(tokens):  # never expected: it always lags by at least the last token
                 self.engine.truncate(slot, held := len(tokens) - 1)
+            if self.rows is not None and max(tokens[held:]) >= self.rows:  # an id of the target's padding only
+                drafts.pop(slot)  # would fail the draft's run for every slot in it: this one goes without drafts
+                continue
             works.append(Work(slot, tuple(tokens[held:])))
         while works:
             for work, result in zip(works, self.engine.step(works), strict=True):
@@ -72,7 +80,7 @@ class DraftModel:
                     self.engine.release(work.slot)
                     drafts.pop(work.slot)
                 else:
-                    drafts[work.slot].append(int(np.argmax(result[-1])))
+                    drafts[work.slot].append(int(np.argmax(result[-1][:self.rows])))
             works = [Work(slot, (made[-1],)) for slot, made in drafts.items() if len(made) < wants[slot][1]]
         return {slot: tuple(made) for slot, made in drafts.items()}
 
@@ -103,12 +111,12 @@ def draft_cost(draft: StepEngine, target: StepEngine) -> float:
 
 
 def open_draft(folder: Path, target: DecoderEngine, threads: int) -> DraftModel:
-    """The draft engine in `folder` beside the target: the same vocabulary and slots, priced against it."""
+    """The draft engine in `folder` beside the target: the same tokenizer and slots, priced against it."""
     config = load_engine_config(folder)
-    if config.task != "text-generation" or config.decoder.vocab_size != target.config.decoder.vocab_size:
-        raise BundleError(f"the draft model in {folder} is not a language model of the target's vocabulary "
-                          f"({target.config.decoder.vocab_size} tokens); rebuild with a draft that shares the "
-                          "target's tokenizer")
+    if config.task != "text-generation":
+        raise BundleError(f"the draft model in {folder} is not a language model; rebuild with a draft that shares "
+                          "the target's tokenizer")
+    rows = min(config.decoder.vocab_size, target.config.decoder.vocab_size)
     engine = decoder_for(folder, config, threads, target.slots)
     if not engine.in_place:
         raise BundleError(f"the draft model in {folder} is not an in-place ONNX Runtime engine; rebuild it")
@@ -116,4 +124,4 @@ def open_draft(folder: Path, target: DecoderEngine, threads: int) -> DraftModel:
     target.warm_up()
     cost = draft_cost(engine, target)
     log.info("draft model: a step costs %.2f of the target's", cost)
-    return DraftModel(engine, engine.context, cost)
+    return DraftModel(engine, engine.context, cost, rows)

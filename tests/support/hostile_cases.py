@@ -1,6 +1,7 @@
-"""The hostile-input corpus (issue 13): cases the bad-input corpus of test_reliability.py does not hold.
+"""The hostile-input corpus (issue 13): cases the bad-input corpus of
+tests/integration/test_reliability.py does not hold.
 
-Expected statuses follow docs/design.md: the caller's mistakes are 4xx with a JSON error, never 5xx. A
+Expected statuses follow docs/api.md: the caller's mistakes are 4xx with a JSON error, never 5xx. A
 tuple of statuses means "either is a fair answer" (a 200 then must be a complete, correct answer); a case
 with `names` must name the field at fault in its error message.
 """

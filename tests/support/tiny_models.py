@@ -131,14 +131,15 @@ TRAINING_TEXT = ("The quick brown fox jumps over the lazy dog. Containers packag
 
 
 def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0, family: str = "llama",
-                    text: str = TRAINING_TEXT) -> Path:
+                    text: str = TRAINING_TEXT, rows: int | None = None) -> Path:
     """A 2-layer Llama (GQA) with a byte-level BPE tokenizer, a Llama-3-style chat template and eos ids; another
     family's layers (tests/support/family_configs.py) when `family` names one.
 
     Random weights give near-flat logits, on which any rounding flips the argmax; a second of training
     on a short text makes its predictions decisive, as a real model's are (train_steps=0 keeps it random). The
     tokenizer is always TRAINING_TEXT's; `text` is what the model learns (another text: a model that speaks the same
-    tokens but continues some phrases otherwise, as a draft model that is sometimes wrong).
+    tokens but continues some phrases otherwise, as a draft model that is sometimes wrong). `rows`: the embedding's
+    and head's rows, padded past the tokenizer's tokens as Qwen2.5's are (default: one a token).
     """
     folder.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())
@@ -154,8 +155,8 @@ def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0, family:
                                    pad_token="<|end_of_text|>", chat_template=CHAT_TEMPLATE, model_max_length=1024)
     fast.save_pretrained(folder)
     torch.manual_seed(seed)
-    sizes: dict[str, Any] = {"vocab_size": tok.get_vocab_size(), "max_position_embeddings": 1024, "bos_token_id": bos,
-                             "eos_token_id": eot, "initializer_range": 0.02}
+    sizes: dict[str, Any] = {"vocab_size": rows or tok.get_vocab_size(), "max_position_embeddings": 1024,
+                             "bos_token_id": bos, "eos_token_id": eot, "initializer_range": 0.02}
     if family == "llama":
         config = LlamaConfig(**sizes, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                              num_key_value_heads=2, tie_word_embeddings=False)

@@ -158,3 +158,17 @@ def test_bad_sources_are_clear_errors(tmp_path: Path) -> None:
         assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr, result.stderr
     result = cli("deploy", str(tmp_path / "plan.json"), "--min-replicas", "5", "--max-replicas", "2")
     assert result.returncode == 2 and "--min-replicas" in result.stderr
+
+
+@pytest.mark.parametrize("fmt", ["k8s", "kserve"])
+def test_an_output_that_is_a_folder_or_cannot_be_written_is_a_users_error(tmp_path: Path, fmt: str) -> None:
+    plan = plan_file("minilm-cpu", tmp_path)
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    result = cli("deploy", str(plan), "--format", fmt, "--image", image_for("minilm-cpu"), "-o", str(folder))
+    assert result.returncode == 2 and "is a folder" in result.stderr and "hint: give the file" in result.stderr, \
+        result.stderr
+    assert list(folder.iterdir()) == []
+    below_a_file = plan / "k8s.yaml"
+    result = cli("deploy", str(plan), "--format", fmt, "--image", image_for("minilm-cpu"), "-o", str(below_a_file))
+    assert result.returncode == 12 and f"cannot write {below_a_file}" in result.stderr, result.stderr

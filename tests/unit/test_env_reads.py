@@ -1,12 +1,17 @@
 """Two modules read the environment, runtimes/settings.py in the image and builder/settings.py on the build host,
 and docs/settings.md lists exactly the variables they read: a read elsewhere, an undocumented variable or a
-documented one that nothing reads fails here."""
+documented one that nothing reads fails here; so does a setting parsed into either settings class that no code
+reads."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
+
+from builder.settings import HostSettings
+from runtimes.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 READERS = (ROOT / "runtimes" / "settings.py", ROOT / "builder" / "settings.py")
@@ -59,6 +64,19 @@ def test_docs_settings_lists_exactly_the_variables_read() -> None:
     assert sorted(set(documented) - read) == [], "in docs/settings.md's table but read by no code"
 
 
+def attributes_read(source: str) -> set[str]:
+    """The attribute names a module reads (`x.name` anywhere but on the left of an assignment)."""
+    return {node.attr for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Store)}
+
+
+def test_every_setting_is_read_by_some_code() -> None:
+    read = set().union(*(attributes_read(source) for source in _sources().values()))
+    unread = [f"{cls.__name__}.{f.name}" for cls in (Settings, HostSettings) for f in dataclasses.fields(cls)
+              if f.name not in read]
+    assert unread == [], "parsed and checked at start, then read by nothing: wire each or remove it"
+
+
 def test_the_checks_see_what_they_forbid() -> None:
     """The scans above can fail: each way of reading the environment is seen, and a table row is parsed."""
     stray = ("import os\nfrom os import getenv\nimport click\nA = os.environ.get('X')\nB = os.getenv('Y')\n"
@@ -66,4 +84,5 @@ def test_the_checks_see_what_they_forbid() -> None:
     assert sorted(env_accesses(stray)) == [2, 4, 5, 6, 7]
     assert variables_named("x = env.text('MBUILD_NEW_THING')\ny = 'not one'\n") == {"MBUILD_NEW_THING"}
     assert flag_names("flag('MBUILD_X')\n") == {"MBUILD_X"}
+    assert attributes_read("a = settings.port\nsettings.host = 1\n") == {"port"}
     assert TABLE_ROW.findall("| name | side |\n| --- | --- |\n| `MBUILD_A` | image |\n") == ["MBUILD_A"]

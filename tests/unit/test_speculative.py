@@ -388,3 +388,12 @@ def test_a_rows_acceptance_is_per_draft_not_per_drafted_token(p: float) -> None:
             seen.append(spec.acceptance)
     assert abs(float(np.mean(seen)) - p) < 0.05  # a short memory (MEMORY) reads a little low, not 0.12+ low
     assert spec.accepted / spec.drafted < p - 0.1  # the per-drafted-token ratio the metrics report is not it
+
+
+def test_a_draft_proposes_only_from_the_rows_it_shares_with_the_target() -> None:
+    """A draft whose logits have more rows than the target's (a padded embedding) never proposes a row the target
+    lacks; a sequence holding an id of the target's padding alone gets no drafts, and the other slots theirs."""
+    draft = DraftModel(FakeEngine(rule=lambda held: 45), 256, 0.1, rows=40)  # its best row is past the shared 40
+    assert draft.propose({0: ([1, 2, 3], 3)}) == {0: (0, 0, 0)}  # the best of the rows both have (all 0.0 here)
+    again = DraftModel(FakeEngine(rule=cycle), 256, 0.1, rows=40)
+    assert again.propose({0: ([1, 2, 3], 2), 1: ([1, 44], 2)}) == {0: (10, 9)}  # cycle: 3 -> 10 -> 9

@@ -115,3 +115,44 @@ def test_the_plan_names_the_draft_and_holds_its_memory(tiny_llama: Path, tiny_dr
     assert both["digest"] != alone["digest"] and "draft" not in alone
     text = plan("--draft", str(tiny_draft))
     assert f"draft      local/{tiny_draft.name}" in text and "with the draft model: its weights" in text
+
+
+@pytest.mark.slow
+def test_a_draft_with_the_targets_tokenizer_and_fewer_rows_drafts_for_it(tmp_path_factory: pytest.TempPathFactory,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Qwen2.5-0.5B drafting for 7B: one tokenizer, embeddings padded to 151,936 and 152,064 rows. Here the
+    target's 640 rows and the draft's 512 pad the same ~400 tokens; the build takes them and the server drafts."""
+    changed = TRAINING_TEXT.replace("lazy dog", "lazy cat").replace("Hello, world", "Hello, there")
+    target = make_tiny_llama(tmp_path_factory.mktemp("padded-target"), rows=640)
+    draft = make_tiny_llama(tmp_path_factory.mktemp("padded-draft"), train_steps=40, seed=1, text=changed, rows=512)
+    out = tmp_path_factory.mktemp("padded-build")
+    package(PackageOptions(model=str(target), output=out, backend="none", draft=str(draft)), Reporter(quiet=True))
+    model = out / "model"
+    rows = [load_engine_config(m).decoder.vocab_size for m in (model, model / DRAFT_DIR)]
+    assert rows == [640, 512]
+    monkeypatch.setattr(draft_module, "draft_cost", lambda draft, target: 0.1)  # as in the test above
+    drafted, accepted = same_greedy_answers(model, 1)
+    assert 0 < accepted <= drafted
+
+
+@pytest.mark.parametrize(("draft", "says"), [
+    ("", "--draft is empty"),
+    ("no-tokenizer", "has no tokenizer.json, so mbuild cannot check that it speaks the target's tokens"),
+])
+def test_an_empty_draft_or_one_without_its_tokenizer_is_a_users_error(tiny_llama: Path, tmp_path: Path, draft: str,
+                                                                      says: str) -> None:
+    if draft:
+        shutil.copytree(tiny_llama, tmp_path / draft)
+        (tmp_path / draft / "tokenizer.json").unlink()
+        draft = str(tmp_path / draft)
+    result = CliRunner().invoke(cli, ["package", str(tiny_llama), "--backend", "none", "--plan-only",
+                                      "-o", str(tmp_path / "out"), "--draft", draft])
+    assert result.exit_code == 2 and says in result.output and "hint:" in result.output, result.output
+
+
+def test_a_draft_for_a_model_that_decodes_nothing_says_drafts_are_for_language_models(
+        tiny_cross_encoder: Path, tiny_llama: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["package", str(tiny_cross_encoder), "--backend", "none", "--plan-only",
+                                      "-o", str(tmp_path / "out"), "--draft", str(tiny_llama)])
+    assert result.exit_code == 2 and "draft models are for language models" in result.output, result.output
+    assert "the target is a rerank model" in result.output and "tokenizer" not in result.output
