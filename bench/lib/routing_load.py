@@ -14,7 +14,6 @@ import asyncio
 import itertools
 import os
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,11 +21,12 @@ import httpx
 import numpy as np
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from bench.lib.llm_client import streamed
 from bench.lib.llm_models import VOCAB
+from runtimes.dynamo.gate import streamed_back
 
 DOC_TOKENS, QUESTION_TOKENS, ANSWER_TOKENS = 1024, 16, 32
 START_GAP = 1.0  # a user arrives every second
@@ -123,15 +123,7 @@ async def _forward(request: Request) -> Response:
     upstream = await _PROXY.client.send(_PROXY.client.build_request(
         request.method, target, content=await request.body(), headers={"content-type": "application/json"}),
         stream=True)
-
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            async for piece in upstream.aiter_raw():
-                yield piece
-        finally:
-            await upstream.aclose()
-    return StreamingResponse(body(), status_code=upstream.status_code,
-                             media_type=upstream.headers.get("content-type"))
+    return streamed_back(upstream, {"content-type": upstream.headers.get("content-type", "application/json")})
 
 
 app = Starlette(routes=[Route("/{path:path}", _forward, methods=["GET", "POST"])])

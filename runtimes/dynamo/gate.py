@@ -25,6 +25,18 @@ _DROPPED = frozenset({"connection", "keep-alive", "proxy-connection", "te", "tra
                       "upgrade", "host", "content-length"})
 
 
+def streamed_back(upstream: httpx.Response, headers: dict[str, str]) -> StreamingResponse:
+    """An upstream response opened with stream=True, relayed as its bytes come, closed when they end or the client
+    leaves."""
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for piece in upstream.aiter_raw():
+                yield piece
+        finally:
+            await upstream.aclose()
+    return StreamingResponse(body(), status_code=upstream.status_code, headers=headers)
+
+
 def needs_key(path: str, protect_metrics: bool) -> bool:
     return path not in OPEN_PATHS and (protect_metrics or path not in METRICS_PATHS)
 
@@ -62,14 +74,8 @@ class Gate:
             raise ApiError(503, f"the model's frontend is not reachable: {type(exc).__name__}", "unavailable",
                            headers={"Retry-After": "1"}) from exc
 
-        async def body() -> AsyncIterator[bytes]:
-            try:
-                async for piece in upstream.aiter_raw():
-                    yield piece
-            finally:
-                await upstream.aclose()
         kept = {k: v for k, v in upstream.headers.items() if k.lower() not in _DROPPED}
-        return StreamingResponse(body(), status_code=upstream.status_code, headers=kept)
+        return streamed_back(upstream, kept)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
