@@ -35,8 +35,11 @@ def _widen(raw: bytes | bytearray, dtype: str) -> np.ndarray:
         return np.frombuffer(raw, np.float32).copy()
     if dtype == "F16":
         return np.frombuffer(raw, np.float16).astype(np.float32)
-    # bf16 is the top half of an fp32: widening is a shift
-    return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    # bf16 is the top half of an fp32: widening is a shift, in place (a second block-sized array would raise the
+    # build's peak by the block)
+    wide = np.frombuffer(raw, np.uint16).astype(np.uint32)
+    wide <<= 16
+    return wide.view(np.float32)
 
 
 class SafetensorsFile:
