@@ -33,8 +33,9 @@ from builder.planning.engine_options import OrtOptions
 DATA_FILE = "model.onnx.data"
 ALIGN = 64
 INLINE_BYTES = 1024
-BLOCK_BYTES = 32 << 20  # fp32 bytes of checkpoint rows handled at once: the working set a build holds beside its
-# process (a 64 MiB block put a ~410M int4 build at 0.49x its fp32 bytes, 32 MiB at 0.44x; issue 57)
+# fp32 bytes of checkpoint rows handled at once: the working set a build holds beside its own process, so it sets
+# the build's peak on small models (docs/benchmarks/llm_notes.md, "The streamed export")
+BLOCK_BYTES = 32 << 20
 Linear = tuple[str, list[str], dict[str, Any]]  # op type, weight initializers, attributes
 
 
