@@ -108,11 +108,15 @@ void run_item(void* data, size_t index) {
     scores.assign(count * padded, 0.f);
     for (int64_t j0 = 0; j0 < total; j0 += KEYS) {
       const int64_t n = std::min(KEYS, total - j0);
-      const float* kb = widen(keys + j0 * d, n, d, block.data());
+      // read where it lies (int8 widened in registers) unless several rows share the block's widening, or it is the
+      // last, partial block (its zero padding is in the scratch)
+      const bool direct = n == KEYS && (sizeof(C) == sizeof(float) || count == 1);
+      const float* kb = direct ? nullptr : widen(keys + j0 * d, n, d, block.data());
       for (int64_t r = 0; r < count; r++) {
         const int64_t seen = past + (first + r) / group + 1;
         if (j0 >= seen) continue;
-        _mm512_storeu_ps(scores.data() + r * padded + j0, dots<V>(queries.data() + (first + r) * d, kb));
+        const float* q = queries.data() + (first + r) * d;
+        _mm512_storeu_ps(scores.data() + r * padded + j0, kb ? dots<V>(q, kb) : dots<V>(q, keys + j0 * d));
       }
     }
     sums.resize(count);
@@ -134,19 +138,21 @@ void run_item(void* data, size_t index) {
       }
       sums[r] = _mm512_reduce_add_ps(sum);
     }
-    for (int64_t r = 0; r < count; r++) {  // probabilities x values, each value block widened once for the chunk
+    for (int64_t r = 0; r < count; r++) {  // probabilities x values, an int8 block widened once for several rows
       float* o = output(first + r);
       std::memset(o, 0, d * sizeof(float));
     }
     for (int64_t j0 = 0; j0 < total; j0 += KEYS) {
       const int64_t n = std::min(KEYS, total - j0);
-      const float* vb = widen(values + j0 * d, n, d, block.data());
+      const bool direct = sizeof(C) == sizeof(float) || count == 1;  // a row reads only its n live values
+      const float* vb = direct ? nullptr : widen(values + j0 * d, n, d, block.data());
       for (int64_t r = 0; r < count; r++) {
         const int64_t seen = past + (first + r) / group + 1;
         if (j0 >= seen) continue;
         float* o = output(first + r);
         const float* p = scores.data() + r * padded + j0;
-        weigh<V>(o, p, vb, std::min(n, seen - j0));
+        const int64_t upto = std::min(n, seen - j0);
+        vb ? weigh<V>(o, p, vb, upto) : weigh<V>(o, p, values + j0 * d, upto);
       }
     }
     for (int64_t r = 0; r < count; r++) {

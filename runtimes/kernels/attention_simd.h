@@ -85,26 +85,36 @@ inline __mmask16 live_keys(int64_t seen, int64_t j) {
   return seen - j >= 16 ? 0xFFFF : seen <= j ? 0 : static_cast<__mmask16>((1u << (seen - j)) - 1);
 }
 
-// one query row against a block of KEYS keys [KEYS][16 V]: the q row stays in registers, each key's sum in one
-template <int V>
-inline __m512 dots(const float* q, const float* block) {
+// 16 cache values as floats: an fp32 load, or int8 widened in registers (the same conversion widen() makes)
+template <typename C>
+inline __m512 load16(const C* from) {
+  if constexpr (sizeof(C) == 1)
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from))));
+  else
+    return _mm512_loadu_ps(from);
+}
+
+// one query row against a block of KEYS keys [KEYS][16 V] (fp32, or int8 read where it lies: a whole block needs
+// no copy): the q row stays in registers, each key's sum in one
+template <int V, typename C>
+inline __m512 dots(const float* q, const C* block) {
   __m512 qv[V], acc[KEYS];
   for (int c = 0; c < V; c++) qv[c] = _mm512_loadu_ps(q + 16 * c);
   for (int j = 0; j < KEYS; j++) {
-    acc[j] = _mm512_mul_ps(qv[0], _mm512_loadu_ps(block + j * 16 * V));
-    for (int c = 1; c < V; c++) acc[j] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(block + j * 16 * V + 16 * c), acc[j]);
+    acc[j] = _mm512_mul_ps(qv[0], load16(block + j * 16 * V));
+    for (int c = 1; c < V; c++) acc[j] = _mm512_fmadd_ps(qv[c], load16(block + j * 16 * V + 16 * c), acc[j]);
   }
   return sum16(acc);
 }
 
 // o [16 V] += sum over j < upto of p[j] x block row j
-template <int V>
-inline void weigh(float* o, const float* p, const float* block, int64_t upto) {
+template <int V, typename C>
+inline void weigh(float* o, const float* p, const C* block, int64_t upto) {
   __m512 acc[V];
   for (int c = 0; c < V; c++) acc[c] = _mm512_loadu_ps(o + 16 * c);
   for (int64_t j = 0; j < upto; j++) {
     const __m512 w = _mm512_set1_ps(p[j]);
-    for (int c = 0; c < V; c++) acc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(block + j * 16 * V + 16 * c), acc[c]);
+    for (int c = 0; c < V; c++) acc[c] = _mm512_fmadd_ps(w, load16(block + j * 16 * V + 16 * c), acc[c]);
   }
   for (int c = 0; c < V; c++) _mm512_storeu_ps(o + 16 * c, acc[c]);
 }
