@@ -47,7 +47,8 @@ _INTEGERS = (  # field, variable, lowest, highest
     ("keepalive_seconds", "MBUILD_KEEPALIVE_SECONDS", 1, 3600),
     ("num_speculative_tokens", "MBUILD_NUM_SPECULATIVE_TOKENS", 1, 16),
     ("prompt_lookup_min", "MBUILD_PROMPT_LOOKUP_MIN", 1, 32), ("prompt_lookup_max", "MBUILD_PROMPT_LOOKUP_MAX", 1, 32),
-    ("dynamo_system_port", "DYN_SYSTEM_PORT", 1, 32767))  # Dynamo 1.6.1 reads it as a signed 16-bit number
+    ("dynamo_system_port", "DYN_SYSTEM_PORT", 1, 32767),  # Dynamo 1.6.1 reads it as a signed 16-bit number
+    ("dynamo_http_port", "DYN_HTTP_PORT", 1, 65535))
 _BOOLEANS = (
     ("protect_metrics", "MBUILD_PROTECT_METRICS"), ("access_log", "MBUILD_ACCESS_LOG"), ("tracing", "MBUILD_TRACING"),
     ("skip_hardware_check", "MBUILD_SKIP_HARDWARE_CHECK"), ("allow_unauthenticated", "MBUILD_ALLOW_UNAUTHENTICATED"))
@@ -56,7 +57,7 @@ _BOOLEANS = (
 FLAGS = ("MBUILD_NO_AMX", "MBUILD_TRT_BUILD_AT_START")
 _TEXTS = (("host", "MBUILD_HOST"), ("served_name", "MBUILD_SERVED_MODEL_NAME"), ("site", "MBUILD_SITE"),
           ("ssl_certfile", "MBUILD_SSL_CERTFILE"), ("ssl_keyfile", "MBUILD_SSL_KEYFILE"),
-          ("model_profile", "MBUILD_MODEL_PROFILE"))
+          ("model_profile", "MBUILD_MODEL_PROFILE"), ("dynamo_http_host", "DYN_HTTP_HOST"))
 _PATHS = (("model_dir", "MBUILD_MODEL_DIR"), ("drain_flag", "MBUILD_DRAIN_FLAG"), ("failed_flag", "MBUILD_FAILED_FLAG"),
           ("harmony_vocabulary", HARMONY_VOCABULARY))
 _CHOICES = (("log_level", "MBUILD_LOG_LEVEL", LOG_LEVELS), ("log_format", "MBUILD_LOG_FORMAT", ("text", "json")),
@@ -112,6 +113,10 @@ class Settings:
     # Dynamo's own variable: the port of a Dynamo worker's status server (/health, /live), which the image's
     # HEALTHCHECK then asks instead of the HTTP server's, since a worker (`python3 -m runtimes.dynamo`) runs none.
     dynamo_system_port: int | None = None
+    # Dynamo's own variables for its frontend's address (its --http-host/--http-port win): where the image's frontend
+    # puts its key gate when MBUILD_API_KEY is set (runtimes/dynamo/frontend.py), Dynamo itself then on loopback
+    dynamo_http_host: str | None = None
+    dynamo_http_port: int | None = None
 
     @property
     def in_flight_seconds(self) -> float:

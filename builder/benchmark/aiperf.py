@@ -20,6 +20,7 @@ from typing import Any
 from builder.benchmark.result import Point, Spread
 from builder.benchmark.workloads import Workload
 from builder.errors import BenchFailed, ToolMissing
+from runtimes.settings import child_env
 
 VERSION = "0.13.0"
 REPORT = "profile_export_aiperf.json"
@@ -51,7 +52,7 @@ class Call:
         """AIPerf's environment. Under HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) AIPerf 0.13 looks every tokenizer
         up in the Hub's cache by repo id, a local folder too, and fails each point; a folder needs no Hub, so for
         one the two are left out (what AIPerf then loads is the folder alone, no download)."""
-        env = dict(os.environ)
+        env = child_env()
         if Path(self.tokenizer).is_dir():
             for name in OFFLINE:
                 env.pop(name, None)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
-import os
 import runpy
 import signal
 import socket
@@ -50,11 +49,11 @@ def router_defaults(config: EngineConfig) -> dict[str, str]:
     return {"DYN_ROUTER_PREFILL_LOAD_SCALE": str(CPU_PREFILL_LOAD_SCALE)} if config.engine == "onnxruntime" else {}
 
 
-def split_address(argv: list[str]) -> tuple[str, int, list[str]]:
+def split_address(argv: list[str], settings: Settings) -> tuple[str, int, list[str]]:
     """The address Dynamo's frontend would listen on (its own flags, variables and defaults), and the other args."""
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--http-host", default=os.environ.get("DYN_HTTP_HOST") or "0.0.0.0")
-    parser.add_argument("--http-port", type=int, default=int(os.environ.get("DYN_HTTP_PORT") or 8000))
+    parser.add_argument("--http-host", default=settings.dynamo_http_host or "0.0.0.0")
+    parser.add_argument("--http-port", type=int, default=settings.dynamo_http_port or 8000)
     known, rest = parser.parse_known_args(argv)
     return known.http_host, known.http_port, rest
 
@@ -74,7 +73,7 @@ def _loopback_port() -> int:
 def gated(argv: list[str], settings: Settings) -> int:
     """Dynamo's frontend on a loopback port, the gate on the asked-for address; ends when either does."""
     assert settings.api_key is not None
-    host, port, rest = split_address(argv)
+    host, port, rest = split_address(argv, settings)
     inner = _loopback_port()
     child = subprocess.Popen([sys.executable, "-m", "dynamo.frontend", "--http-host", LOOPBACK,
                               "--http-port", str(inner), *rest], preexec_fn=_die_with_parent)
