@@ -37,6 +37,9 @@ def test_a_bad_nim_value_names_the_nim_variable() -> None:
     ({"MBUILD_LOG_LEVEL": "info", "NIM_LOG_LEVEL": "chatty"}, r"NIM_LOG_LEVEL .*'chatty': use one of"),
     ({"NIM_JSONL_LOGGING": "maybe"}, r"NIM_JSONL_LOGGING='maybe': use 1/true/yes/on or 0/false/no/off"),
     ({"MBUILD_TRT_BUILD_AT_START": "please"}, r"MBUILD_TRT_BUILD_AT_START='please': use 1/true"),  # read by flag()
+    # Dynamo's frontend address, where the key gate listens (runtimes/dynamo/frontend.py)
+    ({"DYN_HTTP_PORT": "70000"}, r"DYN_HTTP_PORT=70000 is outside 1\.\.65535"),
+    ({"DYN_HTTP_PORT": "http"}, r"DYN_HTTP_PORT='http' is not an integer"),
 ])
 def test_a_bad_value_is_refused_under_every_name(env: dict[str, str], says: str) -> None:
     with pytest.raises(SettingsError, match=says):
