@@ -138,6 +138,9 @@ class Checkpoint:
     def __contains__(self, name: str) -> bool:
         return name in self.files or name in self.state
 
+    def names(self) -> list[str]:
+        return [*self.files, *self.state]
+
     def shape(self, name: str) -> tuple[int, ...]:
         self._check(name)
         return self.files[name].tensors[name][1] if name in self.files else tuple(self.state[name].shape)

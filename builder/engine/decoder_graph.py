@@ -54,9 +54,10 @@ from runtimes.kernels import DOMAIN as KERNELS_DOMAIN
 class GraphWriter:
     """Nodes and initializers of the decoder; `linear`, `norm` and `embedding` hide the naming and the format."""
 
-    def __init__(self, weights: WeightFile, checkpoint: Checkpoint, arch: Arch, form: LinearFormat) -> None:
+    def __init__(self, weights: WeightFile, checkpoint: Checkpoint, arch: Arch | None, form: LinearFormat) -> None:
+        """`arch` is the fast lane's family (its norms' epsilon and offset); the generic path writes no norms."""
         self.weights, self.checkpoint, self.form = weights, checkpoint, form
-        self.eps, self.offset = arch.eps, arch.norm_offset
+        self.eps, self.offset = (arch.eps, arch.norm_offset) if arch else (0.0, 0.0)
         self.nodes: list[onnx.NodeProto] = []
         self.write_linear = LinearWriter(weights, checkpoint, form)
 
@@ -93,10 +94,9 @@ class GraphWriter:
             return x
         return self.node("Mul", [x, self.weights.add(f"{name}.factor", np.array(factor, np.float32))], name)[0]
 
-    def embedding(self, ids: str) -> str:
+    def embedding(self, ids: str, source: str = "model.embed_tokens.weight") -> str:
         """The token table, fp32, or for quantized profiles 8-bit in blocks of 32 (llama.cpp's q8_0 layout),
         which an 8B model needs: its table is 2 GB in fp32. Rows are looked up, then widened."""
-        source = "model.embed_tokens.weight"
         vocab, hidden = self.checkpoint.shape(source)
         if self.form.kind == "fp32" or hidden % TABLE_BLOCK:
             offset = self.weights.reserve("embed_tokens", (vocab, hidden), np.dtype(np.float32))
@@ -115,9 +115,27 @@ class GraphWriter:
                                                   "embed_tokens.zero_points"], "embed", domain="com.microsoft",
                          bits=TABLE_BITS, block_size=TABLE_BLOCK, gather_axis=0, quantize_axis=1)[0]
 
+    def attention(self, inputs: list[str], i: int, dims: HeadGeometry, scale: float, window: int = -1,
+                  softcap: float = 0.0, sinks: str | None = None, rotary: bool = False) -> str:
+        """Layer i's attention over its in-place cache: mbuild's CausalAttention where its library is beside the
+        graph and the layer needs nothing it lacks (a window, a soft cap, sinks), else GroupQueryAttention.
+        `inputs` are GroupQueryAttention's first nine (q, k, v, the caches, lengths, rotary tables)."""
+        heads = {"num_heads": dims.heads, "kv_num_heads": dims.kv_heads, "do_rotary": int(rotary)}
+        if self.form.tiles and window == -1 and not softcap and not sinks and dims.head_dim in ATTENTION_HEAD_DIMS:
+            attention = self.node(ATTENTION_OP, inputs, f"layers.{i}.attention", outputs=3, domain=KERNELS_DOMAIN,
+                                  scale=float(scale), **heads)
+        else:
+            attributes = {"softcap": softcap} if softcap else {}
+            extra = ["", "", sinks] if sinks else []  # position_ids and attention_bias come before head_sink
+            attention = self.node("GroupQueryAttention", [*inputs, *extra], f"layers.{i}.attention", outputs=3,
+                                  domain="com.microsoft", scale=float(scale), local_window_size=window, **heads,
+                                  **attributes)
+        self.nodes[-1].output[1:] = [f"present_key.{i}", f"present_value.{i}"]
+        return attention[0]
+
 
 @contextmanager
-def _opened(model_dir: Path, data_path: Path) -> Iterator[tuple[Checkpoint, WeightFile]]:
+def opened(model_dir: Path, data_path: Path) -> Iterator[tuple[Checkpoint, WeightFile]]:
     with ExitStack() as stack:
         fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         stack.callback(os.close, fd)
@@ -140,21 +158,10 @@ def _attention(g: GraphWriter, arch: Arch, i: int, h: str, dims: HeadGeometry) -
             k = g.norm(k, f"{prefix}.k_norm.weight", f"layers.{i}.k_norm")
         qkv_inputs = [q, k, v]
     rope = [f"cos_cache.{plan.rope}", f"sin_cache.{plan.rope}"] if plan.rope else ["", ""]
-    sink = [g.weights.add(f"layers.{i}.sinks", g.checkpoint.get(f"{prefix}.sinks"))] if arch.sinks else []
-    extra = ["", "", *sink] if sink else []  # position_ids and attention_bias come before head_sink
+    sink = g.weights.add(f"layers.{i}.sinks", g.checkpoint.get(f"{prefix}.sinks")) if arch.sinks else None
     inputs = [*qkv_inputs, f"past_key.{i}", f"past_value.{i}", "seqlens_k", "total_sequence_length", *rope]
-    heads = {"num_heads": dims.heads, "kv_num_heads": dims.kv_heads, "do_rotary": int(plan.rope is not None)}
-    if g.form.tiles and plan.window == -1 and not arch.attn_softcap and not sink \
-            and dims.head_dim in ATTENTION_HEAD_DIMS:  # the library is beside the graph: mbuild's attention
-        attention = g.node(ATTENTION_OP, inputs, f"layers.{i}.attention", outputs=3, domain=KERNELS_DOMAIN,
-                           scale=float(arch.attn_scale), **heads)
-    else:
-        attributes = {"softcap": arch.attn_softcap} if arch.attn_softcap else {}
-        attention = g.node("GroupQueryAttention", [*inputs, *extra], f"layers.{i}.attention", outputs=3,
-                           domain="com.microsoft", scale=arch.attn_scale, local_window_size=plan.window,
-                           **heads, **attributes)
-    g.nodes[-1].output[1:] = [f"present_key.{i}", f"present_value.{i}"]
-    return g.linear(attention[0], [f"{prefix}.o_proj"], f"layers.{i}.o_proj")
+    out = g.attention(inputs, i, dims, arch.attn_scale, plan.window, arch.attn_softcap, sink, plan.rope is not None)
+    return g.linear(out, [f"{prefix}.o_proj"], f"layers.{i}.o_proj")
 
 
 def _mlp(g: GraphWriter, arch: Arch, i: int, h: str) -> str:
@@ -222,7 +229,7 @@ def write_decoder(model_dir: Path, config: Any, out_dir: Path, form: LinearForma
     arch = arch_of(config)
     dims = head_geometry(config)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with _opened(model_dir, out_dir / DATA_FILE) as (checkpoint, weights):
+    with opened(model_dir, out_dir / DATA_FILE) as (checkpoint, weights):
         g = GraphWriter(weights, checkpoint, arch, form or LinearFormat())
         for key, (cos, sin) in rotary_tables(config, dims.head_dim, arch.rope_keys()).items():
             weights.add(f"cos_cache.{key}", cos)
@@ -236,6 +243,12 @@ def write_decoder(model_dir: Path, config: Any, out_dir: Path, form: LinearForma
 
 
 def _save(g: GraphWriter, dims: HeadGeometry, vocab: int, out_dir: Path) -> None:
+    save_decoder(g.nodes, g.weights.initializers, dims, vocab, out_dir, opset=18)
+
+
+def save_decoder(nodes: list[onnx.NodeProto], initializers: list[TensorProto], dims: HeadGeometry, vocab: int,
+                 out_dir: Path, opset: int) -> None:
+    """model.onnx with the decoder's inputs and outputs (the module docstring); `opset`: the default domain's."""
     cache: list[str | int] = ["batch", dims.kv_heads, "max_length", dims.head_dim]
     f32 = TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "new"]),
@@ -246,9 +259,9 @@ def _save(g: GraphWriter, dims: HeadGeometry, vocab: int, out_dir: Path) -> None
     for i in range(dims.layers):
         inputs += [helper.make_tensor_value_info(f"past_{kind}.{i}", f32, cache) for kind in ("key", "value")]
         outputs += [helper.make_tensor_value_info(f"present_{kind}.{i}", f32, cache) for kind in ("key", "value")]
-    graph = helper.make_graph(g.nodes, "decoder", inputs, outputs, g.weights.initializers)
-    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)]
-    if any(node.domain == KERNELS_DOMAIN for node in g.nodes):
+    graph = helper.make_graph(nodes, "decoder", inputs, outputs, initializers)
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
+    if any(node.domain == KERNELS_DOMAIN for node in nodes):
         opsets.append(helper.make_opsetid(KERNELS_DOMAIN, 1))
     model = helper.make_model(graph, opset_imports=opsets, producer_name="mbuild")
     model.ir_version = 9

@@ -20,12 +20,13 @@ from builder.engine.decoder_graph import write_decoder
 from builder.engine.decoder_torch import write_grown_cache_graph
 from builder.engine.export_encoder import fast_tokenizer
 from builder.engine.exported import ExportResult
+from builder.engine.generic.export import write_generic
 from builder.engine.native_kernels import build_library
 from builder.engine.quiet import quiet_ml
 from builder.engine.rope import served_context
 from builder.engine.weight_writer import LinearFormat
 from builder.errors import ToolMissing, UnsupportedModel
-from builder.model.families import family
+from builder.model.families import family, fast_lane
 from builder.planning.engine_options import ort_options
 from builder.planning.profiles import Profile
 from runtimes.bundle.engine import DecoderOptions
@@ -63,13 +64,14 @@ def _eos_ids(model_dir: Path, config: Any, tokenizer: Any) -> list[int]:
 
 def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearFormat | None = None) -> ExportResult:
     config = AutoConfig.from_pretrained(model_dir)
-    family(config.model_type)  # refuses, naming the families mbuild builds
     tokenizer = fast_tokenizer(model_dir)
     if grown_cache:
+        family(config.model_type)  # TensorRT's graph is the fast lane's families' only: the others are refused
         past, dims = write_grown_cache_graph(model_dir, config, out_dir)
         inputs: tuple[str, ...] = ("input_ids", "attention_mask", "position_ids", "logits_at", *past)
     else:
-        dims = write_decoder(model_dir, config, out_dir, form)
+        writer = write_decoder if fast_lane(config.model_type) else write_generic
+        dims = writer(model_dir, config, out_dir, form)
         past = [f"past_{kind}.{i}" for i in range(dims.layers) for kind in ("key", "value")]
         inputs = ("input_ids", "seqlens_k", "total_sequence_length", "logits_at", *past)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))

@@ -61,20 +61,31 @@ def load_module(module: torch.nn.Module, checkpoint: Checkpoint, prefix: str) ->
     module.to_empty(device="cpu")
     with torch.no_grad():
         for local, target in module.state_dict().items():
-            name = f"{prefix}.{local}"
-            found = _found(checkpoint, name)
-            if found is not None:
-                _copy(target, checkpoint, found, name)
-                continue
-            parts = _per_expert(checkpoint, name, target.shape[0]) if target.dim() == 3 else None
-            if parts is None:
-                raise _missing(checkpoint, name)
-            for expert, sources in enumerate(parts):
-                row = 0
-                for source in sources:
-                    rows = checkpoint.shape(source)[0]
-                    _copy(target[expert, row:row + rows], checkpoint, source, f"{name}[{expert}, {row}:{row + rows}]")
-                    row += rows
-                if row != target.shape[1]:
-                    raise UnsupportedModel(f"the experts of {name!r} stack to {row} rows, but the model's config "
-                                           f"makes {target.shape[1]}", hint="is config.json the model's own?")
+            fill(target, checkpoint, f"{prefix}.{local}")
+
+
+def load_tensor(checkpoint: Checkpoint, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """One tensor of the model, fp32, of the shape its config makes."""
+    target = torch.empty(shape, dtype=torch.float32)
+    fill(target, checkpoint, name)
+    return target
+
+
+def fill(target: torch.Tensor, checkpoint: Checkpoint, name: str) -> None:
+    """A model tensor's values from the checkpoint: held whole, or fused from one tensor an expert."""
+    found = _found(checkpoint, name)
+    if found is not None:
+        _copy(target, checkpoint, found, name)
+        return
+    parts = _per_expert(checkpoint, name, target.shape[0]) if target.dim() == 3 else None
+    if parts is None:
+        raise _missing(checkpoint, name)
+    for expert, sources in enumerate(parts):
+        row = 0
+        for source in sources:
+            rows = checkpoint.shape(source)[0]
+            _copy(target[expert, row:row + rows], checkpoint, source, f"{name}[{expert}, {row}:{row + rows}]")
+            row += rows
+        if row != target.shape[1]:
+            raise UnsupportedModel(f"the experts of {name!r} stack to {row} rows, but the model's config "
+                                   f"makes {target.shape[1]}", hint="is config.json the model's own?")

@@ -22,8 +22,10 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from builder.engine.checkpoint import Checkpoint
 from builder.engine.family_glue import FamilyGlue, attention_bias
+from builder.engine.generic.reference import generic_reference_logits
 from builder.engine.layer_weights import load_module
 from builder.engine.weight_writer import BLOCK_BYTES
+from builder.model.families import fast_lane
 
 
 def _masks(length: int, glue: FamilyGlue) -> dict[int | None, torch.Tensor]:
@@ -38,6 +40,8 @@ def reference_logits(model_dir: Path, sequences: list[list[int]], first: list[in
     """fp32 logits [len(seq) - first, vocab] of each sequence's positions first-1 .. len-2 (the ones that
     predict tokens first .. len-1)."""
     config = AutoConfig.from_pretrained(model_dir)
+    if not fast_lane(config.model_type):
+        return generic_reference_logits(model_dir, sequences, first)
     config._attn_implementation = "eager"  # the explicit masks below carry causality and sliding windows
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

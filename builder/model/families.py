@@ -25,6 +25,7 @@ class Family:
     kind: Literal["dense", "moe"] = "dense"
     ties_head: bool = False  # tie_word_embeddings when config.json omits it
     sliding_period: int = 0  # without layer_types: every period-th layer is global, the rest slide (0: all slide)
+    generic: bool = False  # built by the generic export (builder/model/generic.py), not by hand
 
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
@@ -62,6 +63,12 @@ WRAPPERS: dict[str, Wrapper] = {
                                       "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
                                       "head_dim": 256, "max_position_embeddings": 131072, "sliding_window": 4096}),
 }
+
+
+def fast_lane(model_type: str | None) -> bool:
+    """Whether a language model's graph is written by hand (decoder_graph.py) rather than traced from
+    transformers' modeling code (builder/engine/generic/)."""
+    return str(model_type or "") in FAMILIES
 
 
 def family(model_type: str | None) -> Family:

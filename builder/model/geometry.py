@@ -11,6 +11,9 @@ from typing import Any
 from builder.errors import UnsupportedModel
 from builder.model.families import FAMILIES
 
+# where configs count a mixture-of-experts layer's routed experts
+EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
 
 @dataclass(frozen=True)
 class HeadGeometry:
@@ -41,12 +44,13 @@ def expert_layers(config: Mapping[str, Any] | Any) -> tuple[int, ...]:
     """The layers whose feed-forward is a mixture of experts: all of a mixture-of-experts family's, but (as
     modeling_qwen3_moe does) those in mlp_only_layers and all but every decoder_sparse_step-th one."""
     family = FAMILIES.get(str(_get(config, "model_type")))
-    experts = _get(config, "num_local_experts") or _get(config, "num_experts")
-    if family is None or family.kind != "moe" or not experts:
+    experts = next((n for name in EXPERT_COUNTS if isinstance(n := _get(config, name), int) and n > 1), 0)
+    if (family is not None and family.kind != "moe") or not experts:
         return ()
     try:
         layers = int(_get(config, "num_hidden_layers"))
         dense = {int(i) for i in _get(config, "mlp_only_layers") or ()}
+        dense |= set(range(int(_get(config, "first_k_dense_replace") or 0)))  # DeepSeek's first dense layers
         step = int(_get(config, "decoder_sparse_step") or 1)
     except (TypeError, ValueError) as exc:
         raise UnsupportedModel(f"the model's config has no usable num_hidden_layers, mlp_only_layers or "

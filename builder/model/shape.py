@@ -18,8 +18,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builder.errors import UnsupportedModel
-from builder.model.families import FAMILIES, Family, family, wrapped_family
-from builder.model.geometry import expert_layers, head_geometry, model_context
+from builder.model.families import FAMILIES, Family, wrapped_family
+from builder.model.generic import language_family
+from builder.model.geometry import EXPERT_COUNTS, expert_layers, head_geometry, model_context
 from runtimes.bundle.engine import Task  # the one list of tasks: engine.json's, which the image reads
 
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
@@ -122,7 +123,7 @@ def _wrapper(config: Mapping[str, Any]) -> str:
 
 def moe_layout(text: Mapping[str, Any]) -> MoeLayout:
     """Experts from config.json: Mixtral and gpt-oss name them num_local_experts, Qwen3-MoE num_experts."""
-    experts = _int(text, "num_local_experts", "num_experts")
+    experts = _int(text, *EXPERT_COUNTS)
     if not experts:
         raise UnsupportedModel("config.json of a mixture-of-experts model names no num_local_experts or num_experts")
     return MoeLayout(experts, _int(text, "num_experts_per_tok", "experts_per_token", default=1),
@@ -165,7 +166,8 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
     """The planning facts of a transformers config.json; a language model's family must be one mbuild builds."""
     if task == "text-generation" or config.get("model_type") in FAMILIES:  # a decoder body embeds too (Qwen3-Embedding)
         text, fam = text_config(config)
-        fam = fam or family(text.get("model_type"))  # the refusal of a family mbuild does not build, by name
+        if fam is None:  # the fast lane's family, the generic export's, or the refusal that says why neither
+            text, fam = language_family(text)
     else:  # an encoder inside a wrapper (a text_config) is sized by it; its own export decides what it reads
         inner = config.get("text_config")
         text, fam = (inner if isinstance(inner, Mapping) else config), None

@@ -1,0 +1,45 @@
+"""The generic path's export: plan the model, trace it, write the engine (this package's docstring)."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from builder.engine.checkpoint import Checkpoint
+from builder.engine.generic.rewrite import rewrite
+from builder.engine.generic.skeleton import keyed, load_rest, plan_model, streamed_modules
+from builder.engine.generic.trace import ATTENTION, AttentionCall, trace
+from builder.engine.weight_writer import LinearFormat
+from builder.errors import UnsupportedModel
+from builder.model.geometry import HeadGeometry
+
+
+def _geometry(calls: list[AttentionCall]) -> HeadGeometry:
+    """The cache's dimensions, one for every layer: the runtime's pool holds one shape."""
+    first = calls[0]
+    if any((c.kv_heads, c.head_dim) != (first.kv_heads, first.head_dim) for c in calls):
+        raise UnsupportedModel("its layers' caches differ in shape (key/value heads or head size per layer)")
+    if any(c.value_dim != c.head_dim for c in calls):
+        raise UnsupportedModel(f"its values are {first.value_dim} wide per head but its keys {first.head_dim} "
+                               "(multi-head latent attention), which mbuild's cache does not hold yet")
+    return HeadGeometry(layers=len(calls), heads=first.heads, kv_heads=first.kv_heads, head_dim=first.head_dim)
+
+
+def write_generic(model_dir: Path, config: Any, out_dir: Path, form: LinearFormat | None = None) -> HeadGeometry:
+    """model.onnx + model.onnx.data in out_dir, as decoder_graph.write_decoder writes them; the cache's
+    dimensions."""
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    if layers <= 0:
+        raise UnsupportedModel("its config names no num_hidden_layers")
+    model = plan_model(config, ATTENTION)
+    with ExitStack() as stack:
+        checkpoint = Checkpoint(model_dir, stack)
+        linears, embedding = streamed_modules(model, checkpoint)
+        load_rest(model, checkpoint, keyed(model))
+    traced, calls = trace(model, layers)
+    del model
+    dims = _geometry(calls)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rewrite(traced, model_dir, out_dir, linears, embedding, calls, dims, int(config.vocab_size), form or LinearFormat())
+    return dims

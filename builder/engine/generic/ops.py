@@ -1,0 +1,87 @@
+"""Placeholder ops for the trace: where the generic graph needs the runtime's own nodes.
+
+Each is a torch custom op that records its inputs and an integer key in the exported program and computes
+nothing worth keeping (zeros of the right shape: the trace needs shapes, not values). torch.onnx's exporter
+writes each as a node of DOMAIN (TRANSLATIONS), which rewrite.py replaces: a linear layer by its weights in the
+profile's format, the token table by its (8-bit) rows, attention by GroupQueryAttention or mbuild's
+CausalAttention over the in-place cache. The schemas below exist only so the exporter can build those nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from onnx.defs import OpSchema, register_schema
+from onnxscript.values import Op, Opset
+
+DOMAIN = "mbuild.trace"
+LINEAR, EMBEDDING, ATTENTION = "Linear", "Embedding", "Attention"
+
+
+@torch.library.custom_op("mbuild_trace::linear", mutates_args=())
+def linear(x: torch.Tensor, key: int, out_features: int) -> torch.Tensor:
+    return x.new_zeros((*x.shape[:-1], out_features))
+
+
+@linear.register_fake
+def _(x: torch.Tensor, key: int, out_features: int) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], out_features))
+
+
+@torch.library.custom_op("mbuild_trace::embedding", mutates_args=())
+def embedding(ids: torch.Tensor, key: int, width: int) -> torch.Tensor:
+    return torch.zeros((*ids.shape, width))
+
+
+@embedding.register_fake
+def _(ids: torch.Tensor, key: int, width: int) -> torch.Tensor:
+    return torch.empty((*ids.shape, width))
+
+
+@torch.library.custom_op("mbuild_trace::attention", mutates_args=())
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past_key: torch.Tensor, past_value: torch.Tensor,
+              seqlens_k: torch.Tensor, total: torch.Tensor, sinks: torch.Tensor,
+              key: int, value_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q [B, H, S, D], k and v [B, KV, S, D] as transformers' attention takes them -> ([B, S, H, Dv] as it
+    returns, the caches as they are after the step). rewrite.py lays them out for the runtime's op."""
+    batch, heads, new, _ = q.shape
+    return q.new_zeros((batch, new, heads, value_dim)), past_key.clone(), past_value.clone()
+
+
+@attention.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past_key: torch.Tensor, past_value: torch.Tensor,
+      seqlens_k: torch.Tensor, total: torch.Tensor, sinks: torch.Tensor,
+      key: int, value_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    batch, heads, new, _ = q.shape
+    return q.new_empty((batch, new, heads, value_dim)), torch.empty_like(past_key), torch.empty_like(past_value)
+
+
+def _schema(name: str, inputs: int, outputs: int) -> Op:
+    types = [("T", ["tensor(float)", "tensor(int64)", "tensor(int32)"], "")]
+    register_schema(OpSchema(name, DOMAIN, 1, inputs=[OpSchema.FormalParameter(f"in{i}", "T") for i in range(inputs)],
+                             outputs=[OpSchema.FormalParameter(f"out{i}", "T") for i in range(outputs)],
+                             type_constraints=types, attributes=[OpSchema.Attribute("key", OpSchema.AttrType.INT, "")]))
+    return Op(Opset(DOMAIN, 1), name)
+
+
+_LINEAR, _EMBEDDING, _ATTENTION = _schema(LINEAR, 1, 1), _schema(EMBEDDING, 1, 1), _schema(ATTENTION, 8, 3)
+
+
+def _linear_node(x: Any, key: int, out_features: int) -> Any:
+    return _LINEAR(x, key=key)
+
+
+def _embedding_node(ids: Any, key: int, width: int) -> Any:
+    return _EMBEDDING(ids, key=key)
+
+
+def _attention_node(q: Any, k: Any, v: Any, past_key: Any, past_value: Any, seqlens_k: Any, total: Any, sinks: Any,
+                    key: int, value_dim: int) -> Any:
+    return _ATTENTION(q, k, v, past_key, past_value, seqlens_k, total, sinks, key=key)
+
+
+TRANSLATIONS: dict[Callable[..., Any], Callable[..., Any]] = {torch.ops.mbuild_trace.linear.default: _linear_node,
+                torch.ops.mbuild_trace.embedding.default: _embedding_node,
+                torch.ops.mbuild_trace.attention.default: _attention_node}

@@ -1,0 +1,78 @@
+"""The traced graph (trace.py) made the engine: each placeholder replaced by the runtime's node, its weights
+streamed from the checkpoint into model.onnx.data by the fast lane's own writer (decoder_graph.GraphWriter:
+the profile's linear format, the 8-bit token table, the attention over the in-place cache)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from builder.engine.decoder_graph import GraphWriter, opened, save_decoder
+from builder.engine.generic import ops
+from builder.engine.generic.skeleton import Streamed
+from builder.engine.generic.trace import AttentionCall
+from builder.engine.weight_writer import DATA_FILE, LinearFormat
+from builder.errors import UnsupportedModel
+from builder.model.geometry import HeadGeometry
+
+
+def _key(node: onnx.NodeProto) -> int:
+    return next(a.i for a in node.attribute if a.name == "key")
+
+
+def _attention(g: GraphWriter, node: onnx.NodeProto, call: AttentionCall, layer: int, dims: HeadGeometry,
+               sinks: dict[str, onnx.TensorProto]) -> None:
+    """The runtime's attention for a placeholder: q, k, v from transformers' [B, heads, S, D] to [B, S, heads * D]
+    and the output back to [B, S, heads, D]."""
+    q, k, v, past_key, past_value, seqlens, total, sink = node.input
+    flat = g.weights.add(f"layers.{layer}.flat", np.array([0, 0, -1], np.int64))
+    qkv = [g.node("Reshape", [g.node("Transpose", [x], f"layers.{layer}.{n}_t", perm=[0, 2, 1, 3])[0], flat],
+                  f"layers.{layer}.{n}_flat")[0] for n, x in (("q", q), ("k", k), ("v", v))]
+    sink_name = None
+    if call.sinks:
+        sink_name = g.weights.add(f"layers.{layer}.sinks", numpy_helper.to_array(sinks[sink]))
+    inputs = [*qkv, past_key, past_value, seqlens, total, "", ""]
+    out = g.attention(inputs, layer, dims, call.scale, call.window, call.softcap, sink_name)
+    heads = g.weights.add(f"layers.{layer}.heads", np.array([0, 0, call.heads, call.value_dim], np.int64))
+    g.nodes.append(onnx.helper.make_node("Reshape", [out, heads], [node.output[0]], name=f"layers.{layer}.heads"))
+
+
+def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, linears: list[Streamed], embedding: Streamed,
+            calls: list[AttentionCall], dims: HeadGeometry, vocab: int, form: LinearFormat) -> None:
+    """model.onnx and model.onnx.data in out_dir from the traced graph."""
+    graph = model.graph
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    constants = {t.name: t for t in graph.initializer}
+    # the trace's names for the placeholders' caches -> the runtime's buffers, which the attention writes in place
+    presents: dict[str, str] = {}
+    with opened(model_dir, out_dir / DATA_FILE) as (checkpoint, weights):
+        g = GraphWriter(weights, checkpoint, None, form)
+        for node in graph.node:
+            if node.domain != ops.DOMAIN:
+                g.nodes.append(node)
+            elif node.op_type == ops.LINEAR:
+                source = linears[_key(node)]
+                if source.transposed:
+                    raise UnsupportedModel(f"{source.module} stores its weight transposed (Conv1D), which the "
+                                           "generic export does not stream yet")
+                out = g.linear(node.input[0], [source.weight.removesuffix(".weight")], f"{source.module}")
+                g.nodes.append(onnx.helper.make_node("Identity", [out], [node.output[0]], name=f"{source.module}/out"))
+            elif node.op_type == ops.EMBEDDING:
+                out = g.embedding(node.input[0], embedding.weight)
+                g.nodes.append(onnx.helper.make_node("Identity", [out], [node.output[0]], name="embed/out"))
+            else:
+                layer = _key(node)
+                _attention(g, node, calls[layer], layer, dims, constants)
+                presents.update({node.output[1]: f"present_key.{layer}", node.output[2]: f"present_value.{layer}"})
+        for node in g.nodes:
+            node.input[:] = [presents.get(name, name) for name in node.input]
+        # an Identity the exporter put between a placeholder's cache and the graph's output copies it onto itself now
+        kept = [n for n in g.nodes if not (n.op_type == "Identity" and n.input[0] == n.output[0])]
+        read = {name for node in kept for name in node.input}
+        for tensor in graph.initializer:
+            if tensor.name in read:
+                weights.add(tensor.name, numpy_helper.to_array(tensor))
+    save_decoder(kept, weights.initializers, dims, vocab, out_dir, opset)

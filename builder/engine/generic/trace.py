@@ -1,0 +1,154 @@
+"""The trace: transformers' model, its weights routed to placeholders (ops.py), as an ONNX graph with the
+fast lane's inputs and outputs (decoder_graph.py's docstring names them).
+
+transformers' attention interface takes mbuild's attention: every attention module calls it after its own
+projections, norms and rotary embedding with q [B, H, S, D], the new keys and values and its scaling, window,
+soft cap and sinks; the placeholder gets them with the layer's past cache, and its outputs are the step's
+present cache. No attention mask is made (the attention is causal, windowed by the layer's window), and
+positions come from seqlens_k as GroupQueryAttention counts them. The LM head's input is narrowed to the
+positions logits_at picks before the head runs, so whatever the model does after its head (a soft cap, a
+scale) applies to those rows only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+import torch
+from torch.export import Dim
+from transformers.modeling_utils import AttentionInterface
+from transformers.pytorch_utils import Conv1D
+
+from builder.engine.generic import ops
+from builder.engine.generic.skeleton import KEY
+from builder.errors import UnsupportedModel
+
+ATTENTION = "mbuild_generic"
+# What attention modules pass that changes nothing here: the positions and cache bookkeeping the placeholder's
+# inputs already carry, and training-only switches
+IGNORED = frozenset({"position_ids", "use_cache", "cache_position", "output_attentions", "layer_idx", "dropout",
+                     "past_key_values", "past_key_value", "is_causal", "position_embeddings", "layer_type",
+                     "token_type_ids", "attention_type", "sequence_length"})
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """What one layer's attention asked for, read from its call during the trace."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    value_dim: int
+    scale: float
+    window: int  # -1: the whole context
+    softcap: float  # 0: none
+    sinks: bool
+
+
+@dataclass
+class _Step:
+    past: tuple[torch.Tensor, ...] = ()
+    seqlens_k: torch.Tensor | None = None
+    total: torch.Tensor | None = None
+    logits_at: torch.Tensor | None = None
+    present: list[torch.Tensor] = field(default_factory=list)
+    calls: list[AttentionCall] = field(default_factory=list)
+
+
+_STEP = _Step()  # the trace runs in one thread of the export worker
+
+
+def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any,
+               scaling: float | None = None, sliding_window: int | None = None, softcap: float | None = None,
+               s_aux: torch.Tensor | None = None, sinks: torch.Tensor | None = None,
+               **kwargs: Any) -> tuple[torch.Tensor, None]:
+    unknown = sorted(k for k, v in kwargs.items() if k not in IGNORED and v is not None)
+    if unknown:
+        raise UnsupportedModel(f"its attention asks for {', '.join(unknown)}, which mbuild's attention does not take")
+    layer = len(_STEP.calls)
+    if 2 * layer + 1 >= len(_STEP.past):
+        raise UnsupportedModel("it runs attention more times than it has layers (a cache shared across layers?)")
+    heads, head_dim = int(query.shape[1]), int(query.shape[3])  # not batch or length: they stay dynamic
+    kv_heads, value_dim = int(key.shape[1]), int(value.shape[-1])
+    sink = s_aux if s_aux is not None else sinks
+    _STEP.calls.append(AttentionCall(heads, kv_heads, head_dim, value_dim,
+                                     float(scaling if scaling is not None else head_dim ** -0.5),
+                                     int(sliding_window) if sliding_window else -1, float(softcap or 0.0),
+                                     sink is not None))
+    out, present_key, present_value = ops.attention(
+        query, key, value, _STEP.past[2 * layer], _STEP.past[2 * layer + 1], _STEP.seqlens_k, _STEP.total,
+        sink if sink is not None else torch.zeros(0), layer, value_dim)
+    _STEP.present += [present_key, present_value]
+    return out, None
+
+
+AttentionInterface.register(ATTENTION, _attention)
+
+
+@contextmanager
+def _placeholders(model: Any) -> Iterator[None]:
+    """Keyed modules' forwards call the placeholders while the trace runs; the LM head sees only logits_at's rows."""
+    head = model.get_output_embeddings()
+    linear, conv, table = torch.nn.Linear.forward, Conv1D.forward, torch.nn.Embedding.forward
+
+    def linear_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+        if not hasattr(self, KEY):
+            return linear(self, x)
+        if self is head and _STEP.logits_at is not None:
+            x = x.reshape(-1, x.shape[-1]).index_select(0, _STEP.logits_at).unsqueeze(0)
+        return ops.linear(x, getattr(self, KEY), self.out_features)
+
+    def conv_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+        return ops.linear(x, getattr(self, KEY), self.nf) if hasattr(self, KEY) else conv(self, x)
+
+    def table_forward(self: Any, ids: torch.Tensor) -> torch.Tensor:
+        return ops.embedding(ids, getattr(self, KEY), self.embedding_dim) if hasattr(self, KEY) else table(self, ids)
+
+    torch.nn.Linear.forward, Conv1D.forward = linear_forward, conv_forward  # type: ignore[method-assign,assignment]
+    torch.nn.Embedding.forward = table_forward  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        torch.nn.Linear.forward, Conv1D.forward, torch.nn.Embedding.forward = linear, conv, table  # type: ignore[method-assign]
+
+
+class _Decoder(torch.nn.Module):
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, seqlens_k: torch.Tensor, total: torch.Tensor, logits_at: torch.Tensor,
+                past: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        _STEP.past, _STEP.seqlens_k, _STEP.total, _STEP.logits_at = past, seqlens_k, total, logits_at
+        _STEP.calls, _STEP.present = [], []  # per run: the exporter may run the model more than once
+        new = input_ids.shape[1]
+        # GroupQueryAttention's positions: a row's new tokens end at its length (seqlens_k + 1)
+        positions = seqlens_k.to(torch.int64).unsqueeze(1) + 1 - new + torch.arange(new).unsqueeze(0)
+        logits = self.model(input_ids=input_ids, position_ids=positions, use_cache=False).logits
+        return (logits.reshape(-1, logits.shape[-1]), *_STEP.present)
+
+
+def trace(model: Any, layers: int) -> tuple[onnx.ModelProto, list[AttentionCall]]:
+    """The traced graph (placeholders in, weights out but the small ones) and each layer's attention. Batch,
+    new tokens and the cache's length stay dynamic; the cache's other sizes are the runtime's (rewrite.py)."""
+    past = [f"past_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
+    present = [name.replace("past", "present") for name in past]
+    example = (torch.ones(2, 3, dtype=torch.long), torch.tensor([5, 5], dtype=torch.int32),
+               torch.tensor(6, dtype=torch.int32), torch.tensor([2, 5]), tuple(torch.zeros(2, 1, 8, 1) for _ in past))
+    batch, new, picked, length = (Dim(n) for n in ("batch", "new", "picked", "max_length"))
+    shapes = ({0: batch, 1: new}, {0: batch}, None, {0: picked}, tuple({0: batch, 2: length} for _ in past))
+    with torch.no_grad(), _placeholders(model):
+        program = torch.onnx.export(_Decoder(model), example, dynamo=True, dynamic_shapes=shapes,
+                                    input_names=["input_ids", "seqlens_k", "total_sequence_length", "logits_at",
+                                                 *past], output_names=["logits", *present],
+                                    custom_translation_table=dict(ops.TRANSLATIONS), optimize=True, verbose=False)
+    if len(_STEP.calls) != layers:
+        raise UnsupportedModel(f"attention ran in {len(_STEP.calls)} of its {layers} layers (layers without "
+                               "attention need a state cache mbuild does not have)")
+    if program is None:  # the exporter returns None only when told to write a file
+        raise AssertionError("torch.onnx.export returned no program")
+    return program.model_proto, list(_STEP.calls)

@@ -1,0 +1,93 @@
+"""What planning knows of a language model without a fast lane: transformers' own config class, read from
+config.json alone, before any download.
+
+Such a model is built by the generic export (builder/engine/generic/) when transformers can run it as a causal
+LM. Its config.json is read through its config class: the class's attribute_map gives the standard names
+(GPT-2's n_embd is hidden_size) and its defaults fill what the file leaves out. What the generic export
+cannot build is refused here, by rules on the config that hold for every family: an encoder-decoder, layers
+that keep a recurrent state instead of a KV cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from builder.errors import UnsupportedModel
+from builder.model.families import Family, family, fast_lane
+from builder.model.geometry import EXPERT_COUNTS
+
+# layer_types entries that attend over a KV cache; any other (mamba, linear_attention, conv...) keeps a state
+ATTENTION_LAYERS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "attention"})
+HINT = "see docs/models.md for the model types mbuild builds and why the others are refused"
+
+
+@cache
+def causal_lm_types() -> frozenset[str]:
+    """Every model_type transformers maps to a causal LM class."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return frozenset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+@cache
+def _config_class(model_type: str) -> Any:
+    from transformers import CONFIG_MAPPING
+
+    return CONFIG_MAPPING[model_type]
+
+
+def standard_config(model_type: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """config.json under transformers' standard names, the class's defaults beneath what the file says."""
+    cls = _config_class(model_type)
+    try:
+        defaults = cls().to_dict()
+    except Exception:  # a class that cannot be made without arguments offers no defaults
+        defaults = {}
+    merged = {**defaults, **config}
+    for standard, own in getattr(cls, "attribute_map", {}).items():
+        if own in merged and standard not in config:
+            merged[standard] = merged[own]
+    return merged
+
+
+def refusal(model_type: str, config: Mapping[str, Any]) -> str | None:
+    """Why the generic export cannot build this model, in one line; None where it can try."""
+    if model_type not in causal_lm_types():
+        return f"transformers {_version()} has no causal language model of type {model_type or '(none)'!r}"
+    if config.get("is_encoder_decoder"):
+        return "an encoder-decoder model (mbuild serves decoder-only language models)"
+    other = sorted({str(k) for k in config.get("layer_types") or ()} - ATTENTION_LAYERS)
+    if other:
+        return (f"a hybrid with recurrent layers ({', '.join(other)}), which keep a per-sequence state that "
+                "mbuild's engine has no cache for yet")
+    return None
+
+
+def _version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
+
+
+def generic_family(model_type: str, config: Mapping[str, Any]) -> Family:
+    """The record planning reads for a model the generic export builds, or its refusal."""
+    why = refusal(model_type, config)
+    if why:
+        raise UnsupportedModel(f"language models of type {model_type!r} are not supported: {why}", hint=HINT)
+    moe = any(isinstance(config.get(k), int) and config.get(k, 0) > 1 for k in EXPERT_COUNTS)
+    return Family(model_type, model_type, "moe" if moe else "dense",
+                  ties_head=bool(config.get("tie_word_embeddings", False)), generic=True)
+
+
+def language_family(text: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family]:
+    """A language model's config (standard names for a generic one) and its family: the fast lane's record, or
+    the generic export's, or the refusal that says why neither builds it."""
+    kind = str(text.get("model_type") or "")
+    if fast_lane(kind):
+        return text, family(kind)
+    if kind not in causal_lm_types():
+        family(kind)  # the refusal that names the families and the nearest
+    standard = standard_config(kind, text)
+    return standard, generic_family(kind, standard)
