@@ -14,6 +14,7 @@ from builder.build.plan_package import PackageOptions
 from builder.cli.options import draft_option, extras_option, target_options
 from builder.image import CHOICES
 from builder.image.oci import LAYOUT_DIR
+from builder.model.families import export_path
 from builder.progress import Reporter
 from runtimes.settings import PORT
 
@@ -45,6 +46,9 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
         table.add_row("pushed", f"{result.pushed.destination}@{result.pushed.digest} ({result.pushed.tool})")
     table.add_row("build dir", str(result.build_dir))
     table.add_row("profile", f"{result.plan.profile.name} ({result.plan.profile.id[:12]})")
+    facts = result.plan.facts
+    if facts.family and facts.task == "text-generation":
+        table.add_row("path", export_path(facts.family))
     report = result.report
     if report:
         table.add_row("validation", report.verdict)

@@ -11,6 +11,7 @@ from builder.benchmark.sizing import Sizing, sizing_from_options
 from builder.build.plan_package import PackageOptions, plan_package
 from builder.cli.options import draft_option, extras_option, sizing_options, target_options
 from builder.model.catalog import ModelFacts
+from builder.model.families import export_path
 from builder.model.shape import billions
 from builder.planning.memory import kv_bytes_per_token, kv_bytes_per_value, served_context
 from builder.planning.plan import BuildPlan
@@ -76,6 +77,7 @@ def render_plan(plan: BuildPlan) -> str:
         f"  model      {model.repo} @ {pinned}",
         f"  task       {facts.task}, {facts.describe_params()} ({facts.source})",
         *([f"  family     {_shape(facts)}"] if facts.family else []),
+        *([f"  path       {export_path(facts.family)}"] if facts.family and facts.task == "text-generation" else []),
         *([f"  draft      {plan.draft.model.repo} @ {plan.draft.model.sha or plan.draft.model.revision}: "
            f"{_shape(plan.draft.facts)}"] if plan.draft else []),
         f"  target     {plan.target.describe()} [{plan.target.source}]",

@@ -32,7 +32,7 @@ def _found(checkpoint: Checkpoint, name: str) -> str | None:
     return next((candidate for candidate in _spellings(name) if candidate in checkpoint), None)
 
 
-def _per_expert(checkpoint: Checkpoint, name: str, experts: int) -> list[list[str]] | None:
+def per_expert(checkpoint: Checkpoint, name: str, experts: int) -> list[list[str]] | None:
     """For a fused expert parameter, each expert's checkpoint tensors in stacking order."""
     stem, _, leaf = name.rpartition(".")
     for base in _spellings(stem):
@@ -77,7 +77,7 @@ def fill(target: torch.Tensor, checkpoint: Checkpoint, name: str) -> None:
     if found is not None:
         _copy(target, checkpoint, found, name)
         return
-    parts = _per_expert(checkpoint, name, target.shape[0]) if target.dim() == 3 else None
+    parts = per_expert(checkpoint, name, target.shape[0]) if target.dim() == 3 else None
     if parts is None:
         raise _missing(checkpoint, name)
     for expert, sources in enumerate(parts):

@@ -71,6 +71,14 @@ def fast_lane(model_type: str | None) -> bool:
     return str(model_type or "") in FAMILIES
 
 
+def export_path(model_type: str) -> str:
+    """Which export builds a language model, and why, in one line: what `mbuild plan` and `package` say."""
+    if fast_lane(model_type):
+        return f"fast lane: mbuild's hand-written graph for {model_type!r} (builder/engine/decoder_graph.py)"
+    return (f"generic: traced from transformers' own {model_type!r} modeling code, as no hand-written graph "
+            "exists for it (builder/engine/generic/)")
+
+
 def family(model_type: str | None) -> Family:
     """The family of a config's model_type, or the refusal that names it, the list and the nearest one."""
     name = str(model_type or "")

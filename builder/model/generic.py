@@ -10,6 +10,7 @@ that keep a recurrent state instead of a KV cache.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
@@ -18,8 +19,13 @@ from builder.errors import UnsupportedModel
 from builder.model.families import Family, family, fast_lane
 from builder.model.geometry import EXPERT_COUNTS
 
-# layer_types entries that attend over a KV cache; any other (mamba, linear_attention, conv...) keeps a state
+# layer_types entries that attend over a KV cache as mbuild's attention does (causal, maybe windowed)
 ATTENTION_LAYERS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "attention"})
+# what keeps a per-sequence state instead of (or beside) a KV cache: a layer type, or a config field sizing it
+RECURRENT_KIND = re.compile(r"(linear|conv|mamba|ssm|hybrid|recurrent|rnn|lstm|mlp)", re.I)
+RECURRENT_FIELD = re.compile(r"^(mamba_|ssm_|linear_conv|linear_num|linear_key|linear_value|linear_attn|state_size$|"
+                             r"conv_L_cache$|conv_kernel$|conv1d_width$|lru_width$|block_types$|n_recurrent|"
+                             r"hybrid_override_pattern$|hybrid_layer_ids$|time_step_)")
 HINT = "see docs/models.md for the model types mbuild builds and why the others are refused"
 
 
@@ -58,10 +64,16 @@ def refusal(model_type: str, config: Mapping[str, Any]) -> str | None:
         return f"transformers {_version()} has no causal language model of type {model_type or '(none)'!r}"
     if config.get("is_encoder_decoder"):
         return "an encoder-decoder model (mbuild serves decoder-only language models)"
-    other = sorted({str(k) for k in config.get("layer_types") or ()} - ATTENTION_LAYERS)
-    if other:
-        return (f"a hybrid with recurrent layers ({', '.join(other)}), which keep a per-sequence state that "
-                "mbuild's engine has no cache for yet")
+    kinds = sorted({str(k) for k in config.get("layer_types") or ()} - ATTENTION_LAYERS)
+    state = sorted({k for k in kinds if RECURRENT_KIND.search(k)} | {k for k in config if RECURRENT_FIELD.match(k)})
+    if state and config.get("num_attention_heads"):
+        return (f"a hybrid with recurrent layers ({', '.join(state[:3])}), which keep a per-sequence state that "
+                "mbuild's engine has no cache for yet (it holds a KV cache only)")
+    if not config.get("num_attention_heads"):
+        return "no attention layers: a recurrent model, whose per-sequence state mbuild's engine has no cache for"
+    if kinds:
+        return (f"attention of kinds mbuild's attention does not compute ({', '.join(kinds)}): it attends causally, "
+                "over the whole context or a window")
     return None
 
 

@@ -28,7 +28,7 @@ class Row:
 def make_all(types: list[str], work: Path) -> dict[str, str]:
     """Each type's tiny model saved under `work`, in one process; the reason for each transformers cannot make."""
     # one forked child a type, its address space capped: a size field the rules miss cannot take the machine
-    code = ("import json, os, pathlib, resource, sys, torch\n"
+    code = ("import json, os, pathlib, resource, signal, sys, torch\n"
             "from tests.support.tiny_configs import tiny_config\n"
             "from tests.support.tiny_models import save_random_decoder\n"
             "failed = {}\n"
@@ -36,6 +36,7 @@ def make_all(types: list[str], work: Path) -> dict[str, str]:
             "    why = pathlib.Path(sys.argv[1]) / f'{kind}.why'\n"
             "    if os.fork() == 0:\n"
             "        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))\n"
+            "        signal.alarm(120)\n"
             "        try:\n"
             "            save_random_decoder(tiny_config(kind), pathlib.Path(sys.argv[1]) / kind, torch.float32)\n"
             "            os._exit(0)\n"

@@ -17,7 +17,7 @@ STANDARD = {"vocab_size": VOCAB, "hidden_size": HIDDEN, "num_attention_heads": H
             "head_dim": HEAD_DIM, "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2,
             "pad_token_id": 0, "tie_word_embeddings": False}
 SIZE = re.compile(r"(size|_dim|dim_|rank|intermediate|hidden)", re.I)
-WINDOWS = re.compile(r"(window|chunk)", re.I)
+WINDOWS = re.compile(r"(window|attention_chunk)", re.I)
 EXPERTS = re.compile(r"^(num_local_experts|num_experts|n_routed_experts|moe_num_experts|num_experts_total)$")
 PER_TOKEN = re.compile(r"^(num_experts_per_tok|experts_per_token|moe_k|top_k|num_experts_per_token|moe_topk)$")
 GROUPS = re.compile(r"^(n_group|topk_group|num_expert_group)$")
@@ -53,22 +53,31 @@ def _shrunk(name: str, value: Any) -> Any:
     return value
 
 
+def _tiny(defaults: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """The rules on one config's fields (a nested sub-config, text or vision, by the same rules)."""
+    layers_key = names.get("num_hidden_layers", "num_hidden_layers")
+    count = int(defaults.get(layers_key) or 2) if isinstance(defaults.get(layers_key), int) else 2
+    keep, lists = _layers(defaults, count)
+    values = {k: _shrunk(k, v) for k, v in defaults.items() if not isinstance(v, (dict, list))}
+    values.update(lists)
+    values.update({k: _tiny(v, {}) for k, v in defaults.items() if isinstance(v, dict) and _is_config(k, v)})
+    for standard, value in STANDARD.items():
+        name = names.get(standard, standard)
+        if name in defaults:
+            values[name] = value
+    if layers_key in defaults:
+        values[layers_key] = keep
+    values.pop("transformers_version", None)
+    return values
+
+
+def _is_config(name: str, value: dict[str, Any]) -> bool:
+    return name.endswith("_config") or "model_type" in value
+
+
 def tiny_config(model_type: str) -> Any:
     """The tiny config; raises whatever the class raises when these sizes do not fit its rules."""
     from transformers import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
-    defaults = cls().to_dict()
-    own = {standard: name for standard, name in getattr(cls, "attribute_map", {}).items()}
-    layers_key = own.get("num_hidden_layers", "num_hidden_layers")
-    count = int(defaults.get(layers_key) or 2)
-    keep, lists = _layers(defaults, count)
-    values = {k: _shrunk(k, v) for k, v in defaults.items() if not isinstance(v, (dict, list))}
-    values.update(lists)
-    for standard, value in STANDARD.items():
-        name = own.get(standard, standard)
-        if name in defaults or standard in defaults:
-            values[name] = value
-    values[layers_key] = keep
-    values.pop("transformers_version", None)
-    return cls(**values)
+    return cls(**_tiny(cls().to_dict(), dict(getattr(cls, "attribute_map", {}))))

@@ -1,6 +1,8 @@
-"""A language model of a family mbuild does not build is refused when planning, from config.json alone: by its
-family, with the supported list and the nearest family, its own exit code, before any weights are looked for or
-downloaded. Configs come from transformers' own config classes, saved as a Hub repo holds them."""
+"""Which language models are built and which refused, decided when planning from config.json alone, before any
+weights are looked for or downloaded: a type with a fast lane or one the generic export traces is planned (and
+the plan says which path); a model whose layers keep a recurrent state, an encoder-decoder, or a type transformers
+has no causal LM for is refused with the reason, exit 7. Configs come from transformers' own config classes,
+saved as a Hub repo holds them."""
 
 from __future__ import annotations
 
@@ -21,12 +23,13 @@ from tests.support.fakehub import FakeHub, FakeRepo
 from tests.support.family_configs import COMMON, family_configs
 
 TINY = {k: COMMON[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers")}
-# model_type: (its config class, the architecture its Hub repos name, the family named nearest, if any)
-UNSUPPORTED: dict[str, tuple[Any, str, str | None]] = {
-    "gpt2": (lambda: tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256), "GPT2LMHeadModel", "gpt_oss"),
-    "mamba": (lambda: tf.MambaConfig(**TINY), "MambaForCausalLM", "llama"),
-    "rwkv": (lambda: tf.RwkvConfig(**TINY), "RwkvForCausalLM", None),
-    "phi": (lambda: tf.PhiConfig(**COMMON), "PhiForCausalLM", "phi3"),
+# model_type: (its config class, the architecture its Hub repos name, what the refusal says it is)
+REFUSED: dict[str, tuple[Any, str, str]] = {
+    "mamba": (lambda: tf.MambaConfig(**TINY), "MambaForCausalLM", "no attention layers: a recurrent model"),
+    "rwkv": (lambda: tf.RwkvConfig(**TINY), "RwkvForCausalLM", "no attention layers: a recurrent model"),
+    "jamba": (lambda: tf.JambaConfig(**COMMON), "JambaForCausalLM", "a hybrid with recurrent layers"),
+    "qwen3_next": (lambda: tf.Qwen3NextConfig(**COMMON), "Qwen3NextForCausalLM", "a hybrid with recurrent layers"),
+    "bart": (lambda: tf.BartConfig(**TINY), "BartForCausalLM", "an encoder-decoder model"),
 }
 SUPPORTED_LIST = "supported families: " + ", ".join(sorted(FAMILIES))
 
@@ -47,45 +50,51 @@ def repo_folder(root: Path, config: Any, architecture: str) -> Path:
     return folder
 
 
-def assert_refused_by_family(result: Result, model_type: str, nearest: str | None) -> None:
-    assert result.exit_code == UnsupportedModel.exit_code, result.output
-    assert f"language models of type {model_type!r} are not supported" in result.output
-    assert SUPPORTED_LIST in result.output and "docs/models.md" in result.output
-    if nearest:
-        assert f"the nearest is {nearest!r}" in result.output
-    assert "safetensors" not in result.output and "hidden_size" not in result.output
-
-
-@pytest.mark.parametrize("model_type", list(UNSUPPORTED))
+@pytest.mark.parametrize("model_type", list(REFUSED))
 @pytest.mark.parametrize("command", ["plan", "package"])
-def test_a_folder_of_another_family_is_refused_by_its_family_before_its_weights(
+def test_a_model_the_exports_cannot_build_is_refused_with_why_before_its_weights(
         tmp_path: Path, model_type: str, command: str) -> None:
-    make, architecture, nearest = UNSUPPORTED[model_type]
+    make, architecture, why = REFUSED[model_type]
     folder = repo_folder(tmp_path, make(), architecture)
     out = tmp_path / "out"
     extra = ["--backend", "none", "--output", str(out)] if command == "package" else []
     result = run([command, str(folder), "--gpu", "cpu", *extra])
-    assert_refused_by_family(result, model_type, nearest)
+    assert result.exit_code == UnsupportedModel.exit_code, result.output
+    assert f"language models of type {model_type!r} are not supported: {why}" in result.output
+    assert "docs/models.md" in result.output and "safetensors" not in result.output
     assert not out.exists()
 
 
-def test_a_folder_of_a_supported_family_without_weights_is_refused_for_its_weights(tmp_path: Path) -> None:
-    """The other side: the family check passes, and what is missing next is said."""
-    folder = repo_folder(tmp_path, family_configs()["qwen3"], "Qwen3ForCausalLM")
+def test_a_type_transformers_does_not_know_is_refused_naming_the_families(tmp_path: Path) -> None:
+    config = family_configs()["llama"]
+    folder = repo_folder(tmp_path, config, "LlamaForCausalLM")
+    saved = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**saved, "model_type": "lama"}))
+    result = run(["plan", str(folder), "--gpu", "cpu"])
+    assert result.exit_code == UnsupportedModel.exit_code, result.output
+    assert "language models of type 'lama' are not supported" in result.output
+    assert SUPPORTED_LIST in result.output and "the nearest is 'llama'" in result.output
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "phi"])
+def test_a_folder_without_weights_is_refused_for_its_weights_after_its_path_is_chosen(tmp_path: Path,
+                                                                                     model_type: str) -> None:
+    """The other side: a fast lane's type (qwen3) or a generic one (phi) passes, and what is missing is said."""
+    config = family_configs()["qwen3"] if model_type == "qwen3" else tf.PhiConfig(**COMMON)
+    folder = repo_folder(tmp_path, config, f"{type(config).__name__.removesuffix('Config')}ForCausalLM")
     result = run(["plan", str(folder), "--gpu", "cpu"])
     assert result.exit_code == UnsupportedModel.exit_code
     assert "no safetensors or PyTorch weights" in result.output and "not supported" not in result.output
 
 
-def test_a_hub_repo_of_another_family_is_refused_from_its_config_json_alone(fake_hub: FakeHub,
-                                                                            tmp_path: Path) -> None:
-    make, architecture, nearest = UNSUPPORTED["gpt2"]
-    folder = repo_folder(tmp_path, make(), architecture)
+def test_a_hub_repo_of_a_generic_type_is_planned_from_its_config_json_alone(fake_hub: FakeHub,
+                                                                           tmp_path: Path) -> None:
+    folder = repo_folder(tmp_path, tf.CohereConfig(**COMMON), "CohereForCausalLM")
     (folder / "model.safetensors").write_bytes(b"\0" * 4096)
-    fake_hub.repos["org/gpt2"] = FakeRepo(folder, sha="2" * 40)
-    for command in (["plan"], ["package", "--backend", "none", "--output", str(tmp_path / "out")]):
-        result = run([command[0], "org/gpt2", "--gpu", "cpu", *command[1:]])
-        assert_refused_by_family(result, "gpt2", nearest)
+    fake_hub.repos["org/cohere"] = FakeRepo(folder, sha="2" * 40)
+    result = run(["plan", "org/cohere", "--gpu", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "path       generic: traced from transformers' own 'cohere' modeling code" in result.output
     downloads = [r for r in fake_hub.requests if "/resolve/" in r]
     assert downloads and all(r.endswith("/config.json") for r in downloads), downloads
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.engine.checkpoint import Checkpoint
-from builder.engine.generic.rewrite import rewrite
+from builder.engine.generic.rewrite import Traced, rewrite
 from builder.engine.generic.skeleton import keyed, load_rest, plan_model, streamed_modules
 from builder.engine.generic.trace import ATTENTION, AttentionCall, trace
 from builder.engine.weight_writer import LinearFormat
@@ -32,14 +32,15 @@ def write_generic(model_dir: Path, config: Any, out_dir: Path, form: LinearForma
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)
     if layers <= 0:
         raise UnsupportedModel("its config names no num_hidden_layers")
-    model = plan_model(config, ATTENTION)
+    model = plan_model(config, ATTENTION, experts=ATTENTION)
     with ExitStack() as stack:
         checkpoint = Checkpoint(model_dir, stack)
-        linears, embedding = streamed_modules(model, checkpoint)
-        load_rest(model, checkpoint, keyed(model))
-    traced, calls = trace(model, layers)
+        streams = streamed_modules(model, checkpoint)
+        load_rest(model, checkpoint, keyed(model), stored=streams.stored)
+    traced, calls, experts = trace(model, layers)
     del model
     dims = _geometry(calls)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rewrite(traced, model_dir, out_dir, linears, embedding, calls, dims, int(config.vocab_size), form or LinearFormat())
+    rewrite(traced, model_dir, out_dir, streams, Traced(calls, experts, dims, int(config.vocab_size)),
+            form or LinearFormat())
     return dims

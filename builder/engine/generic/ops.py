@@ -17,7 +17,7 @@ from onnx.defs import OpSchema, register_schema
 from onnxscript.values import Op, Opset
 
 DOMAIN = "mbuild.trace"
-LINEAR, EMBEDDING, ATTENTION = "Linear", "Embedding", "Attention"
+LINEAR, EMBEDDING, ATTENTION, EXPERTS = "Linear", "Embedding", "Attention", "Experts"
 
 
 @torch.library.custom_op("mbuild_trace::linear", mutates_args=())
@@ -58,6 +58,17 @@ def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past_key: torch.Tensor,
     return q.new_empty((batch, new, heads, value_dim)), torch.empty_like(past_key), torch.empty_like(past_value)
 
 
+@torch.library.custom_op("mbuild_trace::experts", mutates_args=())
+def experts(hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, key: int) -> torch.Tensor:
+    """A mixture-of-experts layer's experts: [T, H] tokens, each routed to its top_k experts with their weights."""
+    return torch.zeros_like(hidden)
+
+
+@experts.register_fake
+def _(hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, key: int) -> torch.Tensor:
+    return torch.empty_like(hidden)
+
+
 def _schema(name: str, inputs: int, outputs: int) -> Op:
     types = [("T", ["tensor(float)", "tensor(int64)", "tensor(int32)"], "")]
     register_schema(OpSchema(name, DOMAIN, 1, inputs=[OpSchema.FormalParameter(f"in{i}", "T") for i in range(inputs)],
@@ -67,6 +78,7 @@ def _schema(name: str, inputs: int, outputs: int) -> Op:
 
 
 _LINEAR, _EMBEDDING, _ATTENTION = _schema(LINEAR, 1, 1), _schema(EMBEDDING, 1, 1), _schema(ATTENTION, 8, 3)
+_EXPERTS = _schema(EXPERTS, 3, 1)
 
 
 def _linear_node(x: Any, key: int, out_features: int) -> Any:
@@ -82,6 +94,11 @@ def _attention_node(q: Any, k: Any, v: Any, past_key: Any, past_value: Any, seql
     return _ATTENTION(q, k, v, past_key, past_value, seqlens_k, total, sinks, key=key)
 
 
+def _experts_node(hidden: Any, top_k_index: Any, top_k_weights: Any, key: int) -> Any:
+    return _EXPERTS(hidden, top_k_index, top_k_weights, key=key)
+
+
 TRANSLATIONS: dict[Callable[..., Any], Callable[..., Any]] = {torch.ops.mbuild_trace.linear.default: _linear_node,
                 torch.ops.mbuild_trace.embedding.default: _embedding_node,
-                torch.ops.mbuild_trace.attention.default: _attention_node}
+                torch.ops.mbuild_trace.attention.default: _attention_node,
+                torch.ops.mbuild_trace.experts.default: _experts_node}

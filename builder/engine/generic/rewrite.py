@@ -4,6 +4,7 @@ the profile's linear format, the 8-bit token table, the attention over the in-pl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +13,9 @@ from onnx import numpy_helper
 
 from builder.engine.decoder_graph import GraphWriter, opened, save_decoder
 from builder.engine.generic import ops
-from builder.engine.generic.skeleton import Streamed
-from builder.engine.generic.trace import AttentionCall
+from builder.engine.generic.experts import write_experts
+from builder.engine.generic.skeleton import Streams
+from builder.engine.generic.trace import AttentionCall, ExpertsCall
 from builder.engine.weight_writer import DATA_FILE, LinearFormat
 from builder.errors import UnsupportedModel
 from builder.model.geometry import HeadGeometry
@@ -40,9 +42,20 @@ def _attention(g: GraphWriter, node: onnx.NodeProto, call: AttentionCall, layer:
     g.nodes.append(onnx.helper.make_node("Reshape", [out, heads], [node.output[0]], name=f"layers.{layer}.heads"))
 
 
-def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, linears: list[Streamed], embedding: Streamed,
-            calls: list[AttentionCall], dims: HeadGeometry, vocab: int, form: LinearFormat) -> None:
+@dataclass(frozen=True)
+class Traced:
+    """What the trace found: each layer's attention and each experts block, the cache's dimensions, the vocabulary."""
+
+    calls: list[AttentionCall]
+    experts: list[ExpertsCall]
+    dims: HeadGeometry
+    vocab: int
+
+
+def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Streams, traced: Traced,
+            form: LinearFormat) -> None:
     """model.onnx and model.onnx.data in out_dir from the traced graph."""
+    linears, dims = streams.linears, traced.dims
     graph = model.graph
     opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
     constants = {t.name: t for t in graph.initializer}
@@ -61,11 +74,13 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, linears: lis
                 out = g.linear(node.input[0], [source.weight.removesuffix(".weight")], f"{source.module}")
                 g.nodes.append(onnx.helper.make_node("Identity", [out], [node.output[0]], name=f"{source.module}/out"))
             elif node.op_type == ops.EMBEDDING:
-                out = g.embedding(node.input[0], embedding.weight)
+                out = g.embedding(node.input[0], streams.embedding.weight)
                 g.nodes.append(onnx.helper.make_node("Identity", [out], [node.output[0]], name="embed/out"))
+            elif node.op_type == ops.EXPERTS:
+                write_experts(g, node, traced.experts[_key(node)], streams.stored)
             else:
                 layer = _key(node)
-                _attention(g, node, calls[layer], layer, dims, constants)
+                _attention(g, node, traced.calls[layer], layer, dims, constants)
                 presents.update({node.output[1]: f"present_key.{layer}", node.output[2]: f"present_value.{layer}"})
         for node in g.nodes:
             node.input[:] = [presents.get(name, name) for name in node.input]
@@ -75,4 +90,4 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, linears: lis
         for tensor in graph.initializer:
             if tensor.name in read:
                 weights.add(tensor.name, numpy_helper.to_array(tensor))
-    save_decoder(kept, weights.initializers, dims, vocab, out_dir, opset)
+    save_decoder(kept, weights.initializers, dims, traced.vocab, out_dir, opset)

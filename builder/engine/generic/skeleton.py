@@ -52,11 +52,12 @@ def parameters_on_meta() -> Iterator[None]:
         torch.nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
-def plan_model(config: Any, attention: str) -> Any:
-    """The *ForCausalLM with `attention` as its attention implementation, parameters on the meta device."""
+def plan_model(config: Any, attention: str, experts: str | None = None) -> Any:
+    """The *ForCausalLM with `attention` (and `experts`) as its implementations, parameters on the meta device."""
     with parameters_on_meta():
         try:
-            return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attention).eval()
+            return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attention,
+                                                    experts_implementation=experts).eval()
         except (KeyError, ValueError) as exc:  # a model whose attention classes are chosen by name, not the interface
             raise UnsupportedModel("its modeling code does not run attention through transformers' attention "
                                    f"interface, where the generic export puts the engine's ({exc})") from exc
@@ -87,8 +88,24 @@ def _source(checkpoint: Checkpoint, names: dict[str, str], name: str, tied: dict
     raise UnsupportedModel(f"the checkpoint lacks tensor {name!r}", hint="is it a complete download?")
 
 
-def streamed_modules(model: Any, checkpoint: Checkpoint) -> tuple[list[Streamed], Streamed]:
-    """Keys every linear layer and the token table (their KEY attribute); returns them and the table."""
+@dataclass(frozen=True)
+class Streams:
+    """What rewrite.py streams: the linear layers (by key), the token table, and the model's names for the
+    checkpoint's tensors (checkpoint_names), which the experts are read by."""
+
+    linears: list[Streamed]
+    embedding: Streamed
+    stored: dict[str, str]
+
+
+def _is_experts(module: torch.nn.Module) -> bool:
+    """A module transformers' experts interface runs (its use_experts_implementation decorator marks it)."""
+    return hasattr(module, "is_transposed") and hasattr(module, "has_gate")
+
+
+def streamed_modules(model: Any, checkpoint: Checkpoint) -> Streams:
+    """Keys every linear layer, the token table and the experts (their KEY attribute), so their weights are
+    streamed, not loaded."""
     table = model.get_input_embeddings()
     names = {id(module): name for name, module in model.named_modules()}
     stored = checkpoint_names(model, checkpoint)
@@ -103,9 +120,11 @@ def streamed_modules(model: Any, checkpoint: Checkpoint) -> tuple[list[Streamed]
             linears.append(Streamed(name, _source(checkpoint, stored, f"{name}.weight", tied, module.weight), bias,
                                     transposed=isinstance(module, Conv1D)))
             setattr(module, KEY, len(linears) - 1)
+        elif _is_experts(module):
+            setattr(module, KEY, -1)
     for module in (m for m in model.modules() if hasattr(m, KEY)):
         _unregister(module)
-    return linears, embedding
+    return Streams(linears, embedding, stored)
 
 
 def _unregister(module: torch.nn.Module) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import onnx
 import torch
 from torch.export import Dim
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, _default_apply_gate
 from transformers.modeling_utils import AttentionInterface
 from transformers.pytorch_utils import Conv1D
 
@@ -27,12 +28,14 @@ from builder.engine.generic import ops
 from builder.engine.generic.skeleton import KEY
 from builder.errors import UnsupportedModel
 
-ATTENTION = "mbuild_generic"
+ATTENTION = "mbuild_generic"  # the name of mbuild's attention, and of its experts, in transformers' interfaces
+SILU = ("SiLU", "SiLUActivation")
 # What attention modules pass that changes nothing here: the positions and cache bookkeeping the placeholder's
 # inputs already carry, and training-only switches
 IGNORED = frozenset({"position_ids", "use_cache", "cache_position", "output_attentions", "layer_idx", "dropout",
                      "past_key_values", "past_key_value", "is_causal", "position_embeddings", "layer_type",
-                     "token_type_ids", "attention_type", "sequence_length"})
+                     "token_type_ids", "attention_type", "sequence_length", "output_router_logits",
+                     "output_hidden_states", "return_dict"})
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,19 @@ class AttentionCall:
     sinks: bool
 
 
+@dataclass(frozen=True)
+class ExpertsCall:
+    """One mixture-of-experts layer's experts, read from the module transformers' experts interface hands over."""
+
+    module: str  # its name in the model: its weights are {module}.gate_up_proj and {module}.down_proj
+    count: int
+    hidden: int
+    inter: int
+    top_k: int
+    transposed: bool  # stored [E, H, 2I] and [E, I, H] rather than [E, 2I, H] and [E, H, I]
+    biased: bool
+
+
 @dataclass
 class _Step:
     past: tuple[torch.Tensor, ...] = ()
@@ -57,6 +73,8 @@ class _Step:
     logits_at: torch.Tensor | None = None
     present: list[torch.Tensor] = field(default_factory=list)
     calls: list[AttentionCall] = field(default_factory=list)
+    experts: list[ExpertsCall] = field(default_factory=list)
+    names: dict[int, str] = field(default_factory=dict)  # module id -> its name in the model
 
 
 _STEP = _Step()  # the trace runs in one thread of the export worker
@@ -87,6 +105,24 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
 
 
 AttentionInterface.register(ATTENTION, _attention)
+
+
+def _experts(module: Any, hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+    """transformers' experts interface: the layer's experts as one placeholder (ONNX Runtime's MoE or QMoE later).
+    What they compute must be what MoE computes: SwiGLU experts, silu(gate) * up, with no norm after them."""
+    if getattr(module, "has_post_expert_norm", False) or not getattr(module, "has_gate", True):
+        raise UnsupportedModel("its experts are not gated MLPs (SwiGLU), the only experts ONNX Runtime's MoE runs")
+    if type(module)._apply_gate is not _default_apply_gate or type(module.act_fn).__name__ not in SILU:
+        raise UnsupportedModel(f"its experts gate with {type(module.act_fn).__name__} or their own gate; "
+                               "ONNX Runtime's MoE runs silu(gate) * up")
+    up = module.gate_up_proj
+    count, inter = int(up.shape[0]), int(up.shape[1 if not module.is_transposed else 2]) // 2
+    _STEP.experts.append(ExpertsCall(_STEP.names[id(module)], count, int(hidden.shape[-1]), inter,
+                                     int(top_k_index.shape[-1]), bool(module.is_transposed), bool(module.has_bias)))
+    return ops.experts(hidden, top_k_index, top_k_weights.to(hidden.dtype), len(_STEP.experts) - 1)
+
+
+ALL_EXPERTS_FUNCTIONS.register(ATTENTION, _experts)
 
 
 @contextmanager
@@ -124,7 +160,7 @@ class _Decoder(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, seqlens_k: torch.Tensor, total: torch.Tensor, logits_at: torch.Tensor,
                 past: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         _STEP.past, _STEP.seqlens_k, _STEP.total, _STEP.logits_at = past, seqlens_k, total, logits_at
-        _STEP.calls, _STEP.present = [], []  # per run: the exporter may run the model more than once
+        _STEP.calls, _STEP.present, _STEP.experts = [], [], []  # per run: the exporter may run the model again
         new = input_ids.shape[1]
         # GroupQueryAttention's positions: a row's new tokens end at its length (seqlens_k + 1)
         positions = seqlens_k.to(torch.int64).unsqueeze(1) + 1 - new + torch.arange(new).unsqueeze(0)
@@ -132,7 +168,21 @@ class _Decoder(torch.nn.Module):
         return (logits.reshape(-1, logits.shape[-1]), *_STEP.present)
 
 
-def trace(model: Any, layers: int) -> tuple[onnx.ModelProto, list[AttentionCall]]:
+def _refusal(exc: BaseException) -> UnsupportedModel:
+    """Why the model's code did not trace, in one line: a refusal of ours raised inside it, or the root error."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)  # type: ignore[arg-type]
+    ours = next((e for e in chain if isinstance(e, UnsupportedModel)), None)
+    if ours is not None:
+        return ours
+    root = chain[-1]
+    line = next((x for x in str(root).splitlines() if x.strip()), type(root).__name__)
+    return UnsupportedModel(f"its modeling code does not export through torch.export ({type(root).__name__}: "
+                            f"{line[:160]})", hint="see docs/models.md for the model types mbuild builds")
+
+
+def trace(model: Any, layers: int) -> tuple[onnx.ModelProto, list[AttentionCall], list[ExpertsCall]]:
     """The traced graph (placeholders in, weights out but the small ones) and each layer's attention. Batch,
     new tokens and the cache's length stay dynamic; the cache's other sizes are the runtime's (rewrite.py)."""
     past = [f"past_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
@@ -141,14 +191,18 @@ def trace(model: Any, layers: int) -> tuple[onnx.ModelProto, list[AttentionCall]
                torch.tensor(6, dtype=torch.int32), torch.tensor([2, 5]), tuple(torch.zeros(2, 1, 8, 1) for _ in past))
     batch, new, picked, length = (Dim(n) for n in ("batch", "new", "picked", "max_length"))
     shapes = ({0: batch, 1: new}, {0: batch}, None, {0: picked}, tuple({0: batch, 2: length} for _ in past))
-    with torch.no_grad(), _placeholders(model):
-        program = torch.onnx.export(_Decoder(model), example, dynamo=True, dynamic_shapes=shapes,
-                                    input_names=["input_ids", "seqlens_k", "total_sequence_length", "logits_at",
-                                                 *past], output_names=["logits", *present],
-                                    custom_translation_table=dict(ops.TRANSLATIONS), optimize=True, verbose=False)
+    _STEP.names = {id(module): name for name, module in model.named_modules()}
+    try:
+        with torch.no_grad(), _placeholders(model):
+            program = torch.onnx.export(_Decoder(model), example, dynamo=True, dynamic_shapes=shapes,
+                                        input_names=["input_ids", "seqlens_k", "total_sequence_length", "logits_at",
+                                                     *past], output_names=["logits", *present],
+                                        custom_translation_table=dict(ops.TRANSLATIONS), optimize=True, verbose=False)
+    except Exception as exc:  # the exporter wraps what went wrong; the innermost error is the reason
+        raise _refusal(exc) from exc
     if len(_STEP.calls) != layers:
         raise UnsupportedModel(f"attention ran in {len(_STEP.calls)} of its {layers} layers (layers without "
                                "attention need a state cache mbuild does not have)")
     if program is None:  # the exporter returns None only when told to write a file
         raise AssertionError("torch.onnx.export returned no program")
-    return program.model_proto, list(_STEP.calls)
+    return program.model_proto, list(_STEP.calls), list(_STEP.experts)
