@@ -1,13 +1,11 @@
-"""How a decoder family's layers differ from Llama's, read once from its transformers config.
+"""How a decoder family's layers differ from Llama's, read once from its record and its transformers config.
 
-The graph writer (decoder_graph.py) follows an Arch and knows no family names; this module is the one place
-that does. Each fact is what the family's modeling_*.py in transformers does:
-  norms       which RMSNorms a layer has and where: before attention and MLP (Llama), also after each
-              (Gemma 2/3's sandwich), or only after each (OLMo 2); Gemma stores (1 + w) as w
-  q/k norms   per head (Qwen3, Gemma 3, Qwen3-MoE) or over all heads at once (OLMo 2)
-  scales      Gemma's query_pre_attn_scalar; Granite's attention and residual multipliers
-  soft caps   Gemma 2's attention logits: cap * tanh(x / cap)
-  layers      each layer's rope table (none on SmolLM3's no-rope layers) and whether its feed-forward is a
+The graph writer (decoder_graph.py) follows an Arch and knows no family names; neither does this module: the
+family's record (builder/model/families/, family_record.Layers) says what its modeling_*.py in transformers does
+(norms and their offset, q/k norms, fused projections, which config fields scale the attention and the residual,
+which layers have no rope, sinks), and the config gives the values:
+  soft caps   the attention logits' (Gemma 2): cap * tanh(x / cap)
+  layers      each layer's rope table (none on a no-rope layer) and whether its feed-forward is a
               mixture of experts
 What the model does around its layers (embedding scale, windows, per-type rope tables, the logits' scaling and
 soft cap) comes from family_glue.py, which reference.py and decoder_torch.py read too.
@@ -21,13 +19,15 @@ from typing import Any, Literal
 from builder.engine.family_glue import FamilyGlue
 from builder.errors import UnsupportedModel
 from builder.model.families import family
+from builder.model.family_record import Layers
 from builder.model.geometry import expert_layers
 
-GEMMA = {"gemma2", "gemma3_text"}
-HEAD_QK_NORM = {"qwen3", "gemma3_text", "qwen3_moe"}
-SANDWICH = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")
-PRE_NORMS = ("input_layernorm", None, "post_attention_layernorm", None)
-POST_NORMS = (None, "post_attention_layernorm", None, "post_feedforward_layernorm")
+NORMS = {  # a record's norms layout: its tensors before and after attention, before and after the MLP
+    "sandwich": ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                 "post_feedforward_layernorm"),
+    "pre": ("input_layernorm", None, "post_attention_layernorm", None),
+    "post": (None, "post_attention_layernorm", None, "post_feedforward_layernorm"),
+}
 DEFAULT_ROPE = "default"
 
 
@@ -76,8 +76,8 @@ def sparse_layer(config: Any, layer: int) -> bool:
     return layer in expert_layers(config)
 
 
-def _rope(config: Any, glue: FamilyGlue, layer: int) -> str | None:
-    if config.model_type == "smollm3" and not config.no_rope_layers[layer]:
+def _rope(config: Any, facts: Layers, glue: FamilyGlue, layer: int) -> str | None:
+    if facts.rope_layers_field and not getattr(config, facts.rope_layers_field)[layer]:
         return None
     return glue.layer_types[layer] if glue.rotary_per_type else DEFAULT_ROPE
 
@@ -91,34 +91,35 @@ def _activation(config: Any) -> Literal["silu", "gelu_tanh"]:
     raise UnsupportedModel(f"activation {name!r} is not supported yet (silu and gelu_pytorch_tanh are)")
 
 
+def _attn_scale(config: Any, facts: Layers, head_dim: int) -> float:
+    if facts.attn_scale == "inverse_sqrt":
+        return float(getattr(config, facts.attn_scale_field)) ** -0.5
+    if facts.attn_scale == "value":
+        return float(getattr(config, facts.attn_scale_field))
+    return float(head_dim ** -0.5)
+
+
 def arch_of(config: Any) -> Arch:
     kind = str(config.model_type)
-    family(kind)  # refuses a family mbuild does not build, naming the ones it does
+    facts = family(kind).layers  # refuses a family mbuild does not build, naming the ones it does
     glue = FamilyGlue.of_config(config)  # what the model does around its layers, as reference.py reads it
     head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
-    norms = Norms(*SANDWICH) if kind in GEMMA else Norms(*POST_NORMS) if kind == "olmo2" else Norms(*PRE_NORMS)
-    granite = kind == "granite"
-    attn_scale = head_dim ** -0.5
-    if kind in GEMMA:
-        attn_scale = float(config.query_pre_attn_scalar) ** -0.5
-    elif granite:
-        attn_scale = float(config.attention_multiplier)
     return Arch(
         model_type=kind,
-        norms=norms,
-        norm_offset=1.0 if kind in GEMMA else 0.0,
+        norms=Norms(*NORMS[facts.norms]),
+        norm_offset=facts.norm_offset,
         eps=float(config.rms_norm_eps),
-        qkv=("qkv_proj",) if kind == "phi3" else ("q_proj", "k_proj", "v_proj"),
-        gate_up=("gate_up_proj",) if kind == "phi3" else ("gate_proj", "up_proj"),
-        qk_norm="head" if kind in HEAD_QK_NORM else "all" if kind == "olmo2" else None,
+        qkv=facts.qkv,
+        gate_up=facts.gate_up,
+        qk_norm=facts.qk_norm,
         activation=_activation(config),
         embed_scale=glue.embed_scale,
-        attn_scale=attn_scale,
+        attn_scale=_attn_scale(config, facts, head_dim),
         attn_softcap=float(getattr(config, "attn_logit_softcapping", None) or 0.0),
         final_softcap=glue.final_softcap or 0.0,
-        residual_scale=float(config.residual_multiplier) if granite else 1.0,
+        residual_scale=float(getattr(config, facts.residual_scale_field)) if facts.residual_scale_field else 1.0,
         logits_scale=1.0 / glue.logits_divisor,
-        sinks=kind == "gpt_oss",
-        layers=tuple(LayerPlan(glue.windows[i] or -1, _rope(config, glue, i), sparse_layer(config, i))
+        sinks=facts.sinks,
+        layers=tuple(LayerPlan(glue.windows[i] or -1, _rope(config, facts, glue, i), sparse_layer(config, i))
                      for i in range(int(config.num_hidden_layers))),
     )

@@ -40,6 +40,7 @@ from builder.engine.checkpoint import Checkpoint
 from builder.engine.decoder_graph import GraphWriter
 from builder.engine.weight_writer import BLOCK_BYTES, LinearFormat, LinearWriter, int8_rows, int8_scales, pack_rows
 from builder.errors import UnsupportedModel
+from builder.model.families import family
 
 Rows = Iterator[tuple[int, np.ndarray]]  # (first row, fp32 rows [n, K]) of one expert's projection
 BLOCKS = (256, 128, 64, 32, 16)  # the block sizes ONNX Runtime's packing kernels take
@@ -92,36 +93,29 @@ class Experts:
 
 
 def experts(checkpoint: Checkpoint, config: Any, layer: int) -> Experts:
-    """Where the layer's experts are and how they are routed and activated, by family; checked against the config."""
+    """Where the layer's experts are and how they are routed and activated, as the family's record says (its
+    Experts); checked against the config."""
     kind = config.model_type
-    if kind not in ("mixtral", "qwen3_moe", "gpt_oss"):
+    layout = family(kind).experts
+    if layout is None:
         raise UnsupportedModel(f"{kind!r} has no mixture-of-experts block mbuild writes")
-    if kind != "gpt_oss" and getattr(config, "hidden_act", "silu") != "silu":
+    if layout.gating == "silu" and getattr(config, "hidden_act", "silu") != "silu":
         raise UnsupportedModel(f"expert activation {config.hidden_act!r} is not supported (silu is)")
     h = int(config.hidden_size)
     k = int(config.num_experts_per_tok)
-    base = f"model.layers.{layer}"
+    prefix = f"model.layers.{layer}.{layout.block}"
+    count, i = int(getattr(config, layout.count_field)), int(getattr(config, layout.inter_field))
+    names = tuple(f"{prefix}.{w}" for w in layout.weights)
+    normalize = int(bool(getattr(config, layout.normalize_field))) if layout.normalize_field else 1
     swiglu = {"activation_type": "swiglu", "swiglu_fusion": 1, "k": k}
-    if kind == "mixtral":
-        prefix, count, i = f"{base}.block_sparse_moe", int(config.num_local_experts), int(config.intermediate_size)
-        names: tuple[str, ...] = tuple(f"{prefix}.experts.{{e}}.{w}.weight" for w in ("w1", "w3", "w2"))
-        found = Experts(checkpoint, prefix, f"{prefix}.gate", count, h, i, "split", names,
-                        {**swiglu, **SILU_GATE, "normalize_routing_weights": 1})
-    elif kind == "qwen3_moe":
-        prefix, count, i = f"{base}.mlp", int(config.num_experts), int(config.moe_intermediate_size)
-        names = tuple(f"{prefix}.experts.{{e}}.{w}.weight" for w in ("gate_proj", "up_proj", "down_proj"))
-        found = Experts(checkpoint, prefix, f"{prefix}.gate", count, h, i, "split", names,
-                        {**swiglu, **SILU_GATE, "normalize_routing_weights": int(bool(config.norm_topk_prob))})
-    else:
-        prefix, count, i = f"{base}.mlp", int(config.num_local_experts), int(config.intermediate_size)
-        packed = f"{prefix}.experts.gate_up_proj_blocks" in checkpoint
-        names = (f"{prefix}.experts.gate_up_proj", f"{prefix}.experts.down_proj")
-        # (up + 1) * gate * sigmoid(alpha * gate), both clamped at the limit: swiglu's beta 1
+    gating: dict[str, Any] = dict(SILU_GATE)
+    if layout.gating == "clamped_swiglu":  # (up + 1) * gate * sigmoid(alpha * gate), both clamped: swiglu's beta 1
         gating = {"activation_alpha": float(config.swiglu_alpha), "activation_beta": 1.0}
         if getattr(config, "swiglu_limit", None) is not None:
             gating["swiglu_limit"] = float(config.swiglu_limit)
-        found = Experts(checkpoint, prefix, f"{prefix}.router", count, h, i, "mxfp4" if packed else "fused", names,
-                        {**swiglu, **gating, "normalize_routing_weights": 1})
+    form = "split" if not layout.fused else "mxfp4" if f"{names[0]}_blocks" in checkpoint else "fused"
+    found = Experts(checkpoint, prefix, f"{prefix}.{layout.router}", count, h, i, form, names,
+                    {**swiglu, **gating, "normalize_routing_weights": normalize})
     if not 0 < k <= count:
         raise UnsupportedModel(f"{kind} layer {layer} routes each token to {k} of {count} experts")
     found.expect(f"{found.router}.weight", (count, h))
@@ -198,7 +192,7 @@ class ProjectionWriter:
 
 
 def moe_block(g: GraphWriter, config: Any, layer: int, x: str) -> str:
-    """The feed-forward block of a Mixtral, Qwen3-MoE or gpt-oss layer with experts (decoder_family.sparse_layer;
+    """The feed-forward block of a layer with experts (decoder_family.sparse_layer;
     the others are dense MLPs): x, the normalised hidden state [batch, seq, hidden] fp32, in; the block's output
     (same shape, before the residual add) out."""
     found = experts(g.checkpoint, config, layer)

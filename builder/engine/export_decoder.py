@@ -1,4 +1,4 @@
-"""Export a decoder-only language model (builder/model/families.py): the graph, its tokenizer and engine.json fields.
+"""Export a decoder-only language model (builder/model/families/): the graph, its tokenizer and engine.json fields.
 
 Two graphs, one per backend: ONNX Runtime gets decoder_graph.py's, written from the checkpoint's tensors
 with the KV cache updated in place and the weights already in the profile's precision (it is the engine);

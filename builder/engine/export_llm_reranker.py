@@ -5,8 +5,8 @@ asks for "yes" or "no", and scores the pair by p(yes) over the two at the last p
 softmax([no, yes])[yes] = sigmoid(logit_yes - logit_no), and logit_yes - logit_no = h . (W[yes] - W[no]) for the
 last token's hidden state h. So the graph is the model's body, last-token pooling and a dot product with that
 difference of two LM-head rows: a one-label reranker's graph, with no vocabulary-wide head per token. The prompt
-is the runtime's (builder/model/rerank_recipes.py's, written into engine.json), and the gate scores by the card's
-own recipe in transformers.
+is the runtime's (the family record's, builder/model/families/, written into engine.json), and the gate scores by
+the card's own recipe in transformers.
 """
 
 from __future__ import annotations

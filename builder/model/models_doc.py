@@ -1,4 +1,4 @@
-"""docs/models.md, written from the family registry (families.py) and the catalog, never by hand:
+"""docs/models.md, written from the family registry (builder/model/families/) and the catalog, never by hand:
 `python -m builder.model.models_doc > docs/models.md`; tests/unit/test_models_doc.py keeps the two equal."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def models_markdown() -> str:
     lines = [
         "# Supported models",
         "",
-        "<!-- Generated from builder/model/families.py and profiles/catalog.yaml by",
+        "<!-- Generated from builder/model/families/ and profiles/catalog.yaml by",
         "     `python -m builder.model.models_doc > docs/models.md`; do not edit by hand. -->",
         "",
         "mbuild builds sentence-embedding models (BERT-family encoders, and decoder bodies of the families below with",

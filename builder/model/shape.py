@@ -48,7 +48,7 @@ class ModelFacts(BaseModel):
     vocab: int = Field(gt=0)
     tied: bool = False  # the LM head shares the token table (tie_word_embeddings)
     source: str = "catalog"
-    family: str = ""  # the decoder family's model_type (builder/model/families.py); "" for encoders
+    family: str = ""  # the decoder family's model_type (builder/model/families/); "" for encoders
     wrapper: str = ""  # the multimodal model_type whose text model this is (families.WRAPPERS); "" for most
     active_params: float | None = Field(None, gt=0, description="billions a token runs through (None: all)")
     experts: int = Field(0, ge=0)  # routed experts in each mixture-of-experts layer; 0: dense

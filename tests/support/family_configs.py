@@ -1,5 +1,5 @@
 """The family test matrix: one tiny transformers config per decoder family mbuild builds, from transformers' own
-config classes (builder/model/families.py must list exactly these; docs/models.md is generated from them).
+config classes (builder/model/families/ must list exactly these; docs/models.md is generated from them).
 
 Each differs from Llama the way its family does at full size: sliding and global layers with their own rope
 bases, q/k norms, soft-capping, fused projections, multipliers, layers without rope, experts. Windows are 8

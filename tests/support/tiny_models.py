@@ -227,7 +227,7 @@ def make_tiny_qwen3_reranker(folder: Path, seed: int = 0) -> Path:
     that holds the recipe's chat tokens and single "yes" and "no" tokens, and a model card tagged text-ranking. The
     "yes" and "no" rows of its head are drawn wide, so pairs' scores spread (random weights: plumbing and fp32
     exactness, not ranking quality)."""
-    from builder.model.rerank_recipes import QWEN3_RERANKER
+    from builder.model.families.qwen3 import RERANKER as QWEN3_RERANKER
     from tests.support.family_configs import family_configs
 
     folder.mkdir(parents=True, exist_ok=True)

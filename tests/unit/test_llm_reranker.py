@@ -24,7 +24,7 @@ from builder.build.plan_package import PackageOptions, plan_package
 from builder.errors import UnsupportedModel
 from builder.model.catalog import lookup_alias
 from builder.model.facts import infer_task, ranks_text
-from builder.model.rerank_recipes import QWEN3_RERANKER
+from builder.model.families.qwen3 import RERANKER as QWEN3_RERANKER
 from builder.progress import Reporter
 from runtimes.bundle import load_engine_config
 from runtimes.bundle.engine import attention_bytes

@@ -1,68 +1,45 @@
-"""The decoder families mbuild builds, by transformers' `model_type`: the one list the export, planning, the
-refusal of other models and docs/models.md read.
+"""The decoder families mbuild writes by hand (the fast lane), by transformers' `model_type`: the one list the
+export, planning, the refusal of other models and docs/models.md read.
 
-A family here is one the streamed export (builder/engine/decoder_graph.py) writes and the family test matrix
-(tests/support/family_configs.py) checks against transformers (tests/unit/test_decoder_graph.py); a test keeps the
-two equal (tests/unit/test_models_doc.py).
+Each family is one module of this package, named by its model_type, whose RECORD (builder/model/family_record.py)
+holds every fact about it that its config.json does not (a multimodal wrapper's RECORD is a Wrapper); this
+registry finds them all, so adding a family is adding its module. Nothing outside these modules tests a family's
+name (tests/unit/test_family_records.py). A family here is one the streamed export
+(builder/engine/decoder_graph.py) writes and the family test matrix (tests/support/family_configs.py) checks
+against transformers (tests/unit/test_decoder_graph.py); a test keeps the two equal (tests/unit/test_models_doc.py).
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+import importlib
+import pkgutil
+from collections.abc import Iterable
 
 from builder.errors import UnsupportedModel
+from builder.model.family_record import Family, Wrapper
+
+__all__ = ["FAMILIES", "WRAPPERS", "Family", "Wrapper", "discover", "family", "fast_lane", "require_built",
+           "wrapped_family"]
 
 
-@dataclass(frozen=True)
-class Family:
-    """Beside its name, what a config.json may leave out for transformers' class defaults to fill in."""
-
-    model_type: str  # transformers' config.model_type
-    label: str  # what users call it
-    kind: Literal["dense", "moe"] = "dense"
-    ties_head: bool = False  # tie_word_embeddings when config.json omits it
-    sliding_period: int = 0  # without layer_types: every period-th layer is global, the rest slide (0: all slide)
-    generic: bool = False  # built by the generic export (builder/model/generic.py), not by hand
-
-
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (
-    Family("llama", "Llama 2, Llama 3.x"),
-    Family("mistral", "Mistral"),
-    Family("qwen2", "Qwen2, Qwen2.5"),
-    Family("qwen3", "Qwen3"),
-    Family("gemma2", "Gemma 2", ties_head=True, sliding_period=2),
-    Family("gemma3_text", "Gemma 3 (text)", ties_head=True, sliding_period=6),
-    Family("phi3", "Phi-3, Phi-4, Phi-4-mini"),
-    Family("granite", "Granite 3.x"),
-    Family("olmo2", "OLMo 2"),
-    Family("smollm3", "SmolLM3", ties_head=True),
-    Family("mixtral", "Mixtral", "moe"),
-    Family("qwen3_moe", "Qwen3-MoE", "moe"),
-    Family("gpt_oss", "gpt-oss", "moe", sliding_period=2),
-)}
-
-@dataclass(frozen=True)
-class Wrapper:
-    """A multimodal wrapper around a family's text model: its config.json's text_config is text_family's. Its text
-    model is sized from that (the catalog's Gemma 3 4B and up); it is built once the export reads the text model
-    out of the wrapper's checkpoint (text_config, the language_model.* weights), and refused when planned until
-    then."""
-
-    text_family: str
-    # transformers' text config class defaults, which a wrapper's text_config leaves out where it equals them
-    text_defaults: Mapping[str, Any]
-    built: bool = False  # the export reads this wrapper's text model (builder/engine/export_decoder.py)
+def discover(paths: Iterable[str], package: str) -> dict[str, Family | Wrapper]:
+    """Every record module's RECORD under the package's paths, by model_type (which is its module's name)."""
+    records: dict[str, Family | Wrapper] = {}
+    for module in sorted(m.name for m in pkgutil.iter_modules(list(paths))):
+        record = getattr(importlib.import_module(f"{package}.{module}"), "RECORD", None)
+        if not isinstance(record, (Family, Wrapper)) or record.model_type != module:
+            raise TypeError(f"{package}.{module} must define RECORD, a Family or Wrapper of model_type {module!r}")
+        records[module] = record
+    return records
 
 
+_RECORDS = discover(__path__, __name__)
+# dense families first, then mixtures of experts (docs/models.md's order)
+FAMILIES: dict[str, Family] = {r.model_type: r for r in sorted(
+    (r for r in _RECORDS.values() if isinstance(r, Family)), key=lambda r: (r.kind != "dense", r.model_type))}
 # Any other wrapper (a config.json with a text_config inside) is refused by name.
-WRAPPERS: dict[str, Wrapper] = {
-    "gemma3": Wrapper("gemma3_text", {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
-                                      "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
-                                      "head_dim": 256, "max_position_embeddings": 131072, "sliding_window": 4096}),
-}
+WRAPPERS: dict[str, Wrapper] = {k: r for k, r in _RECORDS.items() if isinstance(r, Wrapper)}
 
 
 def fast_lane(model_type: str | None) -> bool:
