@@ -48,7 +48,7 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
     table.add_row("profile", f"{result.plan.profile.name} ({result.plan.profile.id[:12]})")
     facts = result.plan.facts
     if facts.family and facts.task == "text-generation":
-        table.add_row("path", export_path(facts.family))
+        table.add_row("path", export_path(facts.wrapper or facts.family))
     report = result.report
     if report:
         table.add_row("validation", report.verdict)

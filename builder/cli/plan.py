@@ -77,7 +77,8 @@ def render_plan(plan: BuildPlan) -> str:
         f"  model      {model.repo} @ {pinned}",
         f"  task       {facts.task}, {facts.describe_params()} ({facts.source})",
         *([f"  family     {_shape(facts)}"] if facts.family else []),
-        *([f"  path       {export_path(facts.family)}"] if facts.family and facts.task == "text-generation" else []),
+        *([f"  path       {export_path(facts.wrapper or facts.family)}"]
+          if facts.family and facts.task == "text-generation" else []),
         *([f"  draft      {plan.draft.model.repo} @ {plan.draft.model.sha or plan.draft.model.revision}: "
            f"{_shape(plan.draft.facts)}"] if plan.draft else []),
         f"  target     {plan.target.describe()} [{plan.target.source}]",

@@ -49,8 +49,10 @@ def _eos_ids(model_dir: Path, config: Any, tokenizer: Any) -> list[int]:
     found: list[int] = []
     path = model_dir / "generation_config.json"
     sources = [("generation_config.json", json.loads(path.read_text()).get("eos_token_id"))] if path.is_file() else []
-    sources += [("config.json", getattr(config, "eos_token_id", None)), ("the tokenizer", tokenizer.eos_token_id)]
-    rows = int(config.vocab_size)
+    text = config.get_text_config()  # a multimodal wrapper's language model names its own end tokens
+    sources += [("config.json", getattr(config, "eos_token_id", None) or getattr(text, "eos_token_id", None)),
+                ("the tokenizer", tokenizer.eos_token_id)]
+    rows = int(text.vocab_size)
     for where, value in sources:
         for token in value if isinstance(value, list) else [value]:
             if isinstance(token, int) and not 0 <= token < rows:
@@ -80,11 +82,12 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearForma
         task="text-generation",
         inputs=inputs,
         output="logits",
-        max_seq_length=served_context(config),
+        max_seq_length=served_context(config.get_text_config()),
         geometry=dims,
         pad_token_id=int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
-        options=DecoderOptions(vocab_size=int(config.vocab_size), layers=dims.layers, kv_heads=dims.kv_heads,
-                               head_dim=dims.head_dim, eos_token_ids=tuple(_eos_ids(model_dir, config, tokenizer)),
+        options=DecoderOptions(vocab_size=int(config.get_text_config().vocab_size), layers=dims.layers,
+                               kv_heads=dims.kv_heads, head_dim=dims.head_dim,
+                               eos_token_ids=tuple(_eos_ids(model_dir, config, tokenizer)),
                                special_tokens=special, chat_template=_chat_template(model_dir, tokenizer)),
     )
 

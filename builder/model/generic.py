@@ -44,14 +44,18 @@ def _config_class(model_type: str) -> Any:
     return CONFIG_MAPPING[model_type]
 
 
+@cache
+def _defaults(model_type: str) -> dict[str, Any]:
+    try:
+        return dict(_config_class(model_type)().to_dict())
+    except Exception:  # a class that cannot be made without arguments offers no defaults
+        return {}
+
+
 def standard_config(model_type: str, config: Mapping[str, Any]) -> dict[str, Any]:
     """config.json under transformers' standard names, the class's defaults beneath what the file says."""
     cls = _config_class(model_type)
-    try:
-        defaults = cls().to_dict()
-    except Exception:  # a class that cannot be made without arguments offers no defaults
-        defaults = {}
-    merged = {**defaults, **config}
+    merged = {**_defaults(model_type), **config}
     for standard, own in getattr(cls, "attribute_map", {}).items():
         if own in merged and standard not in config:
             merged[standard] = merged[own]
@@ -62,8 +66,9 @@ def refusal(model_type: str, config: Mapping[str, Any]) -> str | None:
     """Why the generic export cannot build this model, in one line; None where it can try."""
     if model_type not in causal_lm_types():
         return f"transformers {_version()} has no causal language model of type {model_type or '(none)'!r}"
-    if config.get("is_encoder_decoder"):
-        return "an encoder-decoder model (mbuild serves decoder-only language models)"
+    if config.get("is_encoder_decoder") or _defaults(model_type).get("is_encoder_decoder"):
+        # a *ForCausalLM of an encoder-decoder family (BART's decoder) saves is_encoder_decoder false
+        return "an encoder-decoder model or its decoder (mbuild serves decoder-only language models)"
     kinds = sorted({str(k) for k in config.get("layer_types") or ()} - ATTENTION_LAYERS)
     state = sorted({k for k in kinds if RECURRENT_KIND.search(k)} | {k for k in config if RECURRENT_FIELD.match(k)})
     if state and config.get("num_attention_heads"):

@@ -1,9 +1,12 @@
-"""docs/models.md, written from the family registry (builder/model/families/) and the catalog, never by hand:
+"""docs/models.md, written from the family registry (builder/model/families/), the model-type sweep's table
+(docs/model_sweep.json, which tests/integration/test_model_sweep.py measures) and the catalog, never by hand:
 `python -m builder.model.models_doc > docs/models.md`; tests/unit/test_models_doc.py keeps the two equal."""
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 from builder.model.catalog import load_catalog
 from builder.model.families import FAMILIES, WRAPPERS
@@ -25,9 +28,12 @@ def models_markdown() -> str:
         "mbuild builds sentence-embedding models (BERT-family encoders, and decoder bodies of the families below with",
         "last-token or mean pooling and instruction prompts, as Qwen3-Embedding), cross-encoder rerankers (an encoder",
         "with a one-label sequence-classification head: BERT, XLM-R, ModernBERT, DeBERTa-v2 bodies) and decoder-only",
-        "language models of these families, by config.json's `model_type`. Any other language model (gpt2, mamba,",
-        "rwkv, phi, ...) is refused when it is planned, from its config.json alone and before any weights are",
-        "downloaded (exit 7), with its type, this list and the nearest family; so are classifiers of several labels",
+        "language models. A language model of the families below takes the fast lane, a graph mbuild writes by hand;",
+        "any other type transformers can run as a causal LM takes the generic path, traced from transformers' own",
+        "modeling code ([the sweep below](#every-causal-lm-type-transformers-knows) says which build). Models whose",
+        "layers keep a recurrent state, encoder-decoders and types transformers has no causal LM for are refused",
+        "when planned, from config.json alone and before any weights are downloaded (exit 7), with the reason;",
+        "so are classifiers of several labels",
         "and decoder bodies under a classification head, by what they are. Rerankers on a decoder body are built",
         "where mbuild holds their model card's prompt recipe: Qwen3-Reranker (a Qwen3 causal LM whose card is tagged",
         "`pipeline_tag: text-ranking`), scored by its \"yes\" and \"no\" logits as its card scores it.",
@@ -46,6 +52,7 @@ def models_markdown() -> str:
         *[f"| `{name}` | `{w.text_family}` | {'yes' if w.built else 'not yet: refused when planned'} |"
           for name, w in WRAPPERS.items()],
         "",
+        *sweep_lines(),
         "## The catalog",
         "",
         "Aliases plan offline, from the config.json fields profiles/catalog.yaml records for each",
@@ -65,6 +72,40 @@ def models_markdown() -> str:
         size = facts.describe_params("")
         lines.append(f"| {alias} | {entry.repo}{gated} | {family} | {size} | {facts.context} | {download} |")
     return "\n".join(lines) + "\n"
+
+
+SWEEP = "docs/model_sweep.json"
+OUTCOMES = ("passed", "refused", "failed", "bug", "not made tiny")
+
+
+def sweep_lines() -> list[str]:
+    """The sweep's table: every causal-LM model_type of the transformers it ran with, and what a tiny one did."""
+    data = json.loads((Path(__file__).resolve().parents[2] / SWEEP).read_text())
+    rows = data["rows"]
+    counts = {o: sum(r["outcome"] == o for r in rows) for o in OUTCOMES}
+    made = len(rows) - counts["not made tiny"]
+    return [
+        "## Every causal-LM type transformers knows",
+        "",
+        f"transformers {data['transformers']} maps {len(rows)} model types to a causal LM. The sweep",
+        "(tests/integration/test_model_sweep.py) makes each tiny by one set of rules (tests/support/tiny_configs.py),",
+        "then plans, exports (fp32) and gates it as `mbuild package` does: the gate holds the engine's greedy decode",
+        "to transformers' own on 4 prompts x 32 tokens, past every sliding window and chunk (16 tokens). Of the",
+        f"{made} types transformers can make tiny, {counts['passed']} pass, {counts['refused']} are refused with",
+        f"the reason, {counts['failed']} fail the gate and {counts['bug']} end in an mbuild bug;",
+        f"{counts['not made tiny']} types transformers' own classes refuse at these sizes. Refusals before any",
+        "download come from config.json; the others at export, after it (marked *export*).",
+        "",
+        "| model_type | outcome | path | detail |",
+        "| --- | --- | --- | --- |",
+        *[f"| `{r['model_type']}` | {r['outcome']}{' *export*' if r['stage'] == 'export' else ''} | "
+          f"{r['path'] or '-'} | {_cell(r['detail'])} |" for r in rows],
+        "",
+    ]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 if __name__ == "__main__":

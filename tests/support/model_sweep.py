@@ -1,78 +1,98 @@
-"""The model-type sweep: every causal-LM model type transformers knows, made tiny (tiny_configs.py), packaged
-fp32 by `mbuild package`, whose gate holds the engine's greedy decode to transformers' own. One row a type:
-what the user sees (passed, refused with its one-line reason, failed, or a bug), the table docs/models.md
-shows. `python -m tests.support.model_sweep OUT.json [TYPE ...]` runs it outside pytest."""
+"""The model-type sweep: every causal-LM model type transformers knows, made tiny (tiny_configs.py), planned,
+exported fp32 and gated as `mbuild package` does it, where the gate holds the engine's greedy decode (its
+serving scheduler, 4 prompts x 32 tokens, past every window and chunk of 16) to transformers' own forward. One
+row a type: what a user sees (passed, refused with its one-line reason, failed the gate, or a bug), the table
+docs/models.md shows (builder/model/models_doc.py reads docs/model_sweep.json).
+
+The stages run in one forked process a type, in-process rather than through the CLI: the CLI's own export
+child (export_worker.py) spends most of a tiny build importing PyTorch, which 196 builds cannot afford. The
+child's address space is capped, so a size the rules miss cannot take the machine.
+`python -m tests.support.model_sweep OUT.json [TYPE ...]` runs it outside pytest."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
+import resource
+import signal
 import sys
+import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-PASSED, REFUSED, FAILED, BUG, NOT_TINY = "passed", "refused", "failed", "bug", "transformers cannot make it tiny"
+PASSED, REFUSED, FAILED, BUG, NOT_TINY = "passed", "refused", "failed", "bug", "not made tiny"
+CHILD_BYTES, CHILD_SECONDS = 8 << 30, 600
 
 
 @dataclass(frozen=True)
 class Row:
     model_type: str
     outcome: str
-    path: str  # fast lane | generic | "" where it did not build
+    path: str  # fast lane | generic | "" where nothing was built
     detail: str  # the refusal's or failure's line; the gate's verdict where it passed
+    stage: str = ""  # where it ended: plan (before any download), export or gate
     seconds: float = 0.0
 
 
-def make_all(types: list[str], work: Path) -> dict[str, str]:
-    """Each type's tiny model saved under `work`, in one process; the reason for each transformers cannot make."""
-    # one forked child a type, its address space capped: a size field the rules miss cannot take the machine
-    code = ("import json, os, pathlib, resource, signal, sys, torch\n"
-            "from tests.support.tiny_configs import tiny_config\n"
-            "from tests.support.tiny_models import save_random_decoder\n"
-            "failed = {}\n"
-            "for kind in sys.argv[2:]:\n"
-            "    why = pathlib.Path(sys.argv[1]) / f'{kind}.why'\n"
-            "    if os.fork() == 0:\n"
-            "        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))\n"
-            "        signal.alarm(120)\n"
-            "        try:\n"
-            "            save_random_decoder(tiny_config(kind), pathlib.Path(sys.argv[1]) / kind, torch.float32)\n"
-            "            os._exit(0)\n"
-            "        except BaseException as exc:\n"
-            "            why.write_text(f'{type(exc).__name__}: {exc}'.splitlines()[0][:200])\n"
-            "            os._exit(1)\n"
-            "    if os.wait()[1]:\n"
-            "        failed[kind] = why.read_text() if why.exists() else 'killed'\n"
-            "print(json.dumps(failed))\n")
-    made = subprocess.run([sys.executable, "-c", code, str(work), *types], capture_output=True, text=True,
-                          timeout=1800, env={**os.environ, "PYTHONWARNINGS": "ignore"}, check=True)
-    return dict(json.loads(made.stdout.strip().splitlines()[-1]))
+def _build(model_type: str, work: Path) -> Row:
+    """In the forked child: make, plan, export, gate."""
+    import torch
 
+    from builder.build.plan_package import PackageOptions, plan_package
+    from builder.engine.export_decoder import export_decoder
+    from builder.engine.make import _compile
+    from builder.engine.validate_decoder import run_gate
+    from builder.errors import MbuildError, UnsupportedModel, ValidationFailed
+    from builder.model.families import fast_lane
+    from builder.progress import Reporter
+    from tests.support.tiny_configs import tiny_config
+    from tests.support.tiny_models import save_random_decoder
 
-def _line(text: str, prefix: str) -> str:
-    return next((line.removeprefix(prefix).strip() for line in text.splitlines() if line.startswith(prefix)), "")
+    folder = work / model_type
+    try:
+        save_random_decoder(tiny_config(model_type), folder, torch.float32)
+    except Exception as exc:  # transformers' own classes refuse these sizes, or cannot make the model
+        return Row(model_type, NOT_TINY, "", f"{type(exc).__name__}: {exc}".splitlines()[0][:200], "make")
+    path = "fast lane" if fast_lane(model_type) else "generic"
+    out = work / f"{model_type}.out"
+    stage = "plan"
+    try:
+        plan = plan_package(PackageOptions(str(folder), gpu="cpu", precision="fp32", offline=True),
+                            Reporter(quiet=True))
+        stage = "export"
+        exported = export_decoder(folder, out / "work", plan.profile)
+        _compile(plan, out / "work", out / "engine", exported, built=True)
+        stage = "gate"
+        report = run_gate(folder, out / "engine", plan.profile.tolerance, out / "report.json")
+        return Row(model_type, PASSED, path, report.verdict, stage)
+    except UnsupportedModel as exc:
+        return Row(model_type, REFUSED, "", exc.message.splitlines()[0][:300], stage)
+    except ValidationFailed as exc:
+        return Row(model_type, FAILED, path, exc.message.splitlines()[0][:300], stage)
+    except MbuildError as exc:
+        return Row(model_type, BUG, path, f"{type(exc).__name__}: {exc.message}".splitlines()[0][:300], stage)
+    except Exception as exc:
+        return Row(model_type, BUG, path, "".join(traceback.format_exception_only(exc)).strip()[:300], stage)
 
 
 def sweep_one(model_type: str, work: Path) -> Row:
-    import time
-
     started = time.monotonic()
-    folder = work / model_type
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MBUILD_ENGINE_CACHE": str(work / "engines"),
-           "PYTHONWARNINGS": "ignore"}
-    run = subprocess.run([sys.executable, "-m", "builder.cli", "package", str(folder), "--gpu", "cpu", "--precision",
-                          "fp32", "--backend", "none", "--output", str(work / f"{model_type}.out")],
-                         capture_output=True, text=True, timeout=900, env=env)
+    result = work / f"{model_type}.row.json"
+    pid = os.fork()
+    if pid == 0:
+        resource.setrlimit(resource.RLIMIT_AS, (CHILD_BYTES, CHILD_BYTES))
+        signal.alarm(CHILD_SECONDS)
+        try:
+            result.write_text(json.dumps(asdict(_build(model_type, work))))
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
     seconds = round(time.monotonic() - started, 1)
-    out = run.stdout + run.stderr
-    path = _line(out, "path").split(" ")[0] if "path " in out else ""
-    if run.returncode == 0:
-        return Row(model_type, PASSED, path, _line(out, "validation"), seconds)
-    detail = _line(out, "error:") or _line(out, "internal error:") or out.strip().splitlines()[-1][:200]
-    outcome = {7: REFUSED, 8: FAILED, 70: BUG}.get(run.returncode, f"exit {run.returncode}")
-    return Row(model_type, outcome, path, detail[:300], seconds)
+    if not result.is_file():
+        return Row(model_type, BUG, "", f"the build process died ({status:#x})", "", seconds)
+    return Row(**{**json.loads(result.read_text()), "seconds": seconds})
 
 
 def causal_lm_types() -> list[str]:
@@ -82,17 +102,27 @@ def causal_lm_types() -> list[str]:
 
 
 def sweep(types: list[str], work: Path, jobs: int = 2) -> list[Row]:
+    """Every type's row; the heavy imports happen once, before the children fork."""
+    import builder.engine.export_decoder
+    import builder.engine.generic.reference
+    import builder.engine.validate_decoder  # noqa: F401
+
     work.mkdir(parents=True, exist_ok=True)
-    not_tiny = make_all(types, work)
     with ThreadPoolExecutor(jobs) as pool:
-        built = dict(zip([t for t in types if t not in not_tiny],
-                         pool.map(lambda t: sweep_one(t, work), [t for t in types if t not in not_tiny]), strict=True))
-    return [built[t] if t in built else Row(t, NOT_TINY, "", not_tiny[t]) for t in types]
+        return list(pool.map(lambda t: sweep_one(t, work), types))
+
+
+def table(rows: list[Row]) -> dict[str, object]:
+    """docs/model_sweep.json's content: the transformers version and each type's row, its time left out."""
+    import transformers
+
+    return {"transformers": transformers.__version__,
+            "rows": [{k: v for k, v in asdict(r).items() if k != "seconds"} for r in rows]}
 
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])
     rows = sweep(sys.argv[2:] or causal_lm_types(), out.with_suffix(".work"))
-    out.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    out.write_text(json.dumps(table(rows), indent=1) + "\n")
     for r in rows:
         print(f"{r.model_type:28} {r.outcome:8} {r.seconds:6} {r.detail[:150]}")

@@ -133,7 +133,8 @@ TRAINING_TEXT = ("The quick brown fox jumps over the lazy dog. Containers packag
 def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0, family: str = "llama",
                     text: str = TRAINING_TEXT, rows: int | None = None) -> Path:
     """A 2-layer Llama (GQA) with a byte-level BPE tokenizer, a Llama-3-style chat template and eos ids; another
-    family's layers (tests/support/family_configs.py) when `family` names one.
+    family's layers (tests/support/family_configs.py) when `family` names one, or any model type's
+    (tests/support/tiny_configs.py).
 
     Random weights give near-flat logits, on which any rounding flips the argmax; a second of training
     on a short text makes its predictions decisive, as a real model's are (train_steps=0 keeps it random). The
@@ -162,8 +163,10 @@ def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0, family:
                              num_key_value_heads=2, tie_word_embeddings=False)
     else:
         from tests.support.family_configs import family_configs
+        from tests.support.tiny_configs import tiny_config
 
-        config = family_configs()[family]
+        # a fast lane's family from its matrix; any other model type by the sweep's rules (the generic path's)
+        config = family_configs()[family] if family in family_configs() else tiny_config(family)
         config.update({**sizes, "pad_token_id": eos})  # the matrix's pad 0 is this tokenizer's BOS
     model = AutoModelForCausalLM.from_config(config)
     if train_steps:
@@ -213,7 +216,7 @@ def save_random_decoder(config: Any, folder: Path, dtype: torch.dtype = torch.fl
 
     torch.manual_seed(seed)
     AutoModelForCausalLM.from_config(config).eval().to(dtype).save_pretrained(folder, max_shard_size=shard)
-    vocab = {f"t{i}": i for i in range(config.vocab_size)}
+    vocab = {f"t{i}": i for i in range(config.get_text_config().vocab_size)}
     PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
                             bos_token="t1", eos_token="t2").save_pretrained(folder)
     return folder

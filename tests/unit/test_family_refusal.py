@@ -29,7 +29,7 @@ REFUSED: dict[str, tuple[Any, str, str]] = {
     "rwkv": (lambda: tf.RwkvConfig(**TINY), "RwkvForCausalLM", "no attention layers: a recurrent model"),
     "jamba": (lambda: tf.JambaConfig(**COMMON), "JambaForCausalLM", "a hybrid with recurrent layers"),
     "qwen3_next": (lambda: tf.Qwen3NextConfig(**COMMON), "Qwen3NextForCausalLM", "a hybrid with recurrent layers"),
-    "bart": (lambda: tf.BartConfig(**TINY), "BartForCausalLM", "an encoder-decoder model"),
+    "bart": (lambda: tf.BartConfig(**TINY, is_encoder_decoder=False), "BartForCausalLM", "an encoder-decoder model"),
 }
 SUPPORTED_LIST = "supported families: " + ", ".join(sorted(FAMILIES))
 

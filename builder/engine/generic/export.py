@@ -29,7 +29,8 @@ def _geometry(calls: list[AttentionCall]) -> HeadGeometry:
 def write_generic(model_dir: Path, config: Any, out_dir: Path, form: LinearFormat | None = None) -> HeadGeometry:
     """model.onnx + model.onnx.data in out_dir, as decoder_graph.write_decoder writes them; the cache's
     dimensions."""
-    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    text = config.get_text_config()  # a multimodal wrapper's language model; the config itself otherwise
+    layers = int(getattr(text, "num_hidden_layers", 0) or 0)
     if layers <= 0:
         raise UnsupportedModel("its config names no num_hidden_layers")
     model = plan_model(config, ATTENTION, experts=ATTENTION)
@@ -41,6 +42,6 @@ def write_generic(model_dir: Path, config: Any, out_dir: Path, form: LinearForma
     del model
     dims = _geometry(calls)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rewrite(traced, model_dir, out_dir, streams, Traced(calls, experts, dims, int(config.vocab_size)),
+    rewrite(traced, model_dir, out_dir, streams, Traced(calls, experts, dims, int(text.vocab_size)),
             form or LinearFormat())
     return dims
