@@ -108,3 +108,17 @@ def language_family(text: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family]
         family(kind)  # the refusal that names the families and the nearest
     standard = standard_config(kind, text)
     return standard, generic_family(kind, standard)
+
+
+def wrapped_text(model_type: str, inner: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family] | None:
+    """A multimodal checkpoint without a record whose type transformers runs as a causal LM (its forward takes text
+    alone): its language model, planned from text_config under standard names, which the generic export traces
+    through the wrapper's own forward. None where transformers has no causal LM of that type."""
+    text_type = str(inner.get("model_type") or "")
+    if model_type not in causal_lm_types() or not text_type:
+        return None
+    try:
+        text = standard_config(text_type, inner)
+    except KeyError:  # a text model type transformers has no config class for
+        return None
+    return text, generic_family(text_type, text)

@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builder.errors import UnsupportedModel
-from builder.model.families import FAMILIES, Family, wrapped_family
-from builder.model.generic import language_family
+from builder.model.families import FAMILIES, WRAPPERS, Family, wrapped_family
+from builder.model.generic import language_family, wrapped_text
 from builder.model.geometry import EXPERT_COUNTS, expert_layers, head_geometry, model_context
 from runtimes.bundle.engine import Task  # the one list of tasks: engine.json's, which the image reads
 
@@ -113,6 +113,10 @@ def text_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family | 
     inner = config.get("text_config")
     if not isinstance(inner, Mapping):
         return config, None
+    kind = str(config.get("model_type") or "")
+    generic = None if kind in WRAPPERS else wrapped_text(kind, inner)
+    if generic is not None:
+        return generic
     wrapped, wrapper = wrapped_family(str(config.get("model_type") or ""), inner.get("model_type"))
     return {**wrapper.text_defaults, **inner, "model_type": wrapped.model_type}, wrapped
 

@@ -38,8 +38,6 @@ class Row:
 
 def _build(model_type: str, work: Path) -> Row:
     """In the forked child: make, plan, export, gate."""
-    import torch
-
     from builder.build.plan_package import PackageOptions, plan_package
     from builder.engine.export_decoder import export_decoder
     from builder.engine.make import _compile
@@ -47,13 +45,13 @@ def _build(model_type: str, work: Path) -> Row:
     from builder.errors import MbuildError, UnsupportedModel, ValidationFailed
     from builder.model.families import fast_lane
     from builder.progress import Reporter
-    from tests.support.tiny_configs import tiny_config
-    from tests.support.tiny_models import save_random_decoder
+    from tests.support.tiny_models import make_tiny_llama
 
     folder = work / model_type
     try:
-        save_random_decoder(tiny_config(model_type), folder, torch.float32)
-    except Exception as exc:  # transformers' own classes refuse these sizes, or cannot make the model
+        make_tiny_llama(folder, train_steps=0, family=model_type)  # random weights: fp32 exactness is the point
+        _runs(folder)
+    except Exception as exc:  # transformers' own classes refuse these sizes, cannot make or cannot run the model
         return Row(model_type, NOT_TINY, "", f"{type(exc).__name__}: {exc}".splitlines()[0][:200], "make")
     path = "fast lane" if fast_lane(model_type) else "generic"
     out = work / f"{model_type}.out"
@@ -75,6 +73,16 @@ def _build(model_type: str, work: Path) -> Row:
         return Row(model_type, BUG, path, f"{type(exc).__name__}: {exc.message}".splitlines()[0][:300], stage)
     except Exception as exc:
         return Row(model_type, BUG, path, "".join(traceback.format_exception_only(exc)).strip()[:300], stage)
+
+
+def _runs(folder: Path) -> None:
+    """transformers' own forward runs on the tiny model, else it is not one transformers can make tiny."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([[1, 5, 7, 9]]))
 
 
 def sweep_one(model_type: str, work: Path) -> Row:

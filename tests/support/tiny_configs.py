@@ -1,7 +1,7 @@
 """Tiny configs of any transformers model type, by one set of rules (no table per family): the class's defaults
 with every size shrunk, for the generic export's sweep (tests/integration/test_model_sweep.py).
 
-Rules: the standard head geometry (4 query heads of 16, 2 KV heads, hidden 64); every other integer field named
+Rules: the standard head geometry (4 query heads of 16, hidden 64, the class's query heads per KV head); every other integer field named
 like a size (size, dim, rank, intermediate) above 64 becomes 64 or 32; counts of experts 4 (2 a token), of
 layers as few as show every kind of layer its per-layer lists name (at least 2); windows and chunks 16 tokens,
 so the sweep's longer prompt crosses them; token ids inside a 512-token vocabulary.
@@ -9,6 +9,7 @@ so the sweep's longer prompt crosses them; token ids inside a 512-token vocabula
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -63,12 +64,25 @@ def _tiny(defaults: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     values.update({k: _tiny(v, {}) for k, v in defaults.items() if isinstance(v, dict) and _is_config(k, v)})
     for standard, value in STANDARD.items():
         name = names.get(standard, standard)
-        if name in defaults:
+        if name in defaults and (standard != "head_dim" or _derived_head_dim(defaults, names)):
             values[name] = value
+    heads, kv = (defaults.get(names.get(k, k)) for k in ("num_attention_heads", "num_key_value_heads"))
+    if isinstance(heads, int) and isinstance(kv, int) and 0 < kv <= heads:  # the class's grouping, kept
+        values[names.get("num_key_value_heads", "num_key_value_heads")] = max(1, HEADS * kv // heads)
     if layers_key in defaults:
         values[layers_key] = keep
     values.pop("transformers_version", None)
     return values
+
+
+def _derived_head_dim(defaults: dict[str, Any], names: dict[str, str]) -> bool:
+    """Whether head_dim is hidden / heads (or unset): a free size. Where it is not (MLA's rope width), the size
+    rule shrinks it with the fields it must equal."""
+    head_dim = defaults.get(names.get("head_dim", "head_dim"))
+    hidden = defaults.get(names.get("hidden_size", "hidden_size"))
+    heads = defaults.get(names.get("num_attention_heads", "num_attention_heads"))
+    return not head_dim or (isinstance(hidden, int) and isinstance(heads, int) and heads > 0
+                            and head_dim == hidden // heads)
 
 
 def _is_config(name: str, value: dict[str, Any]) -> bool:
@@ -80,4 +94,8 @@ def tiny_config(model_type: str) -> Any:
     from transformers import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
-    return cls(**_tiny(cls().to_dict(), dict(getattr(cls, "attribute_map", {}))))
+    values = _tiny(cls().to_dict(), dict(getattr(cls, "attribute_map", {})))
+    if dataclasses.is_dataclass(cls):  # what the class derives itself (DeepSeek's qk_head_dim) is not passed
+        fields = {f.name for f in dataclasses.fields(cls) if f.init}
+        values = {k: v for k, v in values.items() if k in fields}
+    return cls(**values)

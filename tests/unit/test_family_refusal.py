@@ -111,11 +111,10 @@ def test_a_multimodal_wrapper_whose_text_model_is_not_built_is_refused_by_name(t
     assert f"the text model of {', '.join(sorted(WRAPPERS))}" in result.output
 
 
-def test_gemma3s_wrapper_is_sized_by_its_text_model_and_refused_until_the_export_reads_it(tmp_path: Path) -> None:
+def test_gemma3s_wrapper_is_sized_by_its_text_model_and_planned_on_the_generic_path(tmp_path: Path) -> None:
     """google/gemma-3-4b-it and up: a vision tower around a gemma3_text model. Its text model is what is sized
-    (the vision tower only adds to the download); the export reads text-only checkpoints, so planning one is
-    refused by name, from config.json or the catalog, before anything is downloaded."""
-    assert not WRAPPERS["gemma3"].built  # the day the export reads it, this test's refusals become plans
+    (the vision tower only adds to the download); the generic export traces the wrapper's own forward on text, so
+    it plans, from config.json or the catalog, on that path (the sweep builds a tiny one against transformers)."""
     text = family_configs()["gemma3_text"]
     vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
               "patch_size": 4, "image_size": 16}
@@ -127,12 +126,13 @@ def test_gemma3s_wrapper_is_sized_by_its_text_model_and_refused_until_the_export
     assert (wrapped.family, wrapped.wrapper, alone.wrapper) == ("gemma3_text", "gemma3", "")
     assert wrapped.params == alone.params and wrapped.layers == alone.layers == text.num_hidden_layers
     assert (wrapped.checkpoint_gb or 0) > (alone.checkpoint_gb or 0)  # the vision tower is downloaded too
-    for model in (str(folder), "gemma-3-4b"):
-        result = run(["plan", model, "--gpu", "cpu"])
-        assert result.exit_code == UnsupportedModel.exit_code, result.output
-        assert "is a multimodal 'gemma3' model (a 'gemma3_text' text model with a vision tower)" in result.output
-        assert "does not build the text model out of a multimodal checkpoint yet" in result.output
-    assert "multimodal" not in run(["plan", "gemma-3-1b", "--gpu", "cpu"]).output  # Gemma 3's text-only size
+    from_folder = run(["plan", str(folder), "--gpu", "cpu"])  # planned, then refused for the weights it lacks
+    assert "no safetensors or PyTorch weights" in from_folder.output and "multimodal" not in from_folder.output
+    from_catalog = run(["plan", "gemma-3-4b", "--gpu", "cpu"])
+    assert from_catalog.exit_code == 0, from_catalog.output
+    assert "path       generic: traced from transformers' own 'gemma3' modeling code" in from_catalog.output
+    one_b = run(["plan", "gemma-3-1b", "--gpu", "cpu"])  # Gemma 3's text-only size: the fast lane
+    assert one_b.exit_code == 0 and "path       fast lane: mbuild's hand-written graph for 'gemma3_text'" in one_b.output
 
 
 @pytest.mark.parametrize("broken", [{"num_hidden_layers": "many"}, {"hidden_size": -64}, {"num_local_experts": [4]},

@@ -35,7 +35,7 @@ SILU = ("SiLU", "SiLUActivation")
 IGNORED = frozenset({"position_ids", "use_cache", "cache_position", "output_attentions", "layer_idx", "dropout",
                      "past_key_values", "past_key_value", "is_causal", "position_embeddings", "layer_type",
                      "token_type_ids", "attention_type", "sequence_length", "output_router_logits",
-                     "output_hidden_states", "return_dict"})
+                     "output_hidden_states", "return_dict", "logits_to_keep"})
 
 
 @dataclass(frozen=True)
@@ -200,6 +200,9 @@ def trace(model: Any, layers: int) -> tuple[onnx.ModelProto, list[AttentionCall]
                                         custom_translation_table=dict(ops.TRANSLATIONS), optimize=True, verbose=False)
     except Exception as exc:  # the exporter wraps what went wrong; the innermost error is the reason
         raise _refusal(exc) from exc
+    if not _STEP.calls:
+        raise UnsupportedModel("its attention does not run through transformers' attention interface, where the "
+                               "generic export puts the engine's (a model with its own attention classes)")
     if len(_STEP.calls) != layers:
         raise UnsupportedModel(f"attention ran in {len(_STEP.calls)} of its {layers} layers (layers without "
                                "attention need a state cache mbuild does not have)")

@@ -81,8 +81,11 @@ def wrapped_family(model_type: str, text_model_type: str | None) -> tuple[Family
 
 
 def require_built(wrapper: str, repo: str) -> None:
-    """The refusal, before any download, of a known wrapper whose text model the export does not read yet."""
-    known = WRAPPERS[wrapper]
+    """The refusal, before any download, of a known wrapper whose text model the export does not read yet (a
+    wrapper without a record is the generic export's, builder/model/generic.py)."""
+    known = WRAPPERS.get(wrapper)
+    if known is None:
+        return
     if not known.built:
         raise UnsupportedModel(
             f"{repo} is a multimodal {wrapper!r} model (a {known.text_family!r} text model with a vision tower); "
