@@ -69,16 +69,22 @@ def _(hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tens
     return torch.empty_like(hidden)
 
 
-def _schema(name: str, inputs: int, outputs: int) -> Op:
-    types = [("T", ["tensor(float)", "tensor(int64)", "tensor(int32)"], "")]
-    register_schema(OpSchema(name, DOMAIN, 1, inputs=[OpSchema.FormalParameter(f"in{i}", "T") for i in range(inputs)],
-                             outputs=[OpSchema.FormalParameter(f"out{i}", "T") for i in range(outputs)],
-                             type_constraints=types, attributes=[OpSchema.Attribute("key", OpSchema.AttrType.INT, "")]))
+def _schema(name: str, inputs: str, outputs: int) -> Op:
+    """An op of DOMAIN whose inputs are typed by `inputs` (F: a float tensor, I: an integer one) and whose outputs
+    are float: the exporter infers the types downstream from these, so an integer input must not make a float
+    output look integer."""
+    types = [("F", ["tensor(float)"], ""), ("I", ["tensor(int64)", "tensor(int32)"], "")]
+    used = [t for t in types if t[0] in inputs or t[0] == "F"]
+    register_schema(OpSchema(name, DOMAIN, 1,
+                             inputs=[OpSchema.FormalParameter(f"in{i}", kind) for i, kind in enumerate(inputs)],
+                             outputs=[OpSchema.FormalParameter(f"out{i}", "F") for i in range(outputs)],
+                             type_constraints=used,
+                             attributes=[OpSchema.Attribute("key", OpSchema.AttrType.INT, "")]))
     return Op(Opset(DOMAIN, 1), name)
 
 
-_LINEAR, _EMBEDDING, _ATTENTION = _schema(LINEAR, 1, 1), _schema(EMBEDDING, 1, 1), _schema(ATTENTION, 8, 3)
-_EXPERTS = _schema(EXPERTS, 3, 1)
+_LINEAR, _EMBEDDING, _ATTENTION = _schema(LINEAR, "F", 1), _schema(EMBEDDING, "I", 1), _schema(ATTENTION, "FFFFFIIF", 3)
+_EXPERTS = _schema(EXPERTS, "FIF", 1)
 
 
 def _linear_node(x: Any, key: int, out_features: int) -> Any:

@@ -5,7 +5,9 @@ As builder/engine/reference.py, but without knowing what the model does around i
 planned with its parameters on the meta device, everything outside its stack of layers (the longest ModuleList:
 token table, head, final norm) is read once, and each layer reads its weights just before it runs and gives
 them back after, through forward hooks. The prompts run as one right-padded batch, so each layer is read
-once; causal attention keeps a row's logits blind to the padding after it.
+once; causal attention keeps a row's logits blind to the padding after it. Positions are passed as generate()
+passes them, counted from 0: a model that would derive its own from the ids (RoBERTa's, after its padding
+index) is held to what transformers' generate computes.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def generic_reference_logits(model_dir: Path, sequences: list[list[int]], first:
         longest = max(len(s) for s in sequences)
         ids = torch.tensor([s + [0] * (longest - len(s)) for s in sequences])
         mask = torch.tensor([[1] * len(s) + [0] * (longest - len(s)) for s in sequences])
-        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float()
+        # positions as generate() gives them (the mask's running count, from 0), which the engine's are too
+        positions = torch.arange(longest).unsqueeze(0).expand(len(sequences), -1)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False).logits.float()
     return [logits[row, start - 1:len(seq) - 1].numpy() for row, (seq, start) in enumerate(zip(sequences, first,
                                                                                                   strict=True))]

@@ -4,6 +4,7 @@ the profile's linear format, the 8-bit token table, the attention over the in-pl
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,14 +12,49 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from builder.engine.checkpoint import Checkpoint
 from builder.engine.decoder_graph import GraphWriter, opened, save_decoder
 from builder.engine.generic import ops
 from builder.engine.generic.experts import write_experts
-from builder.engine.generic.skeleton import Streams
+from builder.engine.generic.skeleton import Streamed, Streams
 from builder.engine.generic.trace import AttentionCall, ExpertsCall
-from builder.engine.weight_writer import DATA_FILE, LinearFormat
-from builder.errors import UnsupportedModel
+from builder.engine.weight_writer import DATA_FILE, LinearFormat, LinearWriter
 from builder.model.geometry import HeadGeometry
+
+
+class _Transposed:
+    """The checkpoint as LinearWriter reads it, but one weight stored [in, out] (GPT-2's Conv1D) read as nn.Linear's
+    [out, in]: whole, as one layer's matrix is (GPT-2 XL's largest, 41 MB in fp32)."""
+
+    def __init__(self, checkpoint: Checkpoint, name: str) -> None:
+        self.checkpoint, self.name = checkpoint, name
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        found = self.checkpoint.shape(name)
+        return tuple(reversed(found)) if name == self.name else found
+
+    def blocks(self, names: list[str], max_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
+        first = 0
+        for name in names:
+            if name == self.name:
+                yield first, np.ascontiguousarray(self.checkpoint.get(name).T)
+                first += self.shape(name)[0]
+            else:
+                for at, block in self.checkpoint.blocks([name], max_bytes):
+                    yield first + at, block
+                first += self.checkpoint.shape(name)[0]
+
+
+def _linear(g: GraphWriter, x: str, source: Streamed) -> str:
+    """The linear layer's node(s) by the fast lane's writer, reading a transposed weight through _Transposed."""
+    if not source.transposed:
+        return g.linear(x, [source.weight.removesuffix(".weight")], source.module)
+    kept = g.write_linear
+    g.write_linear = LinearWriter(g.weights, _Transposed(g.checkpoint, source.weight), g.form)  # type: ignore[arg-type]
+    try:
+        return g.linear(x, [source.weight.removesuffix(".weight")], source.module)
+    finally:
+        g.write_linear = kept
 
 
 def _key(node: onnx.NodeProto) -> int:
@@ -68,10 +104,7 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Str
                 g.nodes.append(node)
             elif node.op_type == ops.LINEAR:
                 source = linears[_key(node)]
-                if source.transposed:
-                    raise UnsupportedModel(f"{source.module} stores its weight transposed (Conv1D), which the "
-                                           "generic export does not stream yet")
-                out = g.linear(node.input[0], [source.weight.removesuffix(".weight")], f"{source.module}")
+                out = _linear(g, node.input[0], source)
                 g.nodes.append(onnx.helper.make_node("Identity", [out], [node.output[0]], name=f"{source.module}/out"))
             elif node.op_type == ops.EMBEDDING:
                 out = g.embedding(node.input[0], streams.embedding.weight)
