@@ -93,7 +93,8 @@ def sweep_lines() -> list[str]:
         "to transformers' own on 4 prompts x 32 tokens, past every sliding window and chunk (16 tokens). Of the",
         f"{made} types transformers can make tiny, {counts['passed']} pass, {counts['refused']} are refused with",
         f"the reason, {counts['failed']} fail the gate and {counts['bug']} end in an mbuild bug;",
-        f"{counts['not made tiny']} types transformers' own classes refuse at these sizes. Refusals before any",
+        f"for {counts['not made tiny']} types the rules give no tiny model transformers itself makes and runs. "
+        "Refusals before any",
         "download come from config.json; the others at export, after it (marked *export*).",
         "",
         "| model_type | outcome | path | detail |",

@@ -1,10 +1,10 @@
 """Tiny configs of any transformers model type, by one set of rules (no table per family): the class's defaults
 with every size shrunk, for the generic export's sweep (tests/integration/test_model_sweep.py).
 
-Rules: the standard head geometry (4 query heads of 16, hidden 64, the class's query heads per KV head); every other integer field named
-like a size (size, dim, rank, intermediate) above 64 becomes 64 or 32; counts of experts 4 (2 a token), of
-layers as few as show every kind of layer its per-layer lists name (at least 2); windows and chunks 16 tokens,
-so the sweep's longer prompt crosses them; token ids inside a 512-token vocabulary.
+Rules: the standard head geometry (4 query heads of 16, hidden 64, the class's query heads per KV head);
+every other integer field named like a size (size, dim, rank, intermediate) above 64 becomes 64 or 32;
+counts of experts 4 (2 a token), of layers as few as show every kind of layer its per-layer lists name (at
+least 2); windows and chunks 16 tokens, so the gate's sequences cross them; token ids inside the vocabulary.
 """
 
 from __future__ import annotations

@@ -132,7 +132,8 @@ def test_gemma3s_wrapper_is_sized_by_its_text_model_and_planned_on_the_generic_p
     assert from_catalog.exit_code == 0, from_catalog.output
     assert "path       generic: traced from transformers' own 'gemma3' modeling code" in from_catalog.output
     one_b = run(["plan", "gemma-3-1b", "--gpu", "cpu"])  # Gemma 3's text-only size: the fast lane
-    assert one_b.exit_code == 0 and "path       fast lane: mbuild's hand-written graph for 'gemma3_text'" in one_b.output
+    assert one_b.exit_code == 0, one_b.output
+    assert "path       fast lane: mbuild's hand-written graph for 'gemma3_text'" in one_b.output
 
 
 @pytest.mark.parametrize("broken", [{"num_hidden_layers": "many"}, {"hidden_size": -64}, {"num_local_experts": [4]},
