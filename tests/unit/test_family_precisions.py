@@ -1,22 +1,27 @@
 """int8 and int4 builds of a dense and a mixture-of-experts family pass their gates, packaged as a user packages
-them. The models are trained a second on a short text (tests/support/tiny_models.py), so their predictions
+them: on the fast lane (Qwen3, Qwen3-MoE) and on the generic path (issue 58: Cohere, with LayerNorm, interleaved
+rotary and a logit scale; Qwen2-MoE, with shared experts behind a sigmoid gate; no hand-written graph for
+either). The models are trained a second on a short text (tests/support/tiny_models.py), so their predictions
 are decisive as a real model's are: random weights' near-flat logits flip under any rounding and would test
-nothing but luck. fp32 exactness for every family is test_decoder_graph.py's."""
+nothing but luck. fp32 exactness for every family is test_decoder_graph.py's and the sweep's."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import onnx
 import pytest
 
+from builder.model.families import export_path, fast_lane
 from runtimes.bundle import REPORT_FILE, load_engine_config, read_gate_report
 from runtimes.bundle.report import DecoderReport
 from tests.support.procs import mbuild
 from tests.support.tiny_models import make_tiny_llama
 
 pytestmark = pytest.mark.slow
-FAMILIES = ("qwen3", "qwen3_moe")  # Qwen3's q/k norms; Qwen3-MoE's experts, quantized per expert
+FAMILIES = ("qwen3", "qwen3_moe", "cohere", "qwen2_moe")  # q/k norms; experts, quantized per expert
+NODES = {"int8": "MatMulInt8Tiles", "int4": "MatMulNBits"}
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -30,7 +35,13 @@ def test_a_quantized_build_passes_its_gate(trained: Path, precision: str, tmp_pa
     result = mbuild("package", str(trained), "--backend", "none", "--gpu", "cpu", "--precision", precision,
                     "--output", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
+    kind = json.loads((trained / "config.json").read_text())["model_type"]
+    assert export_path(kind) in result.stdout + result.stderr  # which path built it, said
     assert load_engine_config(out / "model").precision == precision
+    if not fast_lane(kind):  # every linear layer quantized (the traced graph has no MatMul of its own), experts too
+        graph = onnx.load(str(out / "model" / "model.onnx"), load_external_data=False).graph
+        ops = {node.op_type for node in graph.node}
+        assert NODES[precision] in ops and "MatMul" not in ops and ("QMoE" in ops) == (kind == "qwen2_moe")
     report = read_gate_report(json.loads((out / "model" / REPORT_FILE).read_text()))
     assert isinstance(report, DecoderReport) and report.passed
     assert report.top1_agreement >= report.tolerance.min_top1 and not report.tolerance.greedy_exact
