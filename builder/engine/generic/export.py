@@ -22,9 +22,9 @@ def _geometry(calls: list[AttentionCall]) -> HeadGeometry:
     first = calls[0]
     if any((c.kv_heads, c.head_dim) != (first.kv_heads, first.head_dim) for c in calls):
         raise UnsupportedModel("its layers' caches differ in shape (key/value heads or head size per layer)")
-    if any(c.value_dim != c.head_dim for c in calls):
-        raise UnsupportedModel(f"its values are {first.value_dim} wide per head but its keys {first.head_dim} "
-                               "(multi-head latent attention), which mbuild's cache does not hold yet")
+    if any(c.value_dim != c.head_dim for c in calls):  # (trace.py pads narrower values to the keys' width)
+        raise UnsupportedModel(f"its values are {first.value_dim} wide per head but its keys {first.head_dim}, "
+                               "which mbuild's cache does not hold")
     return HeadGeometry(layers=len(calls), heads=first.heads, kv_heads=first.kv_heads, head_dim=first.head_dim)
 
 

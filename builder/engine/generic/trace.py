@@ -92,16 +92,20 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
         raise UnsupportedModel("it runs attention more times than it has layers (a cache shared across layers?)")
     heads, head_dim = int(query.shape[1]), int(query.shape[3])  # not batch or length: they stay dynamic
     kv_heads, value_dim = int(key.shape[1]), int(value.shape[-1])
+    if value_dim < head_dim:  # multi-head latent attention's values are narrower than its keys: the runtime's
+        # attention and cache hold one width, so values are padded with zeros and the output cut back to theirs
+        # (the latent cache, 576 values a token, is not held yet)
+        value = torch.nn.functional.pad(value, (0, head_dim - value_dim))
     sink = s_aux if s_aux is not None else sinks
-    _STEP.calls.append(AttentionCall(heads, kv_heads, head_dim, value_dim,
+    _STEP.calls.append(AttentionCall(heads, kv_heads, head_dim, int(value.shape[-1]),
                                      float(scaling if scaling is not None else head_dim ** -0.5),
                                      int(sliding_window) if sliding_window else -1, float(softcap or 0.0),
                                      sink is not None))
     out, present_key, present_value = ops.attention(
         query, key, value, _STEP.past[2 * layer], _STEP.past[2 * layer + 1], _STEP.seqlens_k, _STEP.total,
-        sink if sink is not None else torch.zeros(0), layer, value_dim)
+        sink if sink is not None else torch.zeros(0), layer, int(value.shape[-1]))
     _STEP.present += [present_key, present_value]
-    return out, None
+    return out[..., :value_dim], None
 
 
 AttentionInterface.register(ATTENTION, _attention)
