@@ -4,15 +4,15 @@ serving scheduler, 4 prompts x 32 tokens, past every window and chunk of 16) to 
 row a type: what a user sees (passed, refused with its one-line reason, failed the gate, or a bug), the table
 docs/models.md shows (builder/model/models_doc.py reads docs/model_sweep.json).
 
-The stages run in one forked process a type, in-process rather than through the CLI: the CLI's own export
-child (export_worker.py) spends most of a tiny build importing PyTorch, which 196 builds cannot afford. The
-child's address space is capped, so a size the rules miss cannot take the machine.
+The stages run in one process a type (forked from a server that imported them once), not through the CLI: the
+CLI's own export child (export_worker.py) spends most of a tiny build importing PyTorch, which 196 builds cannot
+afford. The child's address space is capped, so a size the rules miss cannot take the machine.
 `python -m tests.support.model_sweep OUT.json [TYPE ...]` runs it outside pytest."""
 
 from __future__ import annotations
 
 import json
-import os
+import multiprocessing
 import resource
 import signal
 import sys
@@ -20,6 +20,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from multiprocessing.context import ForkServerContext
 from pathlib import Path
 
 PASSED, REFUSED, FAILED, BUG, NOT_TINY = "passed", "refused", "failed", "bug", "not made tiny"
@@ -85,21 +86,23 @@ def _runs(folder: Path) -> None:
         model(input_ids=torch.tensor([[1, 5, 7, 9]]))
 
 
-def sweep_one(model_type: str, work: Path) -> Row:
+def _child(model_type: str, work: str) -> None:
+    """One type's build in its own process, its address space and time capped; its row left in a file."""
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_BYTES, CHILD_BYTES))
+    signal.alarm(CHILD_SECONDS)
+    row = _build(model_type, Path(work))
+    (Path(work) / f"{model_type}.row.json").write_text(json.dumps(asdict(row)))
+
+
+def sweep_one(model_type: str, work: Path, context: ForkServerContext) -> Row:
     started = time.monotonic()
     result = work / f"{model_type}.row.json"
-    pid = os.fork()
-    if pid == 0:
-        resource.setrlimit(resource.RLIMIT_AS, (CHILD_BYTES, CHILD_BYTES))
-        signal.alarm(CHILD_SECONDS)
-        try:
-            result.write_text(json.dumps(asdict(_build(model_type, work))))
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
+    child = context.Process(target=_child, args=(model_type, str(work)))
+    child.start()
+    child.join()
     seconds = round(time.monotonic() - started, 1)
     if not result.is_file():
-        return Row(model_type, BUG, "", f"the build process died ({status:#x})", "", seconds)
+        return Row(model_type, BUG, "", f"the build process died (exit {child.exitcode})", "", seconds)
     return Row(**{**json.loads(result.read_text()), "seconds": seconds})
 
 
@@ -110,14 +113,14 @@ def causal_lm_types() -> list[str]:
 
 
 def sweep(types: list[str], work: Path, jobs: int = 2) -> list[Row]:
-    """Every type's row; the heavy imports happen once, before the children fork."""
-    import builder.engine.export_decoder
-    import builder.engine.generic.reference
-    import builder.engine.validate_decoder  # noqa: F401
-
+    """Every type's row. The children fork from a fresh server process that has imported the stages once (not
+    from the caller, whose threads, PyTorch's OpenMP pool among them, a forked child could hang on)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["builder.engine.export_decoder", "builder.engine.generic.reference",
+                                    "builder.engine.validate_decoder", "tests.support.model_sweep"])
     work.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(lambda t: sweep_one(t, work), types))
+        return list(pool.map(lambda t: sweep_one(t, work, context), types))
 
 
 def table(rows: list[Row]) -> dict[str, object]:
