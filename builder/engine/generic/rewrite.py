@@ -45,16 +45,39 @@ class _Transposed:
                 first += self.checkpoint.shape(name)[0]
 
 
-def _linear(g: GraphWriter, x: str, source: Streamed) -> str:
-    """The linear layer's node(s) by the fast lane's writer, reading a transposed weight through _Transposed."""
-    if not source.transposed:
+def _linear(g: GraphWriter, x: str, source: Streamed, fp32: bool = False) -> str:
+    """The linear layer's node(s) by the fast lane's writer, reading a transposed weight through _Transposed;
+    `fp32` keeps it unquantized whatever the profile."""
+    if not source.transposed and not fp32:
         return g.linear(x, [source.weight.removesuffix(".weight")], source.module)
     kept = g.write_linear
-    g.write_linear = LinearWriter(g.weights, _Transposed(g.checkpoint, source.weight), g.form)  # type: ignore[arg-type]
+    reader = _Transposed(g.checkpoint, source.weight) if source.transposed else g.checkpoint
+    g.write_linear = LinearWriter(g.weights, reader, LinearFormat() if fp32 else g.form)  # type: ignore[arg-type]
     try:
         return g.linear(x, [source.weight.removesuffix(".weight")], source.module)
     finally:
         g.write_linear = kept
+
+
+def _routers(graph: onnx.GraphProto) -> set[int]:
+    """The linear layers an experts block's routing is computed from: walking back from its chosen experts and
+    weights to the first linear on each path, never past the block's own input. They stay fp32 in every profile,
+    as the fast lane's routers do: a rounded logit can pick another expert."""
+    made = {out: node for node in graph.node for out in node.output}
+    found: set[int] = set()
+    for block in (n for n in graph.node if n.domain == ops.DOMAIN and n.op_type == ops.EXPERTS):
+        hidden, todo, seen = block.input[0], list(block.input[1:]), set()
+        while todo:
+            name = todo.pop()
+            node = made.get(name)
+            if name == hidden or name in seen or node is None:
+                continue
+            seen.add(name)
+            if node.domain == ops.DOMAIN and node.op_type == ops.LINEAR:
+                found.add(_key(node))
+            else:
+                todo.extend(node.input)
+    return found
 
 
 def _key(node: onnx.NodeProto) -> int:
@@ -97,6 +120,7 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Str
     constants = {t.name: t for t in graph.initializer}
     # the trace's names for the placeholders' caches -> the runtime's buffers, which the attention writes in place
     presents: dict[str, str] = {}
+    routers = _routers(graph)
     with opened(model_dir, out_dir / DATA_FILE) as (checkpoint, weights):
         g = GraphWriter(weights, checkpoint, None, form)
         for node in graph.node:
@@ -104,7 +128,7 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Str
                 g.nodes.append(node)
             elif node.op_type == ops.LINEAR:
                 source = linears[_key(node)]
-                out = _linear(g, node.input[0], source)
+                out = _linear(g, node.input[0], source, fp32=_key(node) in routers)
                 g.nodes.append(onnx.helper.make_node("Identity", [out], [node.output[0]], name=f"{source.module}/out"))
             elif node.op_type == ops.EMBEDDING:
                 out = g.embedding(node.input[0], streams.embedding.weight)
