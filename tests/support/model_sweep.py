@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import re
 import resource
 import signal
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 
 PASSED, REFUSED, FAILED, BUG, NOT_TINY = "passed", "refused", "failed", "bug", "not made tiny"
 CHILD_BYTES, CHILD_SECONDS = 8 << 30, 600
+NODE_NAME = re.compile(r"Name:'[^']*'")
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,8 @@ def _build(model_type: str, work: Path) -> Row:
         return Row(model_type, PASSED, path, report.verdict, stage)
     except UnsupportedModel as exc:
         return Row(model_type, REFUSED, "", exc.message.splitlines()[0][:300], stage)
-    except ValidationFailed as exc:
-        return Row(model_type, FAILED, path, exc.message.splitlines()[0][:300], stage)
+    except ValidationFailed as exc:  # ONNX Runtime's node names are the exporter's numbering: not part of the row
+        return Row(model_type, FAILED, path, NODE_NAME.sub("Name:(a node)", exc.message.splitlines()[0])[:300], stage)
     except MbuildError as exc:
         return Row(model_type, BUG, path, f"{type(exc).__name__}: {exc.message}".splitlines()[0][:300], stage)
     except Exception as exc:

@@ -105,7 +105,7 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
         query, key, value, _STEP.past[2 * layer], _STEP.past[2 * layer + 1], _STEP.seqlens_k, _STEP.total,
         sink if sink is not None else torch.zeros(0), layer, int(value.shape[-1]))
     _STEP.present += [present_key, present_value]
-    return out[..., :value_dim], None
+    return (out[..., :value_dim] if int(value.shape[-1]) != value_dim else out), None
 
 
 AttentionInterface.register(ATTENTION, _attention)
