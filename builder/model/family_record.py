@@ -59,7 +59,6 @@ class Family:
     kind: Literal["dense", "moe"] = "dense"
     ties_head: bool = False  # tie_word_embeddings when config.json omits it
     sliding_period: int = 0  # without layer_types: every period-th layer is global, the rest slide (0: all slide)
-    generic: bool = False  # built by the generic export (builder/model/generic.py), not by hand
     layers: Layers = field(default_factory=Layers)
     experts: Experts | None = None  # a "moe" family's expert layout
     rerank: RerankPrompt | None = None  # the prompt recipe of rerankers on this body (their model card's)

@@ -94,8 +94,7 @@ def generic_family(model_type: str, config: Mapping[str, Any]) -> Family:
     if why:
         raise UnsupportedModel(f"language models of type {model_type!r} are not supported: {why}", hint=HINT)
     moe = any(isinstance(config.get(k), int) and config.get(k, 0) > 1 for k in EXPERT_COUNTS)
-    return Family(model_type, model_type, "moe" if moe else "dense",
-                  ties_head=bool(config.get("tie_word_embeddings", False)), generic=True)
+    return Family(model_type, model_type, "moe" if moe else "dense")  # config holds the class's tie default
 
 
 def language_family(text: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family]:

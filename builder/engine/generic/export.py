@@ -39,7 +39,7 @@ def write_generic(model_dir: Path, config: Any, out_dir: Path, form: LinearForma
     with ExitStack() as stack:
         checkpoint = Checkpoint(model_dir, stack)
         streams = streamed_modules(model, checkpoint)
-        load_rest(model, checkpoint, keyed(model), stored=streams.stored)
+        load_rest(model, checkpoint, keyed(model), streams.stored)
     traced, calls, experts = trace(model, layers)
     del model
     dims = _geometry(calls)

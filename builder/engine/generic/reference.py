@@ -41,9 +41,9 @@ def generic_reference_logits(model_dir: Path, sequences: list[list[int]], first:
         stored = checkpoint_names(model, checkpoint)
         for name, layer in layers:
             layer.register_forward_pre_hook(
-                lambda module, args, name=name: load_rest(module, checkpoint, set(), name, stored))
+                lambda module, args, name=name: load_rest(module, checkpoint, set(), stored, name))
             layer.register_forward_hook(lambda module, args, out: unload(module))
-        load_rest(model, checkpoint, {id(m) for _, layer in layers for m in layer.modules()}, stored=stored)
+        load_rest(model, checkpoint, {id(m) for _, layer in layers for m in layer.modules()}, stored)
         longest = max(len(s) for s in sequences)
         ids = torch.tensor([s + [0] * (longest - len(s)) for s in sequences])
         mask = torch.tensor([[1] * len(s) + [0] * (longest - len(s)) for s in sequences])

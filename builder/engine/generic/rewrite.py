@@ -80,6 +80,13 @@ def _routers(graph: onnx.GraphProto) -> set[int]:
     return found
 
 
+def _name_last(g: GraphWriter, out: str, name: str) -> None:
+    """The writer's last node, which made `out`, writes the placeholder's output instead."""
+    last = g.nodes[-1]
+    assert last.output[0] == out, (last.name, out)
+    last.output[0] = name
+
+
 def _key(node: onnx.NodeProto) -> int:
     return next(a.i for a in node.attribute if a.name == "key")
 
@@ -128,11 +135,9 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Str
                 g.nodes.append(node)
             elif node.op_type == ops.LINEAR:
                 source = linears[_key(node)]
-                out = _linear(g, node.input[0], source, fp32=_key(node) in routers)
-                g.nodes.append(onnx.helper.make_node("Identity", [out], [node.output[0]], name=f"{source.module}/out"))
+                _name_last(g, _linear(g, node.input[0], source, fp32=_key(node) in routers), node.output[0])
             elif node.op_type == ops.EMBEDDING:
-                out = g.embedding(node.input[0], streams.embedding.weight)
-                g.nodes.append(onnx.helper.make_node("Identity", [out], [node.output[0]], name="embed/out"))
+                _name_last(g, g.embedding(node.input[0], streams.embedding.weight), node.output[0])
             elif node.op_type == ops.EXPERTS:
                 write_experts(g, node, traced.experts[_key(node)], streams.stored)
             else:

@@ -29,8 +29,8 @@ class Streamed:
     """A module whose weight is streamed by rewrite.py: checkpoint names, and how its rows lie."""
 
     module: str
-    weight: str  # the checkpoint tensor: [out, in] for linear layers, [in, out] where transposed (GPT-2's Conv1D)
-    bias: str | None
+    weight: str  # the checkpoint tensor: [out, in] for linear layers, [in, out] where transposed (GPT-2's Conv1D);
+    # a bias is read beside it by the writer (decoder_graph.GraphWriter.linear)
     transposed: bool = False
 
 
@@ -111,13 +111,12 @@ def streamed_modules(model: Any, checkpoint: Checkpoint) -> Streams:
     stored = checkpoint_names(model, checkpoint)
     table_source = _source(checkpoint, stored, f"{names[id(table)]}.weight", {}, table.weight)
     tied = {id(table.weight): table_source}
-    embedding = Streamed(names[id(table)], table_source, None)
+    embedding = Streamed(names[id(table)], table_source)
     setattr(table, KEY, 0)
     linears: list[Streamed] = []
     for name, module in model.named_modules():
         if isinstance(module, (torch.nn.Linear, Conv1D)):
-            bias = f"{name}.bias" if getattr(module, "bias", None) is not None else None
-            linears.append(Streamed(name, _source(checkpoint, stored, f"{name}.weight", tied, module.weight), bias,
+            linears.append(Streamed(name, _source(checkpoint, stored, f"{name}.weight", tied, module.weight),
                                     transposed=isinstance(module, Conv1D)))
             setattr(module, KEY, len(linears) - 1)
         elif _is_experts(module):
@@ -134,12 +133,10 @@ def _unregister(module: torch.nn.Module) -> None:
         module.__dict__[leaf] = module._parameters.pop(leaf)
 
 
-def load_rest(model: Any, checkpoint: Checkpoint, skip: set[int], prefix: str = "",
-              stored: dict[str, str] | None = None) -> None:
+def load_rest(model: Any, checkpoint: Checkpoint, skip: set[int], stored: dict[str, str], prefix: str = "") -> None:
     """Every parameter of the modules not in `skip` (ids), from the checkpoint into memory; a parameter tied to
     another (a head to its token table) is read once and shared as before. `stored`: checkpoint_names'."""
     loaded: dict[int, torch.nn.Parameter] = {}
-    stored = stored if stored is not None else checkpoint_names(model, checkpoint)
     for module_name, module in model.named_modules():
         if id(module) in skip:
             continue
