@@ -49,6 +49,15 @@ def draft_option(func: F) -> F:
         "drafts with it unless MBUILD_SPECULATIVE says otherwise.")(func)
 
 
+def model_impl_option(func: F) -> F:
+    """--model-impl (package and plan): which export builds a language model."""
+    return click.option(
+        "--model-impl", type=click.Choice(["auto", "fast-lane", "generic"]), default="auto", show_default=True,
+        help="A language model's export: fast-lane (the graph mbuild writes by hand for its families), generic "
+        "(traced from transformers' own modeling code, any causal LM) or auto (the fast lane where a family has "
+        "one). CPU builds; `mbuild plan` says which path a model takes.")(func)
+
+
 def extras_option(func: F) -> F:
     """--with NAME (package and plan), repeatable."""
     return click.option(

@@ -11,10 +11,9 @@ from rich.table import Table
 from builder.build.pipeline import PackageResult
 from builder.build.pipeline import package as run_package
 from builder.build.plan_package import PackageOptions
-from builder.cli.options import draft_option, extras_option, target_options
+from builder.cli.options import draft_option, extras_option, model_impl_option, target_options
 from builder.image import CHOICES
 from builder.image.oci import LAYOUT_DIR
-from builder.model.families import export_path
 from builder.progress import Reporter
 from runtimes.settings import PORT
 
@@ -46,9 +45,8 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
         table.add_row("pushed", f"{result.pushed.destination}@{result.pushed.digest} ({result.pushed.tool})")
     table.add_row("build dir", str(result.build_dir))
     table.add_row("profile", f"{result.plan.profile.name} ({result.plan.profile.id[:12]})")
-    facts = result.plan.facts
-    if facts.family and facts.task == "text-generation":
-        table.add_row("path", export_path(facts.wrapper or facts.family))
+    if result.plan.export_path:
+        table.add_row("path", result.plan.export_path)
     report = result.report
     if report:
         table.add_row("validation", report.verdict)
@@ -79,6 +77,7 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
               help="Manifest format the oci backend writes (docker = v2s2, whose HEALTHCHECK podman honours).")
 @draft_option
 @extras_option
+@model_impl_option
 @click.option("--push", "push_to", metavar="REGISTRY/REPO[:TAG]", help="Push the image there after building.")
 @click.option("--plan-only", is_flag=True, help="Write the build context's Dockerfile, image spec, plan and TensorRT "
               "settings; download, export and build nothing.")
@@ -86,8 +85,7 @@ def _summary(result: PackageResult, reporter: Reporter) -> None:
 def package(model: str, gpu: str | None, profile: str | None, precision: str | None, mode: str | None,
             offline: bool, output: Path | None, force: bool, name: str | None, version: str | None,
             base_image: str | None, backend: str, image_format: str, draft: str | None, extras: tuple[str, ...],
-            push_to: str | None,
-            plan_only: bool, quiet: bool) -> None:
+            model_impl: str, push_to: str | None, plan_only: bool, quiet: bool) -> None:
     """Package MODEL (alias, org/name[@rev], hf://org/name@rev or ./folder) into a serving image."""
     if quiet:
         disable_progress_bars()
@@ -96,7 +94,7 @@ def package(model: str, gpu: str | None, profile: str | None, precision: str | N
                              base_image=base_image, backend=backend, offline=offline, profile=profile,
                              precision=precision, mode=mode, image_format=image_format,  # type: ignore[arg-type]
                              push=push_to, plan_only=plan_only, force=force, draft=draft,
-                             extras=tuple(dict.fromkeys(extras)))
+                             extras=tuple(dict.fromkeys(extras)), model_impl=model_impl)
     result = run_package(options, reporter)
     if quiet:
         click.echo(result.plan.tag if result.image else str(result.build_dir))

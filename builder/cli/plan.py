@@ -9,9 +9,8 @@ import click
 
 from builder.benchmark.sizing import Sizing, sizing_from_options
 from builder.build.plan_package import PackageOptions, plan_package
-from builder.cli.options import draft_option, extras_option, sizing_options, target_options
+from builder.cli.options import draft_option, extras_option, model_impl_option, sizing_options, target_options
 from builder.model.catalog import ModelFacts
-from builder.model.families import export_path
 from builder.model.shape import billions
 from builder.planning.memory import kv_bytes_per_token, kv_bytes_per_value, served_context
 from builder.planning.plan import BuildPlan
@@ -77,8 +76,7 @@ def render_plan(plan: BuildPlan) -> str:
         f"  model      {model.repo} @ {pinned}",
         f"  task       {facts.task}, {facts.describe_params()} ({facts.source})",
         *([f"  family     {_shape(facts)}"] if facts.family else []),
-        *([f"  path       {export_path(facts.wrapper or facts.family)}"]
-          if facts.family and facts.task == "text-generation" else []),
+        *([f"  path       {plan.export_path}"] if plan.export_path else []),
         *([f"  draft      {plan.draft.model.repo} @ {plan.draft.model.sha or plan.draft.model.revision}: "
            f"{_shape(plan.draft.facts)}"] if plan.draft else []),
         f"  target     {plan.target.describe()} [{plan.target.source}]",
@@ -106,16 +104,17 @@ def render_plan(plan: BuildPlan) -> str:
 @click.option("--base-image", help="Base image (default: the profile's).")
 @draft_option
 @extras_option
+@model_impl_option
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (sizing lines go to stderr).")
 @sizing_options
 def plan(model: str, gpu: str | None, profile: str | None, precision: str | None, mode: str | None, offline: bool,
          name: str | None, version: str | None, base_image: str | None, draft: str | None, extras: tuple[str, ...],
-         as_json: bool, bench_result: Path | None, tokens_per_day: int | None, slo: str | None,
+         model_impl: str, as_json: bool, bench_result: Path | None, tokens_per_day: int | None, slo: str | None,
          slo_percentile: str, peak_factor: float) -> None:
     """Print the build plan for MODEL without building anything."""
     opts = PackageOptions(model=model, gpu=gpu, offline=offline, profile=profile, precision=precision, mode=mode,
                           name=name, version=version, base_image=base_image, draft=draft,
-                          extras=tuple(dict.fromkeys(extras)))
+                          extras=tuple(dict.fromkeys(extras)), model_impl=model_impl)
     result = plan_package(opts, Reporter(quiet=True), for_plan_only=True)
     sizing = sizing_from_options(bench_result, tokens_per_day, slo, int(slo_percentile), peak_factor,
                                  result.profile.id)

@@ -26,7 +26,7 @@ from builder.engine.quiet import quiet_ml
 from builder.engine.rope import served_context
 from builder.engine.weight_writer import LinearFormat
 from builder.errors import ToolMissing, UnsupportedModel
-from builder.model.families import family, fast_lane
+from builder.model.families import family, takes_fast_lane
 from builder.planning.engine_options import ort_options
 from builder.planning.profiles import Profile
 from runtimes.bundle.engine import DecoderOptions
@@ -64,7 +64,8 @@ def _eos_ids(model_dir: Path, config: Any, tokenizer: Any) -> list[int]:
     return found
 
 
-def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearFormat | None = None) -> ExportResult:
+def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearFormat | None = None,
+            impl: str = "auto") -> ExportResult:
     config = AutoConfig.from_pretrained(model_dir)
     tokenizer = fast_tokenizer(model_dir)
     if grown_cache:
@@ -72,7 +73,7 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearForma
         past, dims = write_grown_cache_graph(model_dir, config, out_dir)
         inputs: tuple[str, ...] = ("input_ids", "attention_mask", "position_ids", "logits_at", *past)
     else:
-        writer = write_decoder if fast_lane(config.model_type) else write_generic
+        writer = write_decoder if takes_fast_lane(config.model_type, impl) else write_generic
         dims = writer(model_dir, config, out_dir, form)
         past = [f"past_{kind}.{i}" for i in range(dims.layers) for kind in ("key", "value")]
         inputs = ("input_ids", "seqlens_k", "total_sequence_length", "logits_at", *past)
@@ -96,11 +97,13 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearForma
 def export_decoder(model_dir: Path, out_dir: Path, profile: Profile | None = None) -> ExportResult:
     """For ONNX Runtime: the in-place KV cache graph (decoder_graph.py), its linear layers in the profile's
     precision (fp32 without one)."""
-    form = None if profile is None else LinearFormat.for_profile(profile.precision,
-                                                                 ort_options(profile.engine_options))
-    if form is not None and form.tiles:
+    if profile is None:
+        return _export(model_dir, out_dir, grown_cache=False)
+    options = ort_options(profile.engine_options)
+    form = LinearFormat.for_profile(profile.precision, options)
+    if form.tiles:
         form = _with_kernels(form, out_dir)
-    return _export(model_dir, out_dir, grown_cache=False, form=form)
+    return _export(model_dir, out_dir, grown_cache=False, form=form, impl=options.model_impl)
 
 
 def _with_kernels(form: LinearFormat, out_dir: Path) -> LinearFormat:

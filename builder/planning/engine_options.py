@@ -31,6 +31,10 @@ class OrtOptions(_Options):
     # Language models' KV cache: int8 is calibrated at build time (builder/engine/kv_cache_quant.py) and gated; a
     # build whose int8 cache fails the gate fails, since the plan sized the pool for it
     kv_cache: Literal["fp32", "int8"] = "fp32"
+    # Language models' export: "fast-lane" (the graph mbuild writes by hand, for the families of
+    # builder/model/families/), "generic" (traced from transformers' own modeling code, builder/engine/generic/) or
+    # "auto" (the fast lane where a family has one). `--model-impl` sets it, as vLLM's --model-impl does.
+    model_impl: Literal["auto", "fast-lane", "generic"] = "auto"
 
     @model_validator(mode="after")
     def _tiles_fit(self) -> OrtOptions:
@@ -85,6 +89,11 @@ def _typed(engine: str, options: dict[str, Any]) -> Any:
 def ort_options(options: dict[str, Any]) -> OrtOptions:
     typed: OrtOptions = _typed("onnxruntime", options)
     return typed
+
+
+def model_impl(engine: str, options: dict[str, Any]) -> str:
+    """A language model's export as a profile sets it (TensorRT's: always the fast lane's graph, "auto")."""
+    return ort_options(options).model_impl if engine == "onnxruntime" else "auto"
 
 
 def trt_options(options: dict[str, Any]) -> TrtOptions:

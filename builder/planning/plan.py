@@ -12,8 +12,10 @@ from typing import Any
 from builder.errors import InputError
 from builder.hashing import sha256_json, tree_digest
 from builder.model.catalog import ModelFacts, Task
+from builder.model.families import export_path
 from builder.model.ref import ModelRef
 from builder.plan_record import PLAN_FORMAT, PlannedContent, PlannedLimits, PlannedModel, PlannedProfile, PlanRecord
+from builder.planning.engine_options import model_impl
 from builder.planning.memory import MemoryNeed, kv_pool_bytes
 from builder.planning.profiles import Profile
 from builder.planning.target import Target
@@ -69,6 +71,14 @@ class BuildPlan:
     @property
     def task(self) -> Task:
         return self.facts.task
+
+    @property
+    def export_path(self) -> str | None:
+        """Which export builds a language model, and why (None for other tasks): what plan and package say."""
+        if not self.facts.family or self.task != "text-generation":
+            return None
+        return export_path(self.facts.wrapper or self.facts.family,
+                           model_impl(self.profile.engine, self.profile.engine_options))
 
     def inputs(self) -> dict[str, Any]:
         """Everything that decides the build's output; the digest is taken over this.

@@ -10,6 +10,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
+
+from builder.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,3 +84,40 @@ def test_with_dynamo_is_refused_for_an_embedding_model(tmp_path: Path) -> None:
                             check=False)
     assert result.returncode == 2 and "--with dynamo serves language models" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+
+def _cli(*args: str) -> Result:
+    return CliRunner().invoke(cli, ["plan", *args], env={"HF_HUB_OFFLINE": "1"})
+
+
+def test_model_impl_generic_takes_a_fast_lane_family_through_the_generic_export() -> None:
+    """--model-impl generic is in the profile's engine options, so in the plan's digest (and the engine cache's
+    key), and the plan says which path the model takes and why; asking for the path auto takes changes nothing."""
+    generic = _cli("llama-3.1-8b", "--gpu", "cpu", "--model-impl", "generic")
+    auto = _cli("llama-3.1-8b", "--gpu", "cpu")
+    assert "path       generic: traced from transformers' own 'llama' modeling code, as --model-impl generic asks" \
+        in generic.output and "path       fast lane: mbuild's hand-written graph for 'llama'" in auto.output
+    assert _cli("llama-3.1-8b", "--gpu", "cpu", "--model-impl", "fast-lane").output == auto.output
+    data = json.loads(_cli("llama-3.1-8b", "--gpu", "cpu", "--model-impl", "generic", "--json").output)
+    assert data["profile"]["content"]["engine_options"]["model_impl"] == "generic"
+    assert data["digest"] != json.loads(_cli("llama-3.1-8b", "--gpu", "cpu", "--json").output)["digest"]
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["llama-3.1-8b", "--gpu", "h100", "--model-impl", "generic"], "TensorRT engines are built from the fast lane"),
+    (["all-minilm-l6-v2", "--model-impl", "generic"], "--model-impl chooses a language model's export"),
+    (["llama-3.1-8b", "--model-impl", "traced"], "Invalid value for '--model-impl'"),
+])
+def test_model_impl_is_refused_where_it_cannot_apply(args: list[str], said: str) -> None:
+    result = _cli(*args)
+    assert result.exit_code == 2 and said in result.output and "Traceback" not in result.output
+
+
+def test_the_fast_lane_asked_of_a_type_it_has_no_graph_for_is_refused_by_name(tmp_path: Path) -> None:
+    from tests.support.tiny_models import make_tiny_llama
+
+    model = make_tiny_llama(tmp_path / "cohere", train_steps=0, family="cohere")
+    result = _cli(str(model), "--gpu", "cpu", "--model-impl", "fast-lane")
+    assert result.exit_code == 7 and "language models of type 'cohere' are not supported" in result.output
+    assert "path       generic: traced from transformers' own 'cohere'" in _cli(str(model), "--gpu", "cpu").output

@@ -20,7 +20,7 @@ from builder.errors import UnsupportedModel
 from builder.model.family_record import Family, Wrapper
 
 __all__ = ["FAMILIES", "WRAPPERS", "Family", "Wrapper", "discover", "family", "fast_lane", "require_built",
-           "wrapped_family"]
+           "takes_fast_lane", "wrapped_family"]
 
 
 def discover(paths: Iterable[str], package: str) -> dict[str, Family | Wrapper]:
@@ -48,12 +48,20 @@ def fast_lane(model_type: str | None) -> bool:
     return str(model_type or "") in FAMILIES
 
 
-def export_path(model_type: str) -> str:
+def takes_fast_lane(model_type: str | None, impl: str = "auto") -> bool:
+    """Whether a language model is exported by the fast lane, by its type and the profile's model_impl
+    (builder/planning/engine_options.py); the fast lane asked of a type it has no graph for is refused by name."""
+    if impl == "fast-lane":
+        family(model_type)
+    return impl != "generic" and fast_lane(model_type)
+
+
+def export_path(model_type: str, impl: str = "auto") -> str:
     """Which export builds a language model, and why, in one line: what `mbuild plan` and `package` say."""
-    if fast_lane(model_type):
+    if takes_fast_lane(model_type, impl):
         return f"fast lane: mbuild's hand-written graph for {model_type!r} (builder/engine/decoder_graph.py)"
-    return (f"generic: traced from transformers' own {model_type!r} modeling code, as no hand-written graph "
-            "exists for it (builder/engine/generic/)")
+    why = "as --model-impl generic asks" if fast_lane(model_type) else "as no hand-written graph exists for it"
+    return f"generic: traced from transformers' own {model_type!r} modeling code, {why} (builder/engine/generic/)"
 
 
 def family(model_type: str | None) -> Family:
