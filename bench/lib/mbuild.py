@@ -45,9 +45,10 @@ BUILD_RECORD = "bench-build.json"  # beside a bundle: its build's wall time and 
 
 
 def build_mbuild(model: str | Path, out: Path, env: dict[str, str] | None = None,
-                 precision: str | None = "fp32", draft: Path | None = None) -> Path:
+                 precision: str | None = "fp32", draft: Path | None = None, impl: str = "auto") -> Path:
     """mbuild's own pipeline on CPU (the gate included), stopping at the build context; precision None: the
-    profile mbuild picks by default, what a user gets; draft: `--draft` that model. A build left by other mbuild
+    profile mbuild picks by default, what a user gets; draft: `--draft` that model; impl: `--model-impl`, a
+    language model's export (auto: what a user gets). A build left by other mbuild
     sources is redone. The build runs under the memory sampler; its summary (wall time, peak RSS, the stage at the
     peak) is kept in out/BUILD_RECORD, a failed one's too."""
     stamp = out / "bench-source.txt"
@@ -56,8 +57,9 @@ def build_mbuild(model: str | Path, out: Path, env: dict[str, str] | None = None
     if not (out / "model" / "engine.json").is_file():
         chosen = ["--precision", precision] if precision else []
         drafting = ["--draft", str(draft)] if draft else []
+        exporting = ["--model-impl", impl] if impl != "auto" else []
         command = [*MBUILD, "package", str(model), "--backend", "none", "--gpu", "cpu", *chosen, *drafting,
-                   "--output", str(out)]
+                   *exporting, "--output", str(out)]
         run = run_sampled(command, {**os.environ, **(env or {})})
         out.mkdir(parents=True, exist_ok=True)
         (out / BUILD_RECORD).write_text(json.dumps(run.summary(), indent=2) + "\n")
@@ -101,15 +103,16 @@ def minilm_home(work: Path) -> dict[str, str]:
     return env
 
 
-def _named(model: Path, precision: str, draft: Path | None) -> str:
-    return f"mbuild-{model.name}-{precision}" + (f"+draft-{draft.name}" if draft else "")
+def _named(model: Path, precision: str, draft: Path | None, impl: str = "auto") -> str:
+    return (f"mbuild-{model.name}-{precision}" + (f"+draft-{draft.name}" if draft else "")
+            + (f"+{impl}" if impl != "auto" else ""))
 
 
 def try_build(model: Path, work: Path, precision: str, env: dict[str, str] | None = None,
-              draft: Path | None = None) -> Path | str:
+              draft: Path | None = None, impl: str = "auto") -> Path | str:
     """The bundle folder, or why it did not build (a failed build is remembered for this source version)."""
-    out = work / f"{_named(model, precision, draft)}-{source_hash()}"
-    for stale in work.glob(f"{_named(model, precision, draft)}-*"):
+    out = work / f"{_named(model, precision, draft, impl)}-{source_hash()}"
+    for stale in work.glob(f"{_named(model, precision, draft, impl)}-*"):
         if stale != out:
             shutil.rmtree(stale)
     failed = out / "build-failed.txt"
@@ -118,7 +121,7 @@ def try_build(model: Path, work: Path, precision: str, env: dict[str, str] | Non
     if out.is_dir() and not (out / "report.json").is_file():  # an interrupted build: start again
         shutil.rmtree(out)
     try:
-        return build_mbuild(model, out, env, precision=precision, draft=draft).parent
+        return build_mbuild(model, out, env, precision=precision, draft=draft, impl=impl).parent
     except subprocess.CalledProcessError as error:
         lines = [line for line in (error.stderr or b"").decode(errors="replace").splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("error")]
@@ -129,12 +132,13 @@ def try_build(model: Path, work: Path, precision: str, env: dict[str, str] | Non
 
 
 def build_or_engine(model: Path, work: Path, precision: str, env: dict[str, str] | None = None,
-                    draft: Path | None = None, planned_cache: bool = True) -> tuple[Path | str, str | None]:
+                    draft: Path | None = None, planned_cache: bool = True,
+                    impl: str = "auto") -> tuple[Path | str, str | None]:
     """The bundle, or why it did not build; when only its gate failed, the engine it built (served with
     --allow-failed-gate) and the gate's summary. Such a build stops before the int8 KV cache its profile may ask
     for, which a model that passes ships with: with planned_cache, what is returned then is a copy that has it."""
-    build = try_build(model, work, precision, env, draft)
-    engine = work / f"{_named(model, precision, draft)}-{source_hash()}"
+    build = try_build(model, work, precision, env, draft, impl)
+    engine = work / f"{_named(model, precision, draft, impl)}-{source_hash()}"
     gate = engine / "report.json"
     if isinstance(build, str) and gate.is_file() and (engine / "model" / "engine.json").is_file():
         summary = str(json.loads(gate.read_text())["summary"])
