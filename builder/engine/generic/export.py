@@ -9,6 +9,7 @@ from typing import Any
 import onnx
 
 from builder.engine.checkpoint import Checkpoint
+from builder.engine.generic.fusions import fused_norms
 from builder.engine.generic.rewrite import Traced, rewrite
 from builder.engine.generic.skeleton import keyed, load_rest, plan_model, streamed_modules
 from builder.engine.generic.trace import ATTENTION, AttentionCall, trace
@@ -43,18 +44,20 @@ def write_generic(model_dir: Path, config: Any, out_dir: Path, form: LinearForma
     traced, calls, experts = trace(model, layers)
     del model
     dims = _geometry(calls)
+    _check(traced)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rewrite(traced, model_dir, out_dir, streams, Traced(calls, experts, dims, int(text.vocab_size)),
+    rewrite(fused_norms(traced), model_dir, out_dir, streams, Traced(calls, experts, dims, int(text.vocab_size)),
             form or LinearFormat())
-    _check(out_dir / "model.onnx")
     return dims
 
 
-def _check(path: Path) -> None:
-    """ONNX's checker and shape inference over the written graph (its weights are not read): a model whose code
-    traced into nodes ONNX does not allow (a linear on a 3-D weight) is refused here, not when the gate loads it."""
+def _check(traced: onnx.ModelProto) -> None:
+    """ONNX's checker and shape inference over the traced graph (placeholders in, the big weights out): a model
+    whose code traced into nodes ONNX does not allow (a linear on a 3-D weight) is refused here, not when the gate
+    loads it. The written graph is the fast lane's writer's nodes and ONNX Runtime's contrib ops, which ONNX's
+    checker does not know."""
     try:
-        onnx.checker.check_model(str(path), full_check=True)
+        onnx.checker.check_model(traced, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         line = next((x for x in str(exc).splitlines() if x.strip()), type(exc).__name__)
         raise UnsupportedModel(f"its traced graph is not valid ONNX ({line[:200]})",

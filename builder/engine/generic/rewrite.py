@@ -59,6 +59,35 @@ def _linear(g: GraphWriter, x: str, source: Streamed, fp32: bool = False) -> str
         g.write_linear = kept
 
 
+def _siblings(graph: onnx.GraphProto, linears: list[Streamed], kept_fp32: set[int]) -> dict[int, list[int]]:
+    """Linear layers of one input (q, k and v; gate and up), by the first one's key: one MatMul reads the input
+    once for them all, as the fast lane's q|k|v and gate|up do (at one stream a MatMul call's fixed cost is what
+    separate ones add: 0.8x of the fast lane's tokens/s on a 1B Llama, docs/benchmarks/llm_generic.md). Only
+    linears the writer reads alike join: none transposed or kept fp32, all with a bias or none."""
+    groups: dict[str, list[int]] = {}
+    for node in graph.node:
+        if node.domain == ops.DOMAIN and node.op_type == ops.LINEAR:
+            key = _key(node)
+            if not linears[key].transposed and key not in kept_fp32:
+                groups.setdefault(node.input[0], []).append(key)
+    return {keys[0]: keys for keys in groups.values() if len(keys) > 1}
+
+
+def _merged(g: GraphWriter, node: onnx.NodeProto, keys: list[int], linears: list[Streamed],
+            outputs: dict[int, str]) -> bool:
+    """The sibling linears' one MatMul and the Split into each placeholder's output; False where their biases
+    differ (one with, one without), which the writer's fused linear cannot hold."""
+    prefixes = [linears[k].weight.removesuffix(".weight") for k in keys]
+    if len({f"{p}.bias" in g.checkpoint for p in prefixes}) > 1:
+        return False
+    widths = np.array([g.checkpoint.shape(linears[k].weight)[0] for k in keys], np.int64)
+    out = g.linear(node.input[0], prefixes, linears[keys[0]].module)
+    split = onnx.helper.make_node("Split", [out, g.weights.add(f"{linears[keys[0]].module}.widths", widths)],
+                                  [outputs[k] for k in keys], name=f"{linears[keys[0]].module}.split", axis=-1)
+    g.nodes.append(split)
+    return True
+
+
 def _routers(graph: onnx.GraphProto) -> set[int]:
     """The linear layers an experts block's routing is computed from: walking back from its chosen experts and
     weights to the first linear on each path, never past the block's own input. They stay fp32 in every profile,
@@ -128,14 +157,22 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Str
     # the trace's names for the placeholders' caches -> the runtime's buffers, which the attention writes in place
     presents: dict[str, str] = {}
     routers = _routers(graph)
+    siblings = _siblings(graph, linears, routers)
+    outputs = {_key(n): n.output[0] for n in graph.node if n.domain == ops.DOMAIN and n.op_type == ops.LINEAR}
+    merged: set[int] = set()
     with opened(model_dir, out_dir / DATA_FILE) as (checkpoint, weights):
         g = GraphWriter(weights, checkpoint, None, form)
         for node in graph.node:
             if node.domain != ops.DOMAIN:
                 g.nodes.append(node)
             elif node.op_type == ops.LINEAR:
-                source = linears[_key(node)]
-                _name_last(g, _linear(g, node.input[0], source, fp32=_key(node) in routers), node.output[0])
+                key = _key(node)
+                if key in merged:
+                    continue
+                if key in siblings and _merged(g, node, siblings[key], linears, outputs):
+                    merged.update(siblings[key])
+                    continue
+                _name_last(g, _linear(g, node.input[0], linears[key], fp32=key in routers), node.output[0])
             elif node.op_type == ops.EMBEDDING:
                 _name_last(g, g.embedding(node.input[0], streams.embedding.weight), node.output[0])
             elif node.op_type == ops.EXPERTS:
