@@ -5,12 +5,14 @@ Such a model is built by the generic export (builder/engine/generic/) when trans
 LM. Its config.json is read through its config class: the class's attribute_map gives the standard names
 (GPT-2's n_embd is hidden_size) and its defaults fill what the file leaves out. What the generic export
 cannot build is refused here, by rules on the config that hold for every family: an encoder-decoder, layers
-that keep a recurrent state instead of a KV cache.
+that keep a recurrent state instead of a KV cache, attention the modeling code computes itself.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
+import sys
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
@@ -79,7 +81,28 @@ def refusal(model_type: str, config: Mapping[str, Any]) -> str | None:
     if kinds:
         return (f"attention of kinds mbuild's attention does not compute ({', '.join(kinds)}): it attends causally, "
                 "over the whole context or a window")
+    if not _attention_interface(model_type):
+        return ("its modeling code computes attention itself, not through transformers' attention interface, "
+                "where the generic export puts the engine's")
     return None
+
+
+@cache
+def _attention_interface(model_type: str) -> bool:
+    """Whether the type's causal LM runs attention through transformers' attention interface: its class says so
+    (`_supports_attention_backend`, the mark vLLM's Transformers backend reads), or its modeling module looks the
+    function up in ALL_ATTENTION_FUNCTIONS (some that do lack the mark: StableLM, BioGPT). True where the class
+    cannot be imported here (no PyTorch): the export, which traces it, then decides."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    try:
+        cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+        if getattr(cls, "_supports_attention_backend", False):
+            return True
+        return "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(sys.modules[cls.__module__])
+    except Exception:  # ImportError without PyTorch, a class this transformers cannot load, no source file
+        return True
 
 
 def _version() -> str:

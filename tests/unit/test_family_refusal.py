@@ -30,6 +30,9 @@ REFUSED: dict[str, tuple[Any, str, str]] = {
     "jamba": (lambda: tf.JambaConfig(**COMMON), "JambaForCausalLM", "a hybrid with recurrent layers"),
     "qwen3_next": (lambda: tf.Qwen3NextConfig(**COMMON), "Qwen3NextForCausalLM", "a hybrid with recurrent layers"),
     "bart": (lambda: tf.BartConfig(**TINY, is_encoder_decoder=False), "BartForCausalLM", "an encoder-decoder model"),
+    # its own attention classes: the generic export's attention cannot be put in
+    "bloom": (lambda: tf.BloomConfig(hidden_size=64, n_layer=2, n_head=4, vocab_size=512), "BloomForCausalLM",
+              "its modeling code computes attention itself"),
 }
 SUPPORTED_LIST = "supported families: " + ", ".join(sorted(FAMILIES))
 
