@@ -13,6 +13,10 @@ from builder.model.families import FAMILIES
 
 # where configs count a mixture-of-experts layer's routed experts
 EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+# a mixture-of-experts layer's shared experts (every token runs them): a count of routed-width experts, or one width
+SHARED_COUNTS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+SHARED_WIDTHS = ("shared_expert_intermediate_size", "shared_experts_intermediate_size",
+                 "moe_shared_expert_intermediate_size")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from builder.errors import UnsupportedModel
 from builder.model.families import FAMILIES, WRAPPERS, Family, wrapped_family
 from builder.model.generic import language_family, wrapped_text
-from builder.model.geometry import EXPERT_COUNTS, expert_layers, head_geometry, model_context
+from builder.model.geometry import (
+    EXPERT_COUNTS,
+    SHARED_COUNTS,
+    SHARED_WIDTHS,
+    HeadGeometry,
+    expert_layers,
+    head_geometry,
+    model_context,
+)
 from runtimes.bundle.engine import Task  # the one list of tasks: engine.json's, which the image reads
 
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
@@ -91,6 +99,7 @@ class MoeLayout:
     per_token: int = 0
     intermediate: int = 0
     layers: tuple[int, ...] = ()
+    shared: int = 0  # the shared experts' MLP width, all of them together, in each such layer
 
 
 def _int(config: Mapping[str, Any], *names: str, default: int = 0) -> int:
@@ -130,8 +139,23 @@ def moe_layout(text: Mapping[str, Any]) -> MoeLayout:
     experts = _int(text, *EXPERT_COUNTS)
     if not experts:
         raise UnsupportedModel("config.json of a mixture-of-experts model names no num_local_experts or num_experts")
-    return MoeLayout(experts, _int(text, "num_experts_per_tok", "experts_per_token", default=1),
-                     _int(text, "moe_intermediate_size", "intermediate_size"), expert_layers(text))
+    width = _int(text, "moe_intermediate_size", "intermediate_size")
+    shared = _int(text, *SHARED_COUNTS) * width or _int(text, *SHARED_WIDTHS)
+    return MoeLayout(experts, _int(text, "num_experts_per_tok", "experts_per_token", default=1), width,
+                     expert_layers(text), shared)
+
+
+def attention_params(text: Mapping[str, Any], hidden: int, geometry: HeadGeometry) -> int:
+    """One layer's attention projections: q, k, v and o; multi-head latent attention's (DeepSeek-V2/V3) as its
+    modeling code holds them: q through a low-rank q_lora_rank (or whole), keys and values from a kv_lora_rank
+    latent and one shared rotary key, expanded per head by kv_b_proj."""
+    latent = _int(text, "kv_lora_rank")
+    if not latent:
+        return hidden * geometry.head_dim * (2 * geometry.heads + 2 * geometry.kv_heads)
+    heads, rope, nope = geometry.heads, _int(text, "qk_rope_head_dim"), _int(text, "qk_nope_head_dim")
+    value, q_rank = _int(text, "v_head_dim", default=nope), _int(text, "q_lora_rank")
+    query = q_rank * (hidden + heads * (nope + rope)) if q_rank else hidden * heads * (nope + rope)
+    return query + hidden * (latent + rope) + latent * heads * (nope + value) + heads * value * hidden
 
 
 def sliding(text: Mapping[str, Any], fam: Family | None, layers: int, context: int) -> tuple[int, int]:
@@ -157,13 +181,15 @@ def _vision_params(config: Mapping[str, Any]) -> int:
     return layers * (4 * hidden * hidden + 2 * hidden * inter) + (3 * patch * patch + (image // patch) ** 2) * hidden
 
 
-def _checkpoint_gb(config: Mapping[str, Any], total: int, expert_params: int) -> float:
-    """What the checkpoint's weights take: its dtype's bytes each; gpt-oss's MXFP4 experts at 4.25 bits."""
+def _checkpoint_gb(config: Mapping[str, Any], total: int, expert_params: int, table: int) -> float:
+    """What the checkpoint's weights take: its dtype's bytes each; gpt-oss's MXFP4 experts at 4.25 bits, an FP8
+    checkpoint's linear layers (DeepSeek-V3's: all but the token tables) at a byte."""
     dtype = str(config.get("torch_dtype") or config.get("dtype") or HUB_DTYPE)
     per = DTYPE_BYTES.get(dtype, DTYPE_BYTES[HUB_DTYPE])
     quant = config.get("quantization_config") or {}
-    packed = expert_params if isinstance(quant, Mapping) and quant.get("quant_method") == "mxfp4" else 0
-    return ((total - packed + _vision_params(config)) * per + packed * MXFP4_BYTES) / 1e9
+    method = str(quant.get("quant_method")) if isinstance(quant, Mapping) else ""
+    packed, packed_bytes = {"mxfp4": (expert_params, MXFP4_BYTES), "fp8": (total - table, 1.0)}.get(method, (0, 0.0))
+    return ((total - packed + _vision_params(config)) * per + packed * packed_bytes) / 1e9
 
 
 def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "config.json") -> ModelFacts:
@@ -180,20 +206,21 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
     except (KeyError, TypeError, ValueError) as exc:
         raise UnsupportedModel(f"config.json lacks {exc} needed to plan memory") from exc
     geometry = head_geometry(text)
-    layers, heads, kv_heads, head_dim = geometry.layers, geometry.heads, geometry.kv_heads, geometry.head_dim
+    layers = geometry.layers
     inter = _int(text, "intermediate_size", default=4 * hidden)
     vocab = _int(text, "vocab_size", default=32000)
     context = model_context(text)
     # Only a language model serves an LM head; an embedder or reranker holds the token table alone.
     tied = task != "text-generation" or bool(text.get("tie_word_embeddings", fam.ties_head if fam else False))
     moe = moe_layout(text) if fam is not None and fam.kind == "moe" else MoeLayout()
-    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    attention = attention_params(text, hidden, geometry)
     gated = 3 if fam is not None else 2  # every decoder family's MLP is gated; encoders' are not
     expert = gated * hidden * moe.intermediate
     dense_layers = layers - len(moe.layers)
     expert_params = len(moe.layers) * moe.experts * expert
     table = vocab * hidden * (1 if tied else 2)
-    shared = layers * attention + dense_layers * gated * hidden * inter + len(moe.layers) * hidden * moe.experts
+    shared = (layers * attention + dense_layers * gated * hidden * inter
+              + len(moe.layers) * hidden * (moe.experts + gated * moe.shared))  # the router, the shared experts
     total = shared + expert_params + table
     active = shared + len(moe.layers) * moe.per_token * expert + table
     window, sliding_layers = sliding(text, fam, layers, context)
@@ -206,7 +233,7 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
             active_params=active / 1e9 if moe.experts else None, experts=moe.experts,
             experts_per_token=moe.per_token, expert_intermediate=moe.intermediate, moe_layers=moe.layers,
             sliding_window=window, sliding_layers=sliding_layers,
-            checkpoint_gb=_checkpoint_gb(config, total, expert_params))
+            checkpoint_gb=_checkpoint_gb(config, total, expert_params, table))
     except ValidationError as exc:  # zero or negative sizes
         fields = ", ".join(sorted({str(error["loc"][0]) for error in exc.errors()}))
         raise UnsupportedModel(f"config.json's sizes give no model mbuild can plan ({fields}: not positive)") from exc
