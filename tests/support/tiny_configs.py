@@ -3,7 +3,8 @@ with every size shrunk, for the generic export's sweep (tests/integration/test_m
 
 Rules:
 - heads: the standard geometry (4 query heads, hidden 64); every other count of attention heads (key/value, a
-  decoder's, an indexer's) scales as the query heads do, so the class's grouping holds.
+  decoder's, an indexer's) scales as the query heads do, so the class's grouping holds. A state-space mixer's
+  heads are recounted so heads x head width = expand x hidden still holds, its groups at most its heads.
 - parts of a head (head_dim, rotary and rope widths, latent attention's q/k/v parts) shrink together: where
   head_dim is hidden / heads (or unset) that width becomes 16 and a rotary width keeps its ratio to it; the others,
   where one is above 64, all divide by the one power of two that brings the largest to 32, so sums and splits hold.
@@ -11,17 +12,20 @@ Rules:
   per-layer lists too.
 - experts 4 (2 a token), also where the class leaves them unset, with 1 shared expert where that is unset.
 - layers: every count of all of them (the total, an encoder's, a decoder's) as few as show every kind of layer
-  its per-layer lists name (at least 2), lists of (kinds, repeats) repeated once; a count of some of them (shared,
-  dense, input layers) keeps its share; settings keyed by layer index kept for the layers kept, shrunk alike.
+  its per-layer lists name (at least 2), or a pattern they cycle through, or a kind every n layers from o; lists
+  of (kinds, repeats) repeated once; a count of some of them (shared, dense, input layers) keeps its share;
+  settings keyed by layer index kept for the layers kept, shrunk alike.
 - windows and chunks 16 tokens, so the gate's sequences cross them; token ids inside the vocabulary.
-- what the class derives itself is not passed (a field it does not take) or passed unset again (a layer count it
-  defaults to None); nested parameters that are not configs (rope parameters) are left to the class's defaults.
+- what the class derives itself is not passed (a field it does not take) or passed unset again (a layer count, or
+  a width equal to the hidden size, that it defaults to None); nested parameters that are not configs (rope
+  parameters) are left to the class's defaults.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from itertools import product
 from typing import Any, TypeGuard
 
 VOCAB, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, WINDOW, PART = 512, 64, 4, 2, 16, 16, 32
@@ -68,6 +72,11 @@ def _layers(defaults: dict[str, Any], counts: set[int]) -> tuple[int, dict[str, 
         for i, value in enumerate(values):
             seen.setdefault(repr(value), i)
         keep = max(keep, max(seen.values()) + 1)
+    for name, value in defaults.items():  # a pattern the layers cycle through, or a layer kind every n from o
+        if name.endswith("_types") and isinstance(value, list) and 1 < len(value) < min(counts, default=0):
+            keep = max(keep, len(value))
+        if name.endswith("_offset") and _count(value) and _count(defaults.get(name[:-len("offset")] + "period")):
+            keep = max(keep, value + 1)
     runs = {k: [[kinds, 1] for kinds, _ in v] for k, v in defaults.items() if _repeats(v) in counts}
     keep = max([keep] + [sum(len(kinds) for kinds, _ in v) for v in runs.values()])
     cut = {k: [_shrunk(k, x) for x in v[:keep]] for k, v in lists.items() if k not in runs}
@@ -120,6 +129,20 @@ def _heads(defaults: dict[str, Any], key: Any) -> dict[str, int]:
     return values
 
 
+def _mixer_heads(defaults: dict[str, Any], values: dict[str, Any], hidden: Any) -> dict[str, int]:
+    """A state-space mixer's heads, where heads x head width = expand x hidden: recounted so it still holds."""
+    def named(pattern: str) -> dict[str, int]:
+        return {k: v for k, v in defaults.items() if re.search(pattern, k) and _count(v) and v > 0}
+
+    out = {}
+    for (n, heads), (w, width), (e, expand) in product(named(r"heads$").items(), named(r"(d_head|head_?dim)$").items(),
+                                                       named(r"expand$").items()):
+        if _count(hidden) and heads * width == expand * hidden:
+            out[n] = max(1, values.get(e, expand) * HIDDEN // values.get(w, width))
+            out.update({g: min(v, out[n]) for g, v in named(r"n_groups$").items()})  # groups divide the heads
+    return out
+
+
 def _layer_counts(defaults: dict[str, Any], totals: set[str], keep: int, unset: set[str]) -> dict[str, Any]:
     """The totals `keep`; a count of some of the layers its share; one the class derives, unset again."""
     values: dict[str, Any] = {k: keep for k in totals}
@@ -152,6 +175,10 @@ def _tiny(defaults: dict[str, Any], names: dict[str, str], unset: set[str], deri
     values.update(_head_parts(defaults, width, derived, widest))
     values.update({key(k): v for k, v in STANDARD.items() if key(k) in defaults})
     values.update(_heads(defaults, key))
+    values.update(_mixer_heads(defaults, values, hidden))
+    for name in defaults:  # a width the class derives as the hidden size's: derived again
+        if name in unset and defaults[name] == hidden and _count(hidden) and SIZE.search(name):
+            values[name] = None
     for name in defaults:  # expert counts a class leaves unset (its MoE layers need them)
         if defaults[name] is None and (EXPERTS.match(name) or PER_TOKEN.match(name)):
             values[name] = _shrunk(name, 1 << 10)
