@@ -8,7 +8,7 @@ Rules:
 - parts of a head (head_dim, rotary and rope widths, latent attention's q/k/v parts) shrink together: where
   head_dim is hidden / heads (or unset) that width becomes 16 and a rotary width keeps its ratio to it; the others,
   where one is above 64, all divide by the one power of two that brings the largest to 32, so sums and splits hold.
-- every other integer field named like a size (size, dim, rank, intermediate) above 64 becomes 64 or 32, in
+- every other integer field named like a size (size, dim, rank, width, intermediate) above 64 becomes 64 or 32, in
   per-layer lists too.
 - experts 4 (2 a token), also where the class leaves them unset, with 1 shared expert where that is unset.
 - layers: every count of all of them (the total, an encoder's, a decoder's) as few as show every kind of layer
@@ -32,7 +32,7 @@ VOCAB, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, WINDOW, PART = 512, 64, 4, 2, 16, 16, 
 STANDARD = {"vocab_size": VOCAB, "hidden_size": HIDDEN, "num_attention_heads": HEADS,
             "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
             "tie_word_embeddings": False}
-SIZE = re.compile(r"(size|_dim|dim_|rank|intermediate|hidden)", re.I)
+SIZE = re.compile(r"(size|_dim|dim_|rank|intermediate|hidden|width)", re.I)
 HEAD_PART = re.compile(r"(head_dim|^d_head|rotary_dim|rope_dim)$")
 HEAD_COUNT = re.compile(r"(attention_heads|key_value_heads|kv_heads|kv_n_heads|index_n_heads|^n_heads?|^num_heads)$")
 LAYERS = re.compile(r"^(num_hidden_layers|num_layers|n_layers?|(num_)?(encoder|decoder)_layers)$")
