@@ -143,6 +143,20 @@ def _mixer_heads(defaults: dict[str, Any], values: dict[str, Any], hidden: Any) 
     return out
 
 
+def _unset(defaults: dict[str, Any], unset: set[str], hidden: Any) -> dict[str, Any]:
+    """Expert counts the class leaves unset (its MoE layers need them); a width it derives as the hidden size's,
+    unset again so it derives it from the tiny one."""
+    values: dict[str, Any] = {}
+    for name, value in defaults.items():
+        if value is None and (EXPERTS.match(name) or PER_TOKEN.match(name)):
+            values[name] = _shrunk(name, 1 << 10)
+        if value is None and SHARED.match(name):
+            values[name] = 1
+        if name in unset and _count(hidden) and value == hidden and SIZE.search(name):
+            values[name] = None
+    return values
+
+
 def _layer_counts(defaults: dict[str, Any], totals: set[str], keep: int, unset: set[str]) -> dict[str, Any]:
     """The totals `keep`; a count of some of the layers its share; one the class derives, unset again."""
     values: dict[str, Any] = {k: keep for k in totals}
@@ -176,14 +190,7 @@ def _tiny(defaults: dict[str, Any], names: dict[str, str], unset: set[str], deri
     values.update({key(k): v for k, v in STANDARD.items() if key(k) in defaults})
     values.update(_heads(defaults, key))
     values.update(_mixer_heads(defaults, values, hidden))
-    for name in defaults:  # a width the class derives as the hidden size's: derived again
-        if name in unset and defaults[name] == hidden and _count(hidden) and SIZE.search(name):
-            values[name] = None
-    for name in defaults:  # expert counts a class leaves unset (its MoE layers need them)
-        if defaults[name] is None and (EXPERTS.match(name) or PER_TOKEN.match(name)):
-            values[name] = _shrunk(name, 1 << 10)
-        if defaults[name] is None and SHARED.match(name):
-            values[name] = 1
+    values.update(_unset(defaults, unset, hidden))
     values.update(_layer_counts(defaults, totals, keep, unset))
     flat = {k: v for k, v in defaults.items() if k not in layers}
     for name, by_layer in layers.items():  # each kept layer's settings, shrunk as the whole config's are
@@ -194,7 +201,7 @@ def _tiny(defaults: dict[str, Any], names: dict[str, str], unset: set[str], deri
 
 
 def _is_config(name: str, value: dict[str, Any]) -> bool:
-    return name.endswith("_config") or "model_type" in value
+    return (name.endswith("_config") or "model_type" in value) and not _by_layer(value)
 
 
 def tiny_config(model_type: str) -> Any:
