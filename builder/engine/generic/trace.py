@@ -24,7 +24,7 @@ from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, _default_apply_
 from transformers.modeling_utils import AttentionInterface
 from transformers.pytorch_utils import Conv1D
 
-from builder.engine.generic import ops
+from builder.engine.generic import complex_ops, ops
 from builder.engine.generic.skeleton import KEY
 from builder.errors import UnsupportedModel
 
@@ -196,6 +196,7 @@ def trace(model: Any, layers: int) -> tuple[onnx.ModelProto, list[AttentionCall]
     batch, new, picked, length = (Dim(n) for n in ("batch", "new", "picked", "max_length"))
     shapes = ({0: batch, 1: new}, {0: batch}, None, {0: picked}, tuple({0: batch, 2: length} for _ in past))
     _STEP.names = {id(module): name for name, module in model.named_modules()}
+    complex_ops.register()  # the complex ops torchlib lacks (rotary built with torch.polar)
     try:
         with torch.no_grad(), _placeholders(model):
             program = torch.onnx.export(_Decoder(model), example, dynamo=True, dynamic_shapes=shapes,
