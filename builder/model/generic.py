@@ -21,8 +21,9 @@ from builder.errors import UnsupportedModel
 from builder.model.families import Family, family, fast_lane
 from builder.model.geometry import EXPERT_COUNTS
 
-# layer_types entries that attend over a KV cache as mbuild's attention does (causal, maybe windowed)
-ATTENTION_LAYERS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "attention"})
+# layer_types entries that attend over a KV cache as mbuild's attention does (causal, maybe windowed); not Llama 4's
+# chunked_attention, which attends within fixed blocks of the sequence, not over the last tokens
+ATTENTION_LAYERS = frozenset({"full_attention", "sliding_attention", "attention"})
 # what keeps a per-sequence state instead of (or beside) a KV cache: a layer type, or a config field sizing it
 RECURRENT_KIND = re.compile(r"(linear|conv|mamba|ssm|hybrid|recurrent|rnn|lstm|mlp)", re.I)
 RECURRENT_FIELD = re.compile(r"^(mamba_|ssm_|linear_conv|linear_num|linear_key|linear_value|linear_attn|state_size$|"

@@ -30,6 +30,9 @@ REFUSED: dict[str, tuple[Any, str, str]] = {
     "jamba": (lambda: tf.JambaConfig(**COMMON), "JambaForCausalLM", "a hybrid with recurrent layers"),
     "qwen3_next": (lambda: tf.Qwen3NextConfig(**COMMON), "Qwen3NextForCausalLM", "a hybrid with recurrent layers"),
     "bart": (lambda: tf.BartConfig(**TINY, is_encoder_decoder=False), "BartForCausalLM", "an encoder-decoder model"),
+    # attention within fixed chunks of the sequence (Llama 4's), which no window computes
+    "llama4_text": (lambda: tf.Llama4TextConfig(**COMMON, attention_chunk_size=16), "Llama4ForCausalLM",
+                    "attention of kinds mbuild's attention does not compute (chunked_attention)"),
     # its own attention classes: the generic export's attention cannot be put in
     "bloom": (lambda: tf.BloomConfig(hidden_size=64, n_layer=2, n_head=4, vocab_size=512), "BloomForCausalLM",
               "its modeling code computes attention itself"),
