@@ -29,6 +29,9 @@ RECURRENT_KIND = re.compile(r"(linear|conv|mamba|ssm|hybrid|recurrent|rnn|lstm|m
 RECURRENT_FIELD = re.compile(r"^(mamba_|ssm_|linear_conv|linear_num|linear_key|linear_value|linear_attn|state_size$|"
                              r"conv_L_cache$|conv_kernel$|conv1d_width$|lru_width$|block_types$|n_recurrent|"
                              r"hybrid_override_pattern$|hybrid_layer_ids$|time_step_)")
+# the sizes planning reads, which a config class may derive rather than store
+DERIVED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+           "intermediate_size", "vocab_size", "max_position_embeddings")
 HINT = "see docs/models.md for the model types mbuild builds and why the others are refused"
 
 
@@ -62,6 +65,13 @@ def standard_config(model_type: str, config: Mapping[str, Any]) -> dict[str, Any
     for standard, own in getattr(cls, "attribute_map", {}).items():
         if own in merged and standard not in config:
             merged[standard] = merged[own]
+    missing = [name for name in DERIVED if merged.get(name) is None]
+    if missing:  # a size the class derives (LongCat-Flash's num_hidden_layers is 2 x num_layers, a property)
+        try:
+            made = cls(**{k: v for k, v in config.items() if k != "model_type"})
+        except Exception:  # a config.json its own class refuses: the fields it has are what planning reads
+            return merged
+        merged.update({name: getattr(made, name) for name in missing if getattr(made, name, None) is not None})
     return merged
 
 
