@@ -33,16 +33,17 @@ def _get(config: Mapping[str, Any] | Any, name: str) -> Any:
 
 def head_geometry(config: Mapping[str, Any] | Any) -> HeadGeometry:
     """kv_heads defaults to heads, head_dim to hidden_size / heads, as transformers' own models do. Multi-head
-    latent attention (a kv_lora_rank) is cached as the generic export runs it: every head's key, nope and rope
-    parts, and its value padded to the key's width (not the latent, which is not held yet)."""
+    latent attention (a kv_lora_rank) is cached as the generic export runs it (builder/engine/generic/latent.py):
+    its latent and shared rotary key, kv_lora_rank + qk_rope_head_dim values a token, as one KV head (held as
+    key and as value)."""
     try:
         heads = int(_get(config, "num_attention_heads"))
         layers = int(_get(config, "num_hidden_layers"))
         head_dim = int(_get(config, "head_dim") or int(_get(config, "hidden_size")) // heads)
         kv_heads = int(_get(config, "num_key_value_heads") or heads)
-        if _get(config, "kv_lora_rank"):
-            head_dim = int(_get(config, "qk_nope_head_dim") or 0) + int(_get(config, "qk_rope_head_dim") or 0)
-            kv_heads = heads
+        if _get(config, "kv_lora_rank"):  # the latent and the shared rotary key, one "head" a token
+            head_dim = int(_get(config, "kv_lora_rank")) + int(_get(config, "qk_rope_head_dim") or 0)
+            kv_heads = 1
     except (TypeError, ValueError, ZeroDivisionError) as exc:
         raise UnsupportedModel(f"the model's config lacks a usable num_attention_heads, num_hidden_layers or "
                                f"hidden_size ({exc})") from exc

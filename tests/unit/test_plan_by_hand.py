@@ -43,7 +43,7 @@ def by_hand(config: dict[str, Any], batch: int, context: int, block: int, kv_val
         q_rank = config.get("q_lora_rank")  # V2-Lite's q is one matrix
         query = q_rank * (h + heads * (nope + rope)) if q_rank else h * heads * (nope + rope)
         attention = query + h * (rank + rope) + rank * heads * (nope + v) + heads * v * h
-        kv_heads, head_dim = heads, nope + rope  # the engine holds every head's key, and its value as wide
+        kv_heads, head_dim = 1, rank + rope  # the cache: the latent and the shared rotary key (as K and as V)
     else:
         kv_heads, head_dim = config["num_key_value_heads"], config["head_dim"]
         attention = h * head_dim * (heads + kv_heads + kv_heads + heads)  # q, k, v, o

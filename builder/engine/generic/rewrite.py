@@ -14,7 +14,7 @@ from onnx import numpy_helper
 
 from builder.engine.checkpoint import Checkpoint
 from builder.engine.decoder_graph import GraphWriter, opened, save_decoder
-from builder.engine.generic import ops
+from builder.engine.generic import latent, ops
 from builder.engine.generic.experts import write_experts
 from builder.engine.generic.skeleton import Streamed, Streams
 from builder.engine.generic.trace import AttentionCall, ExpertsCall
@@ -175,6 +175,8 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Str
                 _name_last(g, _linear(g, node.input[0], linears[key], fp32=key in routers), node.output[0])
             elif node.op_type == ops.EMBEDDING:
                 _name_last(g, g.embedding(node.input[0], streams.embedding.weight), node.output[0])
+            elif node.op_type == latent.ABSORB:
+                latent.write_absorb(g, node, linears[_key(node)].weight, dims.heads)
             elif node.op_type == ops.EXPERTS:
                 write_experts(g, node, traced.experts[_key(node)], streams.stored)
             else:

@@ -24,7 +24,7 @@ from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, _default_apply_
 from transformers.modeling_utils import AttentionInterface
 from transformers.pytorch_utils import Conv1D
 
-from builder.engine.generic import complex_ops, ops
+from builder.engine.generic import complex_ops, latent, ops
 from builder.engine.generic.skeleton import KEY
 from builder.errors import UnsupportedModel
 
@@ -90,11 +90,15 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
     layer = len(_STEP.calls)
     if 2 * layer + 1 >= len(_STEP.past):
         raise UnsupportedModel("it runs attention more times than it has layers (a cache shared across layers?)")
+    mla = latent.latent_of(module)
+    if mla is not None:  # multi-head latent attention over its latent (latent.py): keys and values the entries
+        query, key = latent.inputs(module, query, mla, getattr(module.kv_b_proj, KEY))
+        value = key
     heads, head_dim = int(query.shape[1]), int(query.shape[3])  # not batch or length: they stay dynamic
     kv_heads, value_dim = int(key.shape[1]), int(value.shape[-1])
     if value_dim < head_dim:  # multi-head latent attention's values are narrower than its keys: the runtime's
         # attention and cache hold one width, so values are padded with zeros and the output cut back to theirs
-        # (the latent cache, 576 values a token, is not held yet)
+        # (where the modeling code has no expand_kv for latent.py to take the latent at)
         value = torch.nn.functional.pad(value, (0, head_dim - value_dim))
     sink = s_aux if s_aux is not None else sinks
     _STEP.calls.append(AttentionCall(heads, kv_heads, head_dim, int(value.shape[-1]),
@@ -105,6 +109,8 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
         query, key, value, _STEP.past[2 * layer], _STEP.past[2 * layer + 1], _STEP.seqlens_k, _STEP.total,
         sink if sink is not None else torch.zeros(0), layer, int(value.shape[-1]))
     _STEP.present += [present_key, present_value]
+    if mla is not None:
+        return latent.output(module, out, getattr(module.kv_b_proj, KEY)), None
     return (out[..., :value_dim] if int(value.shape[-1]) != value_dim else out), None
 
 
@@ -197,14 +203,18 @@ def trace(model: Any, layers: int) -> tuple[onnx.ModelProto, list[AttentionCall]
     shapes = ({0: batch, 1: new}, {0: batch}, None, {0: picked}, tuple({0: batch, 2: length} for _ in past))
     _STEP.names = {id(module): name for name, module in model.named_modules()}
     complex_ops.register()  # the complex ops torchlib lacks (rotary built with torch.polar)
+    hooks = latent.watch(model)
     try:
         with torch.no_grad(), _placeholders(model):
             program = torch.onnx.export(_Decoder(model), example, dynamo=True, dynamic_shapes=shapes,
                                         input_names=["input_ids", "seqlens_k", "total_sequence_length", "logits_at",
                                                      *past], output_names=["logits", *present],
-                                        custom_translation_table=dict(ops.TRANSLATIONS), optimize=True, verbose=False)
+                                        custom_translation_table={**ops.TRANSLATIONS, **latent.TRANSLATIONS},
+                                        optimize=True, verbose=False)
     except Exception as exc:  # the exporter wraps what went wrong; the innermost error is the reason
         raise _refusal(exc) from exc
+    finally:
+        latent.unwatch(hooks)
     if not _STEP.calls:
         raise UnsupportedModel("its attention does not run through transformers' attention interface, where the "
                                "generic export puts the engine's (a model with its own attention classes)")

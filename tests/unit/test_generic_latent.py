@@ -1,0 +1,37 @@
+"""Issue 58: multi-head latent attention (DeepSeek-V3's) is cached as its latent and shared rotary key
+(builder/engine/generic/latent.py), kv_lora_rank + qk_rope_head_dim values a token and layer, not every head's key
+and value; kv_b_proj is absorbed into the query and the output, and the engine still matches transformers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+
+from runtimes.bundle import REPORT_FILE, load_engine_config, read_gate_report
+from tests.support.procs import mbuild
+from tests.support.tiny_models import make_tiny_llama
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_deepseek_v3_shaped_model_caches_its_latent_and_matches_transformers(tmp_path: Path) -> None:
+    model = make_tiny_llama(tmp_path / "deepseek", train_steps=0, family="deepseek_v3")
+    config = json.loads((model / "config.json").read_text())
+    out = tmp_path / "out"
+    result = mbuild("package", str(model), "--backend", "none", "--gpu", "cpu", "--precision", "fp32",
+                    "--output", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    options = load_engine_config(out / "model").options
+    assert (options.kv_heads, options.head_dim) == (1, config["kv_lora_rank"] + config["qk_rope_head_dim"])
+    assert options.head_dim < config["num_attention_heads"] * (config["qk_nope_head_dim"] + config["qk_rope_head_dim"])
+    graph = onnx.load(str(out / "model" / "model.onnx"), load_external_data=False).graph
+    weights = {name for node in graph.node for name in node.input if "kv_b_proj" in name}
+    assert weights == {"model.layers.0.self_attn.kv_b_proj.weight.absorbed0",
+                       "model.layers.0.self_attn.kv_b_proj.weight.absorbed1",
+                       "model.layers.1.self_attn.kv_b_proj.weight.absorbed0",
+                       "model.layers.1.self_attn.kv_b_proj.weight.absorbed1"}  # absorbed, never a linear layer
+    report = read_gate_report(json.loads((out / "model" / REPORT_FILE).read_text()))
+    assert report.passed and "greedy decode equal to transformers on 4/4" in report.verdict
