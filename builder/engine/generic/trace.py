@@ -74,7 +74,7 @@ class _Step:
     present: list[torch.Tensor] = field(default_factory=list)
     calls: list[AttentionCall] = field(default_factory=list)
     experts: list[ExpertsCall] = field(default_factory=list)
-    names: dict[int, str] = field(default_factory=dict)  # module id -> its name in the model
+    names: dict[int, str] = field(default_factory=dict)  # id(module.__dict__) -> the module's name in the model
 
 
 _STEP = _Step()  # the trace runs in one thread of the export worker
@@ -121,7 +121,7 @@ def _experts(module: Any, hidden: torch.Tensor, top_k_index: torch.Tensor, top_k
                                "ONNX Runtime's MoE runs silu(gate) * up")
     up = module.gate_up_proj
     count, inter = int(up.shape[0]), int(up.shape[1 if not module.is_transposed else 2]) // 2
-    _STEP.experts.append(ExpertsCall(_STEP.names[id(module)], count, int(hidden.shape[-1]), inter,
+    _STEP.experts.append(ExpertsCall(_STEP.names[id(module.__dict__)], count, int(hidden.shape[-1]), inter,
                                      int(top_k_index.shape[-1]), bool(module.is_transposed), bool(module.has_bias)))
     return ops.experts(hidden, top_k_index, top_k_weights.to(hidden.dtype), len(_STEP.experts) - 1)
 
@@ -138,7 +138,7 @@ def _placeholders(model: Any) -> Iterator[None]:
     def linear_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
         if not hasattr(self, KEY):
             return linear(self, x)
-        if self is head and _STEP.logits_at is not None:
+        if self.__dict__ is head.__dict__ and _STEP.logits_at is not None:
             x = x.reshape(-1, x.shape[-1]).index_select(0, _STEP.logits_at).unsqueeze(0)
         return ops.linear(x, getattr(self, KEY), self.out_features)
 
@@ -195,7 +195,9 @@ def trace(model: Any, layers: int) -> tuple[onnx.ModelProto, list[AttentionCall]
                torch.tensor(6, dtype=torch.int32), torch.tensor([2, 5]), tuple(torch.zeros(2, 1, 8, 1) for _ in past))
     batch, new, picked, length = (Dim(n) for n in ("batch", "new", "picked", "max_length"))
     shapes = ({0: batch, 1: new}, {0: batch}, None, {0: picked}, tuple({0: batch, 2: length} for _ in past))
-    _STEP.names = {id(module): name for name, module in model.named_modules()}
+    # A module is known by its __dict__, not by itself: torch.export's module-stack tracer may call a stand-in for
+    # it (torch.fx's AttrProxy, a new object of a subclass that shares the module's __dict__)
+    _STEP.names = {id(module.__dict__): name for name, module in model.named_modules()}
     try:
         with torch.no_grad(), _placeholders(model):
             program = torch.onnx.export(_Decoder(model), example, dynamo=True, dynamic_shapes=shapes,
