@@ -10,12 +10,17 @@ import numpy as np
 import onnx
 import pytest
 
-from builder.engine.weight_writer import WeightFile
+from builder.engine.generic.export import write_generic
+from builder.engine.weight_writer import LinearFormat, WeightFile
+from builder.errors import UnsupportedModel
 from tests.support.model_sweep import PASSED, sweep
+from tests.support.tiny_models import make_tiny_llama
 
-# scalar constants (a fused projection's q/k/v picked by index, a scalar added) kept scalar in the engine; the LM
-# head narrowed to logits_at where torch.export's tracer calls stand-ins for the modules (a multimodal wrapper)
-PASSING = ("persimmon", "fuyu", "moshi", "phi4_multimodal")
+# scalar constants (a fused projection's q/k/v picked by index, a scalar added, an expert's weight picked) kept
+# scalar in the engine; the LM head narrowed to logits_at where torch.export's tracer calls stand-ins for the
+# modules (a multimodal wrapper); a fused q|k|v transformers splits on load read as its parts; experts ONNX
+# Runtime's MoE does not compute traced as transformers' batched implementation computes them
+PASSING = ("persimmon", "fuyu", "moshi", "phi4_multimodal", "jetmoe", "sarvam_moe", "minimax_m3_vl_text", "beam")
 
 
 def test_a_scalar_constant_is_written_as_a_scalar(tmp_path: Path) -> None:
@@ -31,3 +36,15 @@ def test_a_scalar_constant_is_written_as_a_scalar(tmp_path: Path) -> None:
 def test_types_the_generic_export_now_builds_pass_their_gates(tmp_path: Path) -> None:
     rows = sweep(list(PASSING), tmp_path)
     assert [(r.model_type, r.outcome) for r in rows] == [(t, PASSED) for t in PASSING], [r.detail for r in rows]
+
+
+@pytest.mark.slow
+def test_experts_moe_does_not_compute_are_refused_in_a_quantized_build(tmp_path: Path) -> None:
+    """Traced as they are, such experts keep their fp32 weights in the graph: an int8 build says so, not ships them."""
+    from transformers import AutoConfig
+
+    folder = make_tiny_llama(tmp_path / "model", train_steps=0, family="beam")
+    with pytest.raises(UnsupportedModel) as refused:
+        write_generic(folder, AutoConfig.from_pretrained(folder), tmp_path / "out", LinearFormat("int8"))
+    assert "ONNX Runtime's MoE runs silu(gate) * up" in refused.value.message
+    assert "would stay fp32, not int8" in refused.value.message and "--precision fp32" in (refused.value.hint or "")

@@ -129,6 +129,7 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Str
     presents: dict[str, str] = {}
     routers = _routers(graph)
     with opened(model_dir, out_dir / DATA_FILE) as (checkpoint, weights):
+        checkpoint.parts.update(streams.parts)
         g = GraphWriter(weights, checkpoint, None, form)
         for node in graph.node:
             if node.domain != ops.DOMAIN:

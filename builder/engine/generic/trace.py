@@ -20,7 +20,7 @@ from typing import Any
 import onnx
 import torch
 from torch.export import Dim
-from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, _default_apply_gate
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, batched_mm_experts_forward
 from transformers.modeling_utils import AttentionInterface
 from transformers.pytorch_utils import Conv1D
 
@@ -29,7 +29,6 @@ from builder.engine.generic.skeleton import KEY
 from builder.errors import UnsupportedModel
 
 ATTENTION = "mbuild_generic"  # the name of mbuild's attention, and of its experts, in transformers' interfaces
-SILU = ("SiLU", "SiLUActivation")
 # What attention modules pass that changes nothing here: the positions and cache bookkeeping the placeholder's
 # inputs already carry, and training-only switches
 IGNORED = frozenset({"position_ids", "use_cache", "cache_position", "output_attentions", "layer_idx", "dropout",
@@ -112,13 +111,11 @@ AttentionInterface.register(ATTENTION, _attention)
 
 
 def _experts(module: Any, hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
-    """transformers' experts interface: the layer's experts as one placeholder (ONNX Runtime's MoE or QMoE later).
-    What they compute must be what MoE computes: SwiGLU experts, silu(gate) * up, with no norm after them."""
-    if getattr(module, "has_post_expert_norm", False) or not getattr(module, "has_gate", True):
-        raise UnsupportedModel("its experts are not gated MLPs (SwiGLU), the only experts ONNX Runtime's MoE runs")
-    if type(module)._apply_gate is not _default_apply_gate or type(module.act_fn).__name__ not in SILU:
-        raise UnsupportedModel(f"its experts gate with {type(module.act_fn).__name__} or their own gate; "
-                               "ONNX Runtime's MoE runs silu(gate) * up")
+    """transformers' experts interface: the layer's experts as one placeholder (ONNX Runtime's MoE or QMoE later),
+    or, for experts MoE does not compute (skeleton.moe_refusal: their weights are loaded, not keyed), transformers'
+    own batched implementation, traced."""
+    if not hasattr(module, KEY):
+        return batched_mm_experts_forward(module, hidden, top_k_index, top_k_weights)
     up = module.gate_up_proj
     count, inter = int(up.shape[0]), int(up.shape[1 if not module.is_transposed else 2]) // 2
     _STEP.experts.append(ExpertsCall(_STEP.names[id(module.__dict__)], count, int(hidden.shape[-1]), inter,
