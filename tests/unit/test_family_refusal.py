@@ -30,6 +30,9 @@ REFUSED: dict[str, tuple[Any, str, str]] = {
     "jamba": (lambda: tf.JambaConfig(**COMMON), "JambaForCausalLM", "a hybrid with recurrent layers"),
     "qwen3_next": (lambda: tf.Qwen3NextConfig(**COMMON), "Qwen3NextForCausalLM", "a hybrid with recurrent layers"),
     "bart": (lambda: tf.BartConfig(**TINY, is_encoder_decoder=False), "BartForCausalLM", "an encoder-decoder model"),
+    # a vision encoder-decoder's text decoder: its config sizes cross-attention to the encoder's states
+    "trocr": (lambda: tf.TrOCRConfig(vocab_size=256, d_model=64, decoder_layers=2), "TrOCRForCausalLM",
+              "an encoder-decoder model or its decoder"),
 }
 SUPPORTED_LIST = "supported families: " + ", ".join(sorted(FAMILIES))
 
