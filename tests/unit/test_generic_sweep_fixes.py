@@ -4,6 +4,7 @@ exported fp32, gated against transformers): what each now ends in, passed or ref
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ import pytest
 from builder.engine.generic.export import write_generic
 from builder.engine.weight_writer import LinearFormat, WeightFile
 from builder.errors import UnsupportedModel
-from tests.support.model_sweep import PASSED, sweep
+from tests.support.model_sweep import PASSED, REFUSED, sweep
+from tests.support.procs import mbuild
 from tests.support.tiny_models import make_tiny_llama
 
 # scalar constants (a fused projection's q/k/v picked by index, a scalar added, an expert's weight picked) kept
@@ -48,3 +50,23 @@ def test_experts_moe_does_not_compute_are_refused_in_a_quantized_build(tmp_path:
         write_generic(folder, AutoConfig.from_pretrained(folder), tmp_path / "out", LinearFormat("int8"))
     assert "ONNX Runtime's MoE runs silu(gate) * up" in refused.value.message
     assert "would stay fp32, not int8" in refused.value.message and "--precision fp32" in (refused.value.hint or "")
+
+
+@pytest.mark.slow
+def test_attention_the_engine_does_not_compute_is_refused_with_why(tmp_path: Path) -> None:
+    """Not a gate failure after the export: an encoder's attention (a BERT-style model whose config says it is no
+    decoder) sees later tokens, and Doge adds a bias its own code computes from the values; both say so."""
+    rows = {r.model_type: r for r in sweep(["bert-generation", "doge"], tmp_path)}
+    assert rows["bert-generation"].outcome == REFUSED and "attention is not causal" in rows["bert-generation"].detail
+    assert rows["doge"].outcome == REFUSED and "a mask or bias its own code computes" in rows["doge"].detail
+
+
+@pytest.mark.slow
+def test_the_same_model_configured_as_a_decoder_passes_its_gate(tmp_path: Path) -> None:
+    folder = make_tiny_llama(tmp_path / "model", train_steps=0, family="bert-generation")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "is_decoder": True}))
+    result = mbuild("package", str(folder), "--backend", "none", "--gpu", "cpu", "--precision", "fp32",
+                    "--output", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "greedy decode equal to transformers on 4/4 prompts" in result.stdout + result.stderr

@@ -86,6 +86,14 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
     unknown = sorted(k for k, v in kwargs.items() if k not in IGNORED and v is not None)
     if unknown:
         raise UnsupportedModel(f"its attention asks for {', '.join(unknown)}, which mbuild's attention does not take")
+    causal = kwargs.get("is_causal")  # as transformers' sdpa attention reads it: the call's word, else the module's
+    if (causal if causal is not None else getattr(module, "is_causal", True)) is False:
+        raise UnsupportedModel("its attention is not causal (each token attends to the tokens after it too, as an "
+                               "encoder's does), which a language model's cache cannot serve",
+                               hint="a model trained as a decoder says \"is_decoder\": true in its config.json")
+    if attention_mask is not None:  # the trace makes no mask: one here is the model's own (a learned bias, say)
+        raise UnsupportedModel("its attention takes a mask or bias its own code computes, which mbuild's attention "
+                               "(causal, maybe windowed) does not apply")
     layer = len(_STEP.calls)
     if 2 * layer + 1 >= len(_STEP.past):
         raise UnsupportedModel("it runs attention more times than it has layers (a cache shared across layers?)")
