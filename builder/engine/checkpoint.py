@@ -119,6 +119,9 @@ class Checkpoint:
     def __init__(self, model_dir: Path, stack: ExitStack) -> None:
         self.files: dict[str, SafetensorsFile] = {}
         self.state: dict[str, Any] = {}
+        # name -> (stored tensor, first row, end row): a part of a fused tensor that transformers splits by rows on
+        # load (a fused q|k|v into q, k and v), read as a tensor of its own
+        self.parts: dict[str, tuple[str, int, int]] = {}
         index = model_dir / INDEX
         names = _indexed(index) if index.is_file() else sorted(p.name for p in model_dir.glob("*.safetensors"))
         for file_name in names:
@@ -136,13 +139,17 @@ class Checkpoint:
             raise UnsupportedModel(f"no safetensors or pytorch_model.bin weights in {model_dir}")
 
     def __contains__(self, name: str) -> bool:
-        return name in self.files or name in self.state
+        return name in self.files or name in self.state or name in self.parts
 
     def names(self) -> list[str]:
+        """The stored tensors' names (not the parts')."""
         return [*self.files, *self.state]
 
     def shape(self, name: str) -> tuple[int, ...]:
         self._check(name)
+        if name in self.parts:
+            source, r0, r1 = self.parts[name]
+            return (r1 - r0, *self.shape(source)[1:])
         return self.files[name].tensors[name][1] if name in self.files else tuple(self.state[name].shape)
 
     def _check(self, name: str) -> None:
@@ -151,12 +158,18 @@ class Checkpoint:
 
     def rows(self, name: str, r0: int, r1: int) -> np.ndarray:
         self._check(name)
+        if name in self.parts:
+            source, first, _ = self.parts[name]
+            return self.rows(source, first + r0, first + r1)
         if name in self.files:
             return self.files[name].rows(name, r0, r1)
         return np.ascontiguousarray(self.state[name][r0:r1].float().numpy())
 
     def packed_rows(self, name: str, r0: int, r1: int) -> np.ndarray:
         self._check(name)
+        if name in self.parts:
+            source, first, _ = self.parts[name]
+            return self.packed_rows(source, first + r0, first + r1)
         if name in self.files:
             return self.files[name].packed_rows(name, r0, r1)
         return np.ascontiguousarray(self.state[name][r0:r1].numpy()).view(np.uint8)

@@ -95,7 +95,7 @@ class WeightFile:
             self.put(offset + k * row + first * columns.itemsize, columns[k])
 
     def add(self, name: str, array: np.ndarray) -> str:
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")  # not ascontiguousarray, which makes a scalar (a Gather index) [1]
         if array.nbytes < INLINE_BYTES:  # shape inference reads small constants (Slice bounds) from the graph
             self.initializers.append(numpy_helper.from_array(array, name))
         else:

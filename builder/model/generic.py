@@ -79,8 +79,11 @@ def refusal(model_type: str, config: Mapping[str, Any]) -> str | None:
     """Why the generic export cannot build this model, in one line; None where it can try."""
     if model_type not in causal_lm_types():
         return f"transformers {_version()} has no causal language model of type {model_type or '(none)'!r}"
-    if config.get("is_encoder_decoder") or _defaults(model_type).get("is_encoder_decoder"):
-        # a *ForCausalLM of an encoder-decoder family (BART's decoder) saves is_encoder_decoder false
+    if config.get("is_encoder_decoder") or _defaults(model_type).get("is_encoder_decoder") \
+            or config.get("add_cross_attention") or "cross_attention_hidden_size" in config:
+        # a *ForCausalLM of an encoder-decoder family (BART's decoder) saves is_encoder_decoder false; a decoder
+        # made to attend to an encoder's states (a vision encoder-decoder's text decoder, TrOCR's) says so by
+        # cross-attention, switched on or sized by its config class
         return "an encoder-decoder model or its decoder (mbuild serves decoder-only language models)"
     kinds = sorted({str(k) for k in config.get("layer_types") or ()} - ATTENTION_LAYERS)
     state = sorted({k for k in kinds if RECURRENT_KIND.search(k)} | {k for k in config if RECURRENT_FIELD.match(k)})

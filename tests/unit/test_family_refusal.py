@@ -36,6 +36,9 @@ REFUSED: dict[str, tuple[Any, str, str]] = {
     # its own attention classes: the generic export's attention cannot be put in
     "bloom": (lambda: tf.BloomConfig(hidden_size=64, n_layer=2, n_head=4, vocab_size=512), "BloomForCausalLM",
               "its modeling code computes attention itself"),
+    # a vision encoder-decoder's text decoder: its config sizes cross-attention to the encoder's states
+    "trocr": (lambda: tf.TrOCRConfig(vocab_size=256, d_model=64, decoder_layers=2), "TrOCRForCausalLM",
+              "an encoder-decoder model or its decoder"),
 }
 SUPPORTED_LIST = "supported families: " + ", ".join(sorted(FAMILIES))
 

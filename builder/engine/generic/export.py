@@ -39,7 +39,7 @@ def write_generic(model_dir: Path, config: Any, out_dir: Path, form: LinearForma
     model = plan_model(config, ATTENTION, experts=ATTENTION)
     with ExitStack() as stack:
         checkpoint = Checkpoint(model_dir, stack)
-        streams = streamed_modules(model, checkpoint)
+        streams = streamed_modules(model, checkpoint, form)
         load_rest(model, checkpoint, keyed(model), streams.stored)
     traced, calls, experts = trace(model, layers)
     del model

@@ -161,6 +161,7 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Str
     outputs = {_key(n): n.output[0] for n in graph.node if n.domain == ops.DOMAIN and n.op_type == ops.LINEAR}
     merged: set[int] = set()
     with opened(model_dir, out_dir / DATA_FILE) as (checkpoint, weights):
+        checkpoint.parts.update(streams.parts)
         g = GraphWriter(weights, checkpoint, None, form)
         for node in graph.node:
             if node.domain != ops.DOMAIN:

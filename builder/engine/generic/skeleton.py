@@ -19,9 +19,13 @@ from transformers.pytorch_utils import Conv1D
 
 from builder.engine.checkpoint import Checkpoint
 from builder.engine.layer_weights import load_tensor
+from builder.engine.weight_writer import LinearFormat
 from builder.errors import UnsupportedModel
 
 KEY = "_mbuild_key"  # the placeholder key a module's weights are streamed under
+SILU = ("SiLU", "SiLUActivation")
+# fp32 bytes of experts the trace may carry as they are, in the graph (a protobuf holds 2 GB at most)
+TRACED_EXPERTS_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -65,17 +69,49 @@ def plan_model(config: Any, attention: str, experts: str | None = None) -> Any:
 
 def checkpoint_names(model: Any, checkpoint: Checkpoint) -> dict[str, str]:
     """The model's parameter names -> the checkpoint's, by transformers' own renamings for the model (GPT-NeoX's
-    embed_out is lm_head; a checkpoint of the base model lacks its prefix), as from_pretrained renames them."""
+    embed_out is lm_head; a checkpoint of the base model lacks its prefix), as from_pretrained renames them. A
+    fused tensor transformers splits by rows on load (q|k|v into q, k and v) becomes one part a target in
+    `checkpoint` (Checkpoint.parts), read as a tensor of its own."""
     from transformers.conversion_mapping import get_model_conversion_mapping
-    from transformers.core_model_loading import WeightRenaming, rename_source_key
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 
-    renamings = [t for t in get_model_conversion_mapping(model) if isinstance(t, WeightRenaming)]
+    transforms = get_model_conversion_mapping(model)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    splits = [t for t in transforms if isinstance(t, WeightConverter) and _row_split(t) is not None]
     ours = dict.fromkeys(model.state_dict())
     found = {}
     for name in checkpoint.names():
-        renamed, _ = rename_source_key(name, renamings, [], model.base_model_prefix, ours)
-        found[renamed] = name
+        renamed, pattern = rename_source_key(name, renamings, splits, model.base_model_prefix, ours)
+        if pattern is None:
+            found[renamed] = name
+            continue
+        converter = next(c for c in splits if pattern in c.source_patterns)
+        targets = [renamed.replace(converter.target_patterns[0], t) for t in converter.target_patterns]
+        if not all(t in ours for t in targets):  # not this model's: left as stored
+            found[name] = name
+            continue
+        sizes = ([int(model.get_parameter(t).shape[0]) for t in targets] if _row_split(converter) == "Split"
+                 else [checkpoint.shape(name)[0] // len(targets)] * len(targets))
+        first = 0
+        for target, size in zip(targets, sizes, strict=True):
+            checkpoint.parts[target] = (name, first, first + size)
+            found[target] = target
+            first += size
     return found
+
+
+def _row_split(converter: Any) -> str | None:
+    """"Split" or "Chunk" where a converter only cuts one stored tensor into its targets by rows, else None."""
+    from transformers.core_model_loading import Chunk, Split
+
+    (op, *more) = converter.operations
+    if more or len(converter.source_patterns) != 1 or len(converter.target_patterns) < 2:
+        return None
+    if getattr(op, "dim", None) != 0:
+        return None
+    if isinstance(op, Split) or (isinstance(op, Chunk) and op.num_shards_attribute is None):
+        return type(op).__name__
+    return None
 
 
 def _source(checkpoint: Checkpoint, names: dict[str, str], name: str, tied: dict[int, str],
@@ -96,6 +132,7 @@ class Streams:
     linears: list[Streamed]
     embedding: Streamed
     stored: dict[str, str]
+    parts: dict[str, tuple[str, int, int]]  # the checkpoint's parts (Checkpoint.parts) the names above read
 
 
 def _is_experts(module: torch.nn.Module) -> bool:
@@ -103,12 +140,45 @@ def _is_experts(module: torch.nn.Module) -> bool:
     return hasattr(module, "is_transposed") and hasattr(module, "has_gate")
 
 
-def streamed_modules(model: Any, checkpoint: Checkpoint) -> Streams:
+def moe_refusal(module: torch.nn.Module) -> str | None:
+    """Why ONNX Runtime's MoE does not compute these experts (a module of transformers' experts interface); None
+    where it does: SwiGLU experts, silu(gate) * up from [gate; up] rows, with no norm after them."""
+    from transformers.integrations.moe import _default_apply_gate
+
+    if getattr(module, "has_post_expert_norm", False) or not getattr(module, "has_gate", True) \
+            or not getattr(module, "is_concatenated", True):
+        return "its experts are not gated MLPs (SwiGLU) over [gate; up] rows, the only experts ONNX Runtime's MoE runs"
+    act = getattr(module, "act_fn", None)
+    if getattr(type(module), "_apply_gate", None) is not _default_apply_gate or type(act).__name__ not in SILU:
+        gate = type(act).__name__ if act is not None else "a gate"
+        return f"its experts gate with {gate} of their own; ONNX Runtime's MoE runs silu(gate) * up"
+    return None
+
+
+def _traced_experts(model: Any, form: LinearFormat) -> set[int]:
+    """The experts ONNX Runtime's MoE does not compute, traced as transformers' batched implementation computes them
+    with their weights in the graph: fp32 and small ones only, else the reason is refused."""
+    odd = [(m, why) for m in model.modules() if _is_experts(m) and (why := moe_refusal(m)) is not None]
+    if not odd:
+        return set()
+    why = odd[0][1]
+    if form.kind != "fp32":
+        raise UnsupportedModel(f"{why}, and traced as they are they would stay fp32, not {form.kind}",
+                               hint="build it with --precision fp32")
+    size = sum(4 * p.numel() for m, _ in odd for p in m.parameters())
+    if size > TRACED_EXPERTS_BYTES:
+        raise UnsupportedModel(f"{why}, and traced as they are their {size >> 20} MiB of weights would sit in the "
+                               f"graph, which holds {TRACED_EXPERTS_BYTES >> 20} MiB of them")
+    return {id(m) for m, _ in odd}
+
+
+def streamed_modules(model: Any, checkpoint: Checkpoint, form: LinearFormat | None = None) -> Streams:
     """Keys every linear layer, the token table and the experts (their KEY attribute), so their weights are
-    streamed, not loaded."""
+    streamed, not loaded; experts ONNX Runtime's MoE does not compute are left to load_rest (_traced_experts)."""
     table = model.get_input_embeddings()
     names = {id(module): name for name, module in model.named_modules()}
     stored = checkpoint_names(model, checkpoint)
+    traced = _traced_experts(model, form or LinearFormat())
     table_source = _source(checkpoint, stored, f"{names[id(table)]}.weight", {}, table.weight)
     tied = {id(table.weight): table_source}
     embedding = Streamed(names[id(table)], table_source)
@@ -119,11 +189,11 @@ def streamed_modules(model: Any, checkpoint: Checkpoint) -> Streams:
             linears.append(Streamed(name, _source(checkpoint, stored, f"{name}.weight", tied, module.weight),
                                     transposed=isinstance(module, Conv1D)))
             setattr(module, KEY, len(linears) - 1)
-        elif _is_experts(module):
+        elif _is_experts(module) and id(module) not in traced:
             setattr(module, KEY, -1)
     for module in (m for m in model.modules() if hasattr(m, KEY)):
         _unregister(module)
-    return Streams(linears, embedding, stored)
+    return Streams(linears, embedding, stored, dict(checkpoint.parts))
 
 
 def _unregister(module: torch.nn.Module) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import onnx
 import torch
 from torch.export import Dim
-from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, _default_apply_gate
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, batched_mm_experts_forward
 from transformers.modeling_utils import AttentionInterface
 from transformers.pytorch_utils import Conv1D
 
@@ -29,7 +29,6 @@ from builder.engine.generic.skeleton import KEY
 from builder.errors import UnsupportedModel
 
 ATTENTION = "mbuild_generic"  # the name of mbuild's attention, and of its experts, in transformers' interfaces
-SILU = ("SiLU", "SiLUActivation")
 # What attention modules pass that changes nothing here: the positions and cache bookkeeping the placeholder's
 # inputs already carry, and training-only switches
 IGNORED = frozenset({"position_ids", "use_cache", "cache_position", "output_attentions", "layer_idx", "dropout",
@@ -74,7 +73,7 @@ class _Step:
     present: list[torch.Tensor] = field(default_factory=list)
     calls: list[AttentionCall] = field(default_factory=list)
     experts: list[ExpertsCall] = field(default_factory=list)
-    names: dict[int, str] = field(default_factory=dict)  # module id -> its name in the model
+    names: dict[int, str] = field(default_factory=dict)  # id(module.__dict__) -> the module's name in the model
 
 
 _STEP = _Step()  # the trace runs in one thread of the export worker
@@ -87,6 +86,14 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
     unknown = sorted(k for k, v in kwargs.items() if k not in IGNORED and v is not None)
     if unknown:
         raise UnsupportedModel(f"its attention asks for {', '.join(unknown)}, which mbuild's attention does not take")
+    causal = kwargs.get("is_causal")  # as transformers' sdpa attention reads it: the call's word, else the module's
+    if (causal if causal is not None else getattr(module, "is_causal", True)) is False:
+        raise UnsupportedModel("its attention is not causal (each token attends to the tokens after it too, as an "
+                               "encoder's does), which a language model's cache cannot serve",
+                               hint="a model trained as a decoder says \"is_decoder\": true in its config.json")
+    if attention_mask is not None:  # the trace makes no mask: one here is the model's own (a learned bias, say)
+        raise UnsupportedModel("its attention takes a mask or bias its own code computes, which mbuild's attention "
+                               "(causal, maybe windowed) does not apply")
     layer = len(_STEP.calls)
     if 2 * layer + 1 >= len(_STEP.past):
         raise UnsupportedModel("it runs attention more times than it has layers (a cache shared across layers?)")
@@ -118,16 +125,14 @@ AttentionInterface.register(ATTENTION, _attention)
 
 
 def _experts(module: Any, hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
-    """transformers' experts interface: the layer's experts as one placeholder (ONNX Runtime's MoE or QMoE later).
-    What they compute must be what MoE computes: SwiGLU experts, silu(gate) * up, with no norm after them."""
-    if getattr(module, "has_post_expert_norm", False) or not getattr(module, "has_gate", True):
-        raise UnsupportedModel("its experts are not gated MLPs (SwiGLU), the only experts ONNX Runtime's MoE runs")
-    if type(module)._apply_gate is not _default_apply_gate or type(module.act_fn).__name__ not in SILU:
-        raise UnsupportedModel(f"its experts gate with {type(module.act_fn).__name__} or their own gate; "
-                               "ONNX Runtime's MoE runs silu(gate) * up")
+    """transformers' experts interface: the layer's experts as one placeholder (ONNX Runtime's MoE or QMoE later),
+    or, for experts MoE does not compute (skeleton.moe_refusal: their weights are loaded, not keyed), transformers'
+    own batched implementation, traced."""
+    if not hasattr(module, KEY):
+        return batched_mm_experts_forward(module, hidden, top_k_index, top_k_weights)
     up = module.gate_up_proj
     count, inter = int(up.shape[0]), int(up.shape[1 if not module.is_transposed else 2]) // 2
-    _STEP.experts.append(ExpertsCall(_STEP.names[id(module)], count, int(hidden.shape[-1]), inter,
+    _STEP.experts.append(ExpertsCall(_STEP.names[id(module.__dict__)], count, int(hidden.shape[-1]), inter,
                                      int(top_k_index.shape[-1]), bool(module.is_transposed), bool(module.has_bias)))
     return ops.experts(hidden, top_k_index, top_k_weights.to(hidden.dtype), len(_STEP.experts) - 1)
 
@@ -144,7 +149,7 @@ def _placeholders(model: Any) -> Iterator[None]:
     def linear_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
         if not hasattr(self, KEY):
             return linear(self, x)
-        if self is head and _STEP.logits_at is not None:
+        if self.__dict__ is head.__dict__ and _STEP.logits_at is not None:
             x = x.reshape(-1, x.shape[-1]).index_select(0, _STEP.logits_at).unsqueeze(0)
         return ops.linear(x, getattr(self, KEY), self.out_features)
 
@@ -201,7 +206,9 @@ def trace(model: Any, layers: int) -> tuple[onnx.ModelProto, list[AttentionCall]
                torch.tensor(6, dtype=torch.int32), torch.tensor([2, 5]), tuple(torch.zeros(2, 1, 8, 1) for _ in past))
     batch, new, picked, length = (Dim(n) for n in ("batch", "new", "picked", "max_length"))
     shapes = ({0: batch, 1: new}, {0: batch}, None, {0: picked}, tuple({0: batch, 2: length} for _ in past))
-    _STEP.names = {id(module): name for name, module in model.named_modules()}
+    # A module is known by its __dict__, not by itself: torch.export's module-stack tracer may call a stand-in for
+    # it (torch.fx's AttrProxy, a new object of a subclass that shares the module's __dict__)
+    _STEP.names = {id(module.__dict__): name for name, module in model.named_modules()}
     complex_ops.register()  # the complex ops torchlib lacks (rotary built with torch.polar)
     hooks = latent.watch(model)
     try:
