@@ -16,6 +16,7 @@ Rules:
   of (kinds, repeats) repeated once; a count of some of them (shared, dense, input layers) keeps its share;
   settings keyed by layer index kept for the layers kept, shrunk alike.
 - windows and chunks 16 tokens, so the gate's sequences cross them; token ids inside the vocabulary.
+- an encoder architecture (a class with is_decoder) is made a decoder, as its *ForCausalLM asks to be.
 - what the class derives itself is not passed (a field it does not take) or passed unset again (a layer count, or
   a width equal to the hidden size, that it defaults to None); nested parameters that are not configs (rope
   parameters) are left to the class's defaults.
@@ -215,4 +216,6 @@ def tiny_config(model_type: str) -> Any:
     # what the class derives (DeepSeek's qk_head_dim) is not passed; settings by layer are (Dots's per_layer_config)
     derived = {k for k in defaults if k not in fields and not _by_layer(defaults[k])} if fields else set()
     values = _tiny(defaults, dict(getattr(cls, "attribute_map", {})), unset, derived)
+    if "is_decoder" in defaults:  # an encoder architecture run as a causal LM: transformers asks for is_decoder
+        values["is_decoder"] = True
     return cls(**{k: v for k, v in values.items() if k not in derived})

@@ -169,6 +169,10 @@ def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0, family:
         config = family_configs()[family] if family in family_configs() else tiny_config(family)
         config.update({**sizes, "pad_token_id": eos})  # the matrix's pad 0 is this tokenizer's BOS
     model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():  # a matrix initialized to zeros (a router, as AfMoE's) ties every pick: drawn as the rest
+        for name, weight in model.named_parameters():
+            if weight.dim() == 2 and name.endswith("weight") and not weight.any():
+                weight.normal_(0.0, 0.02)
     if train_steps:
         ids = torch.tensor([fast(text).input_ids[:256]])
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
