@@ -17,6 +17,7 @@ import re
 import resource
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -135,7 +136,8 @@ def table(rows: list[Row]) -> dict[str, object]:
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])
-    rows = sweep(sys.argv[2:] or causal_lm_types(), out.with_suffix(".work"))
+    with tempfile.TemporaryDirectory() as scratch:  # no machine's paths in a row, no work left beside the table
+        rows = sweep(sys.argv[2:] or causal_lm_types(), Path(scratch))
     out.write_text(json.dumps(table(rows), indent=1) + "\n")
     for r in rows:
         print(f"{r.model_type:28} {r.outcome:8} {r.seconds:6} {r.detail[:150]}")

@@ -19,6 +19,7 @@ from builder.engine.generic.experts import write_experts
 from builder.engine.generic.skeleton import Streamed, Streams
 from builder.engine.generic.trace import AttentionCall, ExpertsCall
 from builder.engine.weight_writer import DATA_FILE, LinearFormat, LinearWriter
+from builder.errors import UnsupportedModel
 from builder.model.geometry import HeadGeometry
 
 
@@ -86,6 +87,20 @@ def _merged(g: GraphWriter, node: onnx.NodeProto, keys: list[int], linears: list
                                   [outputs[k] for k in keys], name=f"{linears[keys[0]].module}.split", axis=-1)
     g.nodes.append(split)
     return True
+
+
+def _once(graph: onnx.GraphProto, linears: list[Streamed]) -> None:
+    """Each linear layer and experts block runs once a step: one whose weights the modeling code runs again in a
+    loop (HRM's recurrent modules) would be written twice, which no ONNX graph holds."""
+    seen: set[tuple[str, int]] = set()
+    for node in graph.node:
+        if node.domain == ops.DOMAIN and node.op_type in (ops.LINEAR, ops.EXPERTS):
+            key = (node.op_type, _key(node))
+            if key in seen:
+                what = linears[key[1]].module if node.op_type == ops.LINEAR else "an experts block"
+                raise UnsupportedModel(f"its modeling code runs {what} more than once a step (a loop over shared "
+                                       "layers), which the generic export does not write")
+            seen.add(key)
 
 
 def _routers(graph: onnx.GraphProto) -> set[int]:
@@ -156,6 +171,7 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Str
     constants = {t.name: t for t in graph.initializer}
     # the trace's names for the placeholders' caches -> the runtime's buffers, which the attention writes in place
     presents: dict[str, str] = {}
+    _once(graph, linears)
     routers = _routers(graph)
     siblings = _siblings(graph, linears, routers)
     outputs = {_key(n): n.output[0] for n in graph.node if n.domain == ops.DOMAIN and n.op_type == ops.LINEAR}
