@@ -11,6 +11,7 @@ import onnx
 import pytest
 
 from runtimes.bundle import REPORT_FILE, load_engine_config, read_gate_report
+from runtimes.bundle.engine import DecoderOptions
 from tests.support.procs import mbuild
 from tests.support.tiny_models import make_tiny_llama
 
@@ -25,6 +26,7 @@ def test_a_deepseek_v3_shaped_model_caches_its_latent_and_matches_transformers(t
                     "--output", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     options = load_engine_config(out / "model").options
+    assert isinstance(options, DecoderOptions)
     assert (options.kv_heads, options.head_dim) == (1, config["kv_lora_rank"] + config["qk_rope_head_dim"])
     assert options.head_dim < config["num_attention_heads"] * (config["qk_nope_head_dim"] + config["qk_rope_head_dim"])
     graph = onnx.load(str(out / "model" / "model.onnx"), load_external_data=False).graph

@@ -58,7 +58,7 @@ def by_hand(config: dict[str, Any], batch: int, context: int, block: int, kv_val
     int8 = 1 + 4 / block  # a byte a weight, an fp32 scale a block
     weights = (total - table) * int8 + table * (1 + 4 / 32)  # the gathered table: int8 blocks of 32
     kv = 2 * layers * kv_heads * head_dim * kv_value * context * batch  # K and V: int8 (1 B), or fp32 (4 B)
-    method = (config.get("quantization_config") or {}).get("quant_method")
+    method = str((config.get("quantization_config") or {}).get("quant_method") or "")
     download = {"mxfp4": (total - layers * experts * expert) * 2 + layers * experts * expert * MXFP4,
                 "fp8": (total - 2 * table) + 2 * table * 2}.get(method, total * 2)  # FP8: all but the tables
     return {"params": total / 1e9, "active": active / 1e9, "weights": weights / 1e9, "kv": kv / 1e9,
