@@ -34,8 +34,15 @@ PUBLISHED: dict[str, tuple[float, float | None]] = {
     "phi-4-mini": (3.8, None), "phi-4": (14.7, None), "granite-3.3-2b": (2.53, None),
     "granite-3.3-8b": (8.17, None), "olmo-2-7b": (7.3, None), "olmo-2-13b": (13.7, None),
     "smollm3-3b": (3.08, None), "gpt-oss-20b": (20.9, 3.6), "gpt-oss-120b": (116.8, 5.1),
+    # DeepSeek's cards: V3/R1 671B, 37B active (685B with the multi-token-prediction layer, not served); V2-Lite
+    # 15.7B, 2.4B active without the token tables (as gpt-oss's); the distills their base models' sizes
+    "deepseek-r1": (671.0, 37.0), "deepseek-v3": (671.0, 37.0), "deepseek-v2-lite": (15.7, 2.4),
+    "deepseek-r1-distill-qwen-1.5b": (1.78, None), "deepseek-r1-distill-qwen-7b": (7.62, None),
+    "deepseek-r1-distill-qwen-14b": (14.8, None), "deepseek-r1-distill-qwen-32b": (32.8, None),
+    "deepseek-r1-distill-llama-8b": (8.03, None), "deepseek-r1-distill-llama-70b": (70.6, None),
 }
-WITHOUT_TABLE = {"gpt-oss-20b", "gpt-oss-120b"}  # whose published active count leaves the token table out
+# whose published active count leaves the token table out
+WITHOUT_TABLE = {"gpt-oss-20b", "gpt-oss-120b", "deepseek-v2-lite"}
 # What the Hub stores (GB): gpt-oss's MXFP4 experts are 4.25 bits a weight, the rest bf16.
 STORED_GB = {"gpt-oss-20b": 13.8, "gpt-oss-120b": 65.3}
 LANGUAGE_MODELS = {alias: entry for alias, entry in load_catalog().items()
