@@ -12,7 +12,7 @@ from huggingface_hub import hf_hub_download
 from builder.errors import UnsupportedModel
 from builder.model.catalog import ModelFacts, Task, entry_for_repo
 from builder.model.families import FAMILIES, WRAPPERS, require_built
-from builder.model.generic import causal_lm_types
+from builder.model.generic import is_causal_lm
 from builder.model.hubcache import hub_cache_dir, hub_endpoint
 from builder.model.pull import hub_errors
 from builder.model.ref import ModelRef
@@ -105,7 +105,7 @@ def infer_task(files: tuple[str, ...], config: dict[str, Any], repo: str, card: 
     if model_type in _ENCODER_TYPES:
         return "embedding"
     if model_type in FAMILIES or model_type in WRAPPERS or isinstance(config.get("text_config"), dict) \
-            or model_type in causal_lm_types():
+            or is_causal_lm(config):
         return "text-generation"  # the family, or the wrapper's refusal, decides from here
     raise UnsupportedModel(
         f"cannot tell what task {repo} serves (model_type={config.get('model_type')!r}, "

@@ -20,6 +20,7 @@ from typing import Any
 from builder.errors import UnsupportedModel
 from builder.model.families import Family, family, fast_lane
 from builder.model.geometry import EXPERT_COUNTS
+from builder.model.torch_free import torch_free
 
 # layer_types entries that attend over a KV cache as mbuild's attention does (causal, maybe windowed); not Llama 4's
 # chunked_attention, which attends within fixed blocks of the sequence, not over the last tokens
@@ -37,7 +38,7 @@ HINT = "see docs/models.md for the model types mbuild builds and why the others 
 
 @cache
 def causal_lm_types() -> frozenset[str]:
-    """Every model_type transformers maps to a causal LM class."""
+    """Every model_type transformers maps to a causal LM class (imports PyTorch: see is_causal_lm)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     return frozenset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
@@ -125,13 +126,38 @@ def _version() -> str:
     return str(transformers.__version__)
 
 
-def generic_family(model_type: str, config: Mapping[str, Any]) -> Family:
-    """The record planning reads for a model the generic export builds, or its refusal."""
-    why = refusal(model_type, config)
-    if why:
-        raise UnsupportedModel(f"language models of type {model_type!r} are not supported: {why}", hint=HINT)
-    moe = any(isinstance(config.get(k), int) and config.get(k, 0) > 1 for k in EXPERT_COUNTS)
-    return Family(model_type, model_type, "moe" if moe else "dense")  # config holds the class's tie default
+@torch_free
+def _reading(model_type: str, config: dict[str, Any], wrapper: str = "") -> dict[str, Any]:
+    """What transformers says of a config.json, in one child process: whether it has a causal LM of the type (of
+    the wrapper's, for a text_config), the config under standard names (None where it has no config class for the
+    type) and the generic export's refusal."""
+    if (wrapper or model_type) not in causal_lm_types():
+        return {"causal": False, "config": None}
+    try:
+        standard = standard_config(model_type, config)
+    except KeyError:
+        return {"causal": True, "config": None}
+    return {"causal": True, "config": standard, "refusal": refusal(model_type, standard)}
+
+
+def is_causal_lm(config: Mapping[str, Any]) -> bool:
+    """Whether transformers runs config.json's model_type as a causal LM."""
+    return bool(_reading(str(config.get("model_type") or ""), dict(config))["causal"])
+
+
+def generic_family(model_type: str, config: Mapping[str, Any],
+                   wrapper: str = "") -> tuple[Mapping[str, Any], Family] | None:
+    """config.json under standard names and the record planning reads for a model the generic export builds, or its
+    refusal; None where transformers has no causal LM of the type (or the wrapper's) or no config class for it."""
+    read = _reading(model_type, dict(config), wrapper)
+    standard = read["config"]
+    if standard is None:
+        return None
+    if read["refusal"]:
+        raise UnsupportedModel(f"language models of type {model_type!r} are not supported: {read['refusal']}",
+                               hint=HINT)
+    moe = any(isinstance(standard.get(k), int) and standard.get(k, 0) > 1 for k in EXPERT_COUNTS)
+    return standard, Family(model_type, model_type, "moe" if moe else "dense")  # config holds the class's tie default
 
 
 def language_family(text: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family]:
@@ -140,10 +166,8 @@ def language_family(text: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family]
     kind = str(text.get("model_type") or "")
     if fast_lane(kind):
         return text, family(kind)
-    if kind not in causal_lm_types():
-        family(kind)  # the refusal that names the families and the nearest
-    standard = standard_config(kind, text)
-    return standard, generic_family(kind, standard)
+    found = generic_family(kind, text)
+    return found or (text, family(kind))  # family(): the refusal that names the families and the nearest
 
 
 def wrapped_text(model_type: str, inner: Mapping[str, Any]) -> tuple[Mapping[str, Any], Family] | None:
@@ -151,10 +175,4 @@ def wrapped_text(model_type: str, inner: Mapping[str, Any]) -> tuple[Mapping[str
     alone): its language model, planned from text_config under standard names, which the generic export traces
     through the wrapper's own forward. None where transformers has no causal LM of that type."""
     text_type = str(inner.get("model_type") or "")
-    if model_type not in causal_lm_types() or not text_type:
-        return None
-    try:
-        text = standard_config(text_type, inner)
-    except KeyError:  # a text model type transformers has no config class for
-        return None
-    return text, generic_family(text_type, text)
+    return generic_family(text_type, inner, model_type) if text_type else None
