@@ -109,7 +109,7 @@ profiles:
     hardware: cpu
     tasks: [embedding]
     precision: int8
-    engine_options: {graph_optimisation: all, per_channel: 3}
+    engine_options: {graph_optimisation: all, per_channel: 3, model_impl: ../generic}
   - engine: tensorrt
     hardware: h100
     tasks: [text-generation]
@@ -126,9 +126,10 @@ def test_engine_options_are_typed_per_backend_and_a_typo_names_the_key(tmp_path:
     assert "engine_options.graph_optimisation: onnxruntime has no such option" in joined
     assert "graph_optimization" in joined  # the allowed keys are listed, so the fix is visible
     assert "engine_options.per_channel" in joined
+    assert "engine_options.model_impl" in joined  # one of auto, fast-lane, generic
     assert "engine_options.workspace_gb" in joined and "engine_options.kv_cache" in joined
     assert "engine_options.graph_optimization: tensorrt has no such option" in joined  # an ORT key on TensorRT
-    assert len(info.value.problems) == 5
+    assert len(info.value.problems) == 6
 
 
 def test_each_cpu_class_quantizes_a_language_model_as_its_profile_says(tmp_path: Path) -> None:
