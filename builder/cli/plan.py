@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import click
@@ -26,6 +27,13 @@ def _shape(facts: ModelFacts) -> str:
     return f"{facts.family}: {attention}{experts}, vocab {facts.vocab}{head}"
 
 
+def _layer_caches(facts: ModelFacts) -> str:
+    """'28 layers x 8 KV heads x 128', or per shape where the layers' caches differ."""
+    shapes = Counter(facts.layer_caches or [(facts.kv_heads, facts.head_dim)] * facts.layers)
+    parts = [f"{count} layers x {heads} KV heads x {dim}" for (heads, dim), count in shapes.items()]
+    return parts[0] if len(parts) == 1 else f"({' + '.join(parts)})"
+
+
 def memory_lines(plan: BuildPlan) -> list[str]:
     """The plan's memory, each number with what it is made of, to check by hand (docs/usage.md)."""
     facts, need, profile = plan.facts, plan.need, plan.profile
@@ -42,9 +50,9 @@ def memory_lines(plan: BuildPlan) -> list[str]:
                      f"{need.decode_read_gb:.2f} GB of them: {billions(facts.decode_params)} parameters "
                      f"({routed}{table})")
         per_value = kv_bytes_per_value(profile)
-        lines.append(f"KV cache: {kv_bytes_per_token(facts, profile):.0f} B a token (2 x {facts.layers} layers x "
-                     f"{facts.kv_heads} KV heads x {facts.head_dim} x {per_value:g} B) x "
-                     f"{served_context(facts, profile)} tokens x {profile.limits.max_batch} sequences")
+        lines.append(f"KV cache: {kv_bytes_per_token(facts, profile):.0f} B a token (2 x {_layer_caches(facts)} x "
+                     f"{per_value:g} B) x {served_context(facts, profile)} tokens x {profile.limits.max_batch} "
+                     "sequences")
         if profile.device == "cpu":
             lines.append(f"  one pool of {need.kv_tokens:,.0f} tokens in {KV_BLOCK_TOKENS}-token blocks, shared by "
                          "the sequences and the prefix cache; its pages are committed as sequences fill them, so "

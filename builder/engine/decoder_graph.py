@@ -249,14 +249,14 @@ def _save(g: GraphWriter, dims: HeadGeometry, vocab: int, out_dir: Path) -> None
 def save_decoder(nodes: list[onnx.NodeProto], initializers: list[TensorProto], dims: HeadGeometry, vocab: int,
                  out_dir: Path, opset: int) -> None:
     """model.onnx with the decoder's inputs and outputs (the module docstring); `opset`: the default domain's."""
-    cache: list[str | int] = ["batch", dims.kv_heads, "max_length", dims.head_dim]
     f32 = TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "new"]),
               helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["batch"]),
               helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, []),
               helper.make_tensor_value_info("logits_at", TensorProto.INT64, ["picked"])]
     outputs = [helper.make_tensor_value_info("logits", f32, ["picked", vocab])]
-    for i in range(dims.layers):
+    for i, (kv_heads, head_dim) in enumerate(dims.shapes):  # each layer's own cache
+        cache: list[str | int] = ["batch", kv_heads, "max_length", head_dim]
         inputs += [helper.make_tensor_value_info(f"past_{kind}.{i}", f32, cache) for kind in ("key", "value")]
         outputs += [helper.make_tensor_value_info(f"present_{kind}.{i}", f32, cache) for kind in ("key", "value")]
     graph = helper.make_graph(nodes, "decoder", inputs, outputs, initializers)

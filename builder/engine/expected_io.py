@@ -14,4 +14,4 @@ def expected_export(facts: ModelFacts) -> ExportShape:
         return ExportShape(("input_ids", "attention_mask", "token_type_ids"), facts.context, None)
     past = [f"past.{i}.{kind}" for i in range(facts.layers) for kind in ("key", "value")]
     return ExportShape(("input_ids", "attention_mask", "position_ids", "logits_at", *past), facts.context,
-                       HeadGeometry(facts.layers, facts.heads, facts.kv_heads, facts.head_dim))
+                       HeadGeometry(facts.layers, facts.heads, facts.kv_heads, facts.head_dim, facts.layer_caches))

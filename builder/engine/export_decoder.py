@@ -29,7 +29,7 @@ from builder.errors import ToolMissing, UnsupportedModel
 from builder.model.families import family, takes_fast_lane
 from builder.planning.engine_options import ort_options
 from builder.planning.profiles import Profile
-from runtimes.bundle.engine import DecoderOptions
+from runtimes.bundle.engine import DecoderOptions, LayerCache
 from runtimes.kernels import LIBRARY_FILE
 
 log = logging.getLogger("mbuild")
@@ -88,6 +88,8 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearForma
         pad_token_id=int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
         options=DecoderOptions(vocab_size=int(config.get_text_config().vocab_size), layers=dims.layers,
                                kv_heads=dims.kv_heads, head_dim=dims.head_dim,
+                               layer_caches=tuple(LayerCache(i, *shape) for i, shape in enumerate(dims.shapes)
+                                                  if shape != (dims.kv_heads, dims.head_dim)),
                                eos_token_ids=tuple(_eos_ids(model_dir, config, tokenizer)),
                                special_tokens=special, chat_template=_chat_template(model_dir, tokenizer)),
     )

@@ -48,18 +48,17 @@ def calibrate(engine_dir: Path, prompts: Sequence[Sequence[int]], threads: int =
     engine = DecoderEngine(engine_dir, config, threads, slots=1)
     if engine.kv_dtype != np.float32 or not engine.in_place:
         raise ValueError(f"calibration reads an fp32 in-place cache; {engine_dir} keeps {engine.kv_dtype}")
-    top = [np.zeros((engine.kv_heads, engine.head_dim), np.float32) for _ in engine.past]
+    top = [np.zeros((buffer.shape[1], buffer.shape[3]), np.float32) for buffer in engine.cache]  # each layer's
     for prompt in prompts:
         ids = list(prompt)[:engine.context]
         engine.run(0, np.array([ids], np.int64))
         for seen, buffer in zip(top, engine.cache, strict=True):
             np.maximum(seen, np.abs(buffer[0, :, :len(ids)]).max(axis=1), out=seen)
         engine.release(0)
-    half = engine.head_dim // 2
     scales = []
     for name, seen in zip(engine.past, top, strict=True):
         if name.startswith("past_key"):  # channel c turns with c + d/2 (rotate-half rotary)
-            seen = np.maximum(seen, np.roll(seen, half, axis=1))
+            seen = np.maximum(seen, np.roll(seen, seen.shape[1] // 2, axis=1))
         scales.append((np.maximum(seen, 1e-6) * HEADROOM / 127).astype(np.float32)[:, None, :])
     return scales
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from builder.engine.exported import ExportShape
-from builder.errors import InputError
+from builder.errors import InputError, UnsupportedModel
 from builder.planning.engine_options import trt_options
 from builder.planning.precisions import PRECISIONS
 from builder.planning.profiles import Profile
@@ -89,6 +89,9 @@ def trt_settings(profile: Profile, task: str, exported: ExportShape, compute_cap
     elif exported.geometry is not None:
         context = min(exported.max_seq_length, profile.limits.context or exported.max_seq_length)
         geometry = exported.geometry
+        if geometry.layer_shapes:  # its profiles give every past input one shape
+            raise UnsupportedModel("its layers' KV caches differ in shape, which mbuild's TensorRT engine does not "
+                                   "hold yet", hint="a profile for ONNX Runtime builds it")
         shapes = _decoder_profiles(inputs, max_batch, context, geometry.kv_heads, geometry.head_dim)
     else:
         raise InputError("a language model's TensorRT settings need its KV cache geometry; the export has none")

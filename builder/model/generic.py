@@ -67,12 +67,16 @@ def standard_config(model_type: str, config: Mapping[str, Any]) -> dict[str, Any
         if own in merged and standard not in config:
             merged[standard] = merged[own]
     missing = [name for name in DERIVED if merged.get(name) is None]
-    if missing:  # a size the class derives (LongCat-Flash's num_hidden_layers is 2 x num_layers, a property)
+    # a class whose layers override its sizes (per_layer_config) derives them from the file's own fields
+    layered = "per_layer_config" in _defaults(model_type) and "per_layer_config" not in config
+    if missing or layered:  # a size the class derives (LongCat-Flash's num_hidden_layers is 2 x num_layers)
         try:
             made = cls(**{k: v for k, v in config.items() if k != "model_type"})
         except Exception:  # a config.json its own class refuses: the fields it has are what planning reads
             return merged
         merged.update({name: getattr(made, name) for name in missing if getattr(made, name, None) is not None})
+        if layered:
+            merged["per_layer_config"] = made.to_dict().get("per_layer_config") or {}
     return merged
 
 

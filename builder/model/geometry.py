@@ -4,7 +4,8 @@ context it is served to, from a transformers config object or a config.json dict
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,31 @@ class HeadGeometry:
     heads: int
     kv_heads: int  # grouped-query attention: fewer key/value heads than query heads; MHA: all of them
     head_dim: int
+    # each layer's cache (kv_heads, head_dim) where the layers' differ, kv_heads and head_dim then most layers';
+    # empty where every layer's is (kv_heads, head_dim)
+    layer_shapes: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def of_layers(cls, heads: int, shapes: Sequence[tuple[int, int]]) -> HeadGeometry:
+        """The geometry of layers whose caches are `shapes`, (kv_heads, head_dim) a layer."""
+        common = Counter(shapes).most_common(1)[0][0]
+        mixed = tuple(shapes) if len(set(shapes)) > 1 else ()
+        return cls(layers=len(shapes), heads=heads, kv_heads=common[0], head_dim=common[1], layer_shapes=mixed)
+
+    @property
+    def shapes(self) -> tuple[tuple[int, int], ...]:
+        """Each layer's cache as (kv_heads, head_dim)."""
+        return self.layer_shapes or ((self.kv_heads, self.head_dim),) * self.layers
+
+    @property
+    def values_per_token(self) -> int:
+        """The cache's values a token takes in one kind (its keys, or its values) over every layer."""
+        return sum(heads * dim for heads, dim in self.shapes)
+
+    def layer(self, i: int) -> HeadGeometry:
+        """Layer i's own geometry, as one uniform layer's (what its attention node is written with)."""
+        heads, dim = self.shapes[i]
+        return HeadGeometry(layers=1, heads=self.heads, kv_heads=heads, head_dim=dim)
 
 
 def _get(config: Mapping[str, Any] | Any, name: str) -> Any:
@@ -36,6 +62,8 @@ def head_geometry(config: Mapping[str, Any] | Any) -> HeadGeometry:
     latent attention (a kv_lora_rank) is cached as the generic export runs it (builder/engine/generic/latent.py):
     its latent and shared rotary key, kv_lora_rank + qk_rope_head_dim values a token, as one KV head (held as
     key and as value)."""
+    if not isinstance(config, Mapping) and getattr(config, "is_heterogeneous", False):
+        config = config.to_dict()  # its per-layer sizes read only through per_layer_config, as config.json has them
     try:
         heads = int(_get(config, "num_attention_heads"))
         layers = int(_get(config, "num_hidden_layers"))
@@ -43,11 +71,23 @@ def head_geometry(config: Mapping[str, Any] | Any) -> HeadGeometry:
         kv_heads = int(_get(config, "num_key_value_heads") or heads)
         if _get(config, "kv_lora_rank"):  # the latent and the shared rotary key, one "head" a token
             head_dim = int(_get(config, "kv_lora_rank")) + int(_get(config, "qk_rope_head_dim") or 0)
-            kv_heads = 1
+            return HeadGeometry(layers=layers, heads=heads, kv_heads=1, head_dim=head_dim)
+        shapes = [(kv_heads, head_dim)] * layers
+        for i, layer in (_layer_overrides(config, layers) if isinstance(config, Mapping) else {}).items():
+            shapes[i] = (int(_get(layer, "num_key_value_heads") or shapes[i][0]),
+                         int(_get(layer, "head_dim") or shapes[i][1]))
     except (TypeError, ValueError, ZeroDivisionError) as exc:
         raise UnsupportedModel(f"the model's config lacks a usable num_attention_heads, num_hidden_layers or "
                                f"hidden_size ({exc})") from exc
-    return HeadGeometry(layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    return HeadGeometry.of_layers(heads, shapes) if layers > 0 else HeadGeometry(layers, heads, kv_heads, head_dim)
+
+
+def _layer_overrides(config: Mapping[str, Any], layers: int) -> dict[int, Mapping[str, Any]]:
+    """transformers' per_layer_config, a heterogeneous config's sizes that layers override: {layer: {field: value}}."""
+    raw = config.get("per_layer_config")
+    if not isinstance(raw, Mapping):
+        return {}
+    return {int(i): layer for i, layer in raw.items() if isinstance(layer, Mapping) and 0 <= int(i) < layers}
 
 
 def expert_layers(config: Mapping[str, Any] | Any) -> tuple[int, ...]:

@@ -52,6 +52,9 @@ class ModelFacts(BaseModel):
     heads: int = Field(gt=0)
     kv_heads: int = Field(gt=0)
     head_dim: int = Field(gt=0)
+    # each layer's cache (kv_heads, head_dim) where the layers' differ (config.json's per_layer_config); kv_heads and
+    # head_dim are then most layers'
+    layer_caches: tuple[tuple[int, int], ...] = ()
     context: int = Field(gt=0, description="longest sequence served by default")
     vocab: int = Field(gt=0)
     tied: bool = False  # the LM head shares the token table (tie_word_embeddings)
@@ -66,6 +69,13 @@ class ModelFacts(BaseModel):
     sliding_window: int = Field(0, ge=0)  # tokens a sliding layer attends to; 0: none
     sliding_layers: int = Field(0, ge=0)  # how many layers attend to the window only
     checkpoint_gb: float | None = Field(None, gt=0, description="the checkpoint's weights on disk (None: bf16)")
+
+    @property
+    def kv_values(self) -> int:
+        """The cache's values a token takes in one kind (its keys, or its values) over every layer."""
+        if self.layer_caches:
+            return sum(heads * dim for heads, dim in self.layer_caches)
+        return self.layers * self.kv_heads * self.head_dim
 
     @property
     def active(self) -> float:
@@ -213,13 +223,13 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
     # Only a language model serves an LM head; an embedder or reranker holds the token table alone.
     tied = task != "text-generation" or bool(text.get("tie_word_embeddings", fam.ties_head if fam else False))
     moe = moe_layout(text) if fam is not None and fam.kind == "moe" else MoeLayout()
-    attention = attention_params(text, hidden, geometry)
+    attention = sum(attention_params(text, hidden, geometry.layer(i)) for i in range(layers))  # layers may differ
     gated = 3 if fam is not None else 2  # every decoder family's MLP is gated; encoders' are not
     expert = gated * hidden * moe.intermediate
     dense_layers = layers - len(moe.layers)
     expert_params = len(moe.layers) * moe.experts * expert
     table = vocab * hidden * (1 if tied else 2)
-    shared = (layers * attention + dense_layers * gated * hidden * inter
+    shared = (attention + dense_layers * gated * hidden * inter
               + len(moe.layers) * hidden * (moe.experts + gated * moe.shared))  # the router, the shared experts
     total = shared + expert_params + table
     active = shared + len(moe.layers) * moe.per_token * expert + table
@@ -227,7 +237,8 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
     try:
         return ModelFacts(
             task=task, params=total / 1e9, layers=geometry.layers, hidden=hidden, heads=geometry.heads,
-            kv_heads=geometry.kv_heads, head_dim=geometry.head_dim, context=context, vocab=vocab, tied=tied,
+            kv_heads=geometry.kv_heads, head_dim=geometry.head_dim, layer_caches=geometry.layer_shapes,
+            context=context, vocab=vocab, tied=tied,
             source=source, family=fam.model_type if fam else "",
             wrapper=_wrapper(config) if task == "text-generation" else "",
             active_params=active / 1e9 if moe.experts else None, experts=moe.experts,

@@ -84,7 +84,7 @@ def served_context(facts: ModelFacts, profile: Profile) -> int:
 
 def kv_bytes_per_token(facts: ModelFacts, profile: Profile) -> float:
     """A key and a value for every layer's KV heads."""
-    return 2 * facts.layers * facts.kv_heads * facts.head_dim * kv_bytes_per_value(profile)
+    return 2 * facts.kv_values * kv_bytes_per_value(profile)
 
 
 def kv_pool_tokens(facts: ModelFacts, profile: Profile) -> int:

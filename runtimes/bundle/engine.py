@@ -93,14 +93,38 @@ class RerankOptions:
 
 
 @dataclass(frozen=True)
+class LayerCache:
+    """A layer whose KV cache is not the decoder's kv_heads x head_dim (a model whose global layers have heads of
+    their own size, or whose sliding layers have more KV heads)."""
+
+    layer: int = field(metadata=bounds(0, 1023))
+    kv_heads: int = field(metadata=bounds(1, 1024))
+    head_dim: int = field(metadata=bounds(1, 4096))
+
+
+@dataclass(frozen=True)
 class DecoderOptions:
     vocab_size: int = field(metadata=bounds(1, 1 << 24))  # logits per position
     layers: int = field(metadata=bounds(1, 1024))
-    kv_heads: int = field(metadata=bounds(1, 1024))
+    kv_heads: int = field(metadata=bounds(1, 1024))  # every layer's cache but those in layer_caches
     head_dim: int = field(metadata=bounds(1, 4096))
     eos_token_ids: tuple[int, ...]
     special_tokens: dict[str, str]  # what the chat template names (bos_token, eos_token)
     chat_template: str | None
+    layer_caches: tuple[LayerCache, ...] = ()  # the layers whose cache differs; most models: none
+
+    def __post_init__(self) -> None:
+        named = [c.layer for c in self.layer_caches]
+        if len(set(named)) != len(named) or any(layer >= self.layers for layer in named):
+            raise ContractError(f"{ENGINE_FILE}: options.layer_caches names layers {named}, of {self.layers}")
+
+    @property
+    def cache_shapes(self) -> tuple[tuple[int, int], ...]:
+        """Each layer's cache as (kv_heads, head_dim)."""
+        shapes = [(self.kv_heads, self.head_dim)] * self.layers
+        for cache in self.layer_caches:
+            shapes[cache.layer] = (cache.kv_heads, cache.head_dim)
+        return tuple(shapes)
 
 
 @dataclass(frozen=True)

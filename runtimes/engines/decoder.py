@@ -1,6 +1,7 @@
 """Decoder engine for language models: one reserved KV cache per slot, written in place.
 
-The cache is one buffer per layer and kind, [slots, kv_heads, context, head_dim], reserved once, at start, and
+The cache is one buffer per layer and kind, [slots, kv_heads, context, head_dim] (the layer's: layers may differ,
+engine.json's options.cache_shapes), reserved once, at start, and
 committed only where positions are written (kv_memory.py): `written[slot]` is how far a slot's pages reach, and
 `forget` hands back those past a position (the KV pool decides when: runtimes/generation/kv_pool.py). Slots have
 fixed ids: a sequence keeps its slot from its first prompt token to its end, and nothing is copied when it leaves.
@@ -28,11 +29,25 @@ from runtimes.engines.sessions import open_session
 from runtimes.engines.step import Run, Work, pack, start
 
 
+def _check_shapes(session: Any, past: list[str], shapes: list[tuple[int, int]]) -> None:
+    """The graph's caches are the shapes engine.json says, where the graph fixes them (ONNX Runtime's graphs do): a
+    mismatch would fail at the first step, or read past a buffer's end."""
+    declared = {i.name: getattr(i, "shape", None) for i in session.get_inputs()}
+    for name, (heads, dim) in zip(past, shapes, strict=True):
+        shape = declared.get(name)
+        if not isinstance(shape, (list, tuple)) or len(shape) != 4:
+            continue
+        fixed = [(want, got) for want, got in ((heads, shape[1]), (dim, shape[3])) if isinstance(got, int)]
+        if any(want != got for want, got in fixed):
+            raise BundleError(f"the graph's {name} is {list(shape)}, but engine.json gives the layer's cache "
+                              f"{heads} KV heads of {dim}")
+
+
 class DecoderEngine:
     def __init__(self, model_dir: Path, config: EngineConfig, threads: int = 0, slots: int | None = None) -> None:
         self.config = config
         options = config.decoder
-        self.layers, self.kv_heads, self.head_dim = options.layers, options.kv_heads, options.head_dim
+        self.layers, self.kv_heads, self.head_dim = options.layers, options.kv_heads, options.head_dim  # most layers'
         self.slots = slots or config.batching.max_batch
         self.context = int(config.max_seq_length)
         self.session: Any = open_session(model_dir, config, threads)
@@ -50,8 +65,11 @@ class DecoderEngine:
         # an 8-bit cache (builder/engine/kv_cache_quant.py) is int8 in and out; the graph holds its scales
         self.kv_dtype = np.dtype({"tensor(float16)": np.float16, "tensor(int8)": np.int8}.get(kv_type, np.float32))
         self._bindings: dict[tuple[int, int], Any] = {}
-        shape = (self.slots, self.kv_heads, self.context, self.head_dim)
-        self._buffers = [KvBuffer(shape, self.kv_dtype) for _ in self.past]
+        shapes = [shape for shape in options.cache_shapes for _ in kinds]  # the past's order: key.0, value.0, ...
+        _check_shapes(self.session, self.past, shapes)
+        self._buffers = [KvBuffer((self.slots, heads, self.context, dim), self.kv_dtype) for heads, dim in shapes]
+        # a key and a value of every layer's heads; counted once, the pool reads it per admission
+        self._bytes_per_token = sum(heads * dim for heads, dim in shapes) * self.kv_dtype.itemsize
         self.cache = [buffer.array for buffer in self._buffers]
         self.lengths = np.zeros(self.slots, np.int64)
         self.written = np.zeros(self.slots, np.int64)  # per slot, the positions its pages may hold (padding too)
@@ -60,7 +78,7 @@ class DecoderEngine:
 
     @property
     def bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype.itemsize
+        return self._bytes_per_token
 
     def step(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
         """Append each work's tokens to its slot; per work, the logits [work.logits, vocab] of its last positions,

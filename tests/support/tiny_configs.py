@@ -15,7 +15,8 @@ Rules:
   its per-layer lists name (at least 2), or a pattern they cycle through, or a kind every n layers from o; lists
   of (kinds, repeats) repeated once; a count of some of them (shared, dense, input layers) keeps its share;
   settings keyed by layer index kept for the layers kept, shrunk alike.
-- windows and chunks 16 tokens, so the gate's sequences cross them; token ids inside the vocabulary.
+- windows and chunks 16 tokens, so the gate's sequences cross them; token ids inside the vocabulary, and every
+  other vocabulary (a per-layer embedding table's) the tiny one, so each table takes every token id.
 - an encoder architecture (a class with is_decoder) is made a decoder, as its *ForCausalLM asks to be.
 - what the class derives itself is not passed (a field it does not take) or passed unset again (a layer count, or
   a width equal to the hidden size, that it defaults to None); nested parameters that are not configs (rope
@@ -97,6 +98,8 @@ def _shrunk(name: str, value: Any) -> Any:
         return WINDOW
     if name.endswith("_token_id") and value >= VOCAB:
         return 3
+    if "vocab" in name and value > VOCAB:  # a second table by token id (per-layer embeddings) takes every id
+        return VOCAB
     if SIZE.search(name) and value > HIDDEN:
         return HIDDEN if "intermediate" in name else 32
     return value

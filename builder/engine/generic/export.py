@@ -19,14 +19,12 @@ from builder.model.geometry import HeadGeometry
 
 
 def _geometry(calls: list[AttentionCall]) -> HeadGeometry:
-    """The cache's dimensions, one for every layer: the runtime's pool holds one shape."""
-    first = calls[0]
-    if any((c.kv_heads, c.head_dim) != (first.kv_heads, first.head_dim) for c in calls):
-        raise UnsupportedModel("its layers' caches differ in shape (key/value heads or head size per layer)")
-    if any(c.value_dim != c.head_dim for c in calls):  # (trace.py pads narrower values to the keys' width)
-        raise UnsupportedModel(f"its values are {first.value_dim} wide per head but its keys {first.head_dim}, "
+    """The cache's dimensions, each layer's as its attention asked (the runtime sizes each layer's buffers)."""
+    odd = next((c for c in calls if c.value_dim != c.head_dim), None)  # (trace.py pads narrower values)
+    if odd is not None:
+        raise UnsupportedModel(f"its values are {odd.value_dim} wide per head but its keys {odd.head_dim}, "
                                "which mbuild's cache does not hold")
-    return HeadGeometry(layers=len(calls), heads=first.heads, kv_heads=first.kv_heads, head_dim=first.head_dim)
+    return HeadGeometry.of_layers(calls[0].heads, [(c.kv_heads, c.head_dim) for c in calls])
 
 
 def write_generic(model_dir: Path, config: Any, out_dir: Path, form: LinearFormat | None = None) -> HeadGeometry:

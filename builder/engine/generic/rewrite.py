@@ -147,7 +147,7 @@ def _attention(g: GraphWriter, node: onnx.NodeProto, call: AttentionCall, layer:
     if call.sinks:
         sink_name = g.weights.add(f"layers.{layer}.sinks", numpy_helper.to_array(sinks[sink]))
     inputs = [*qkv, past_key, past_value, seqlens, total, "", ""]
-    out = g.attention(inputs, layer, dims, call.scale, call.window, call.softcap, sink_name)
+    out = g.attention(inputs, layer, dims.layer(layer), call.scale, call.window, call.softcap, sink_name)
     heads = g.weights.add(f"layers.{layer}.heads", np.array([0, 0, call.heads, call.value_dim], np.int64))
     g.nodes.append(onnx.helper.make_node("Reshape", [out, heads], [node.output[0]], name=f"layers.{layer}.heads"))
 
