@@ -24,6 +24,7 @@ PROMPTS = [[1, 17, 99, 3, 250, 42, 7], [1, 200, 201, 202, 9, 9, 9, 9, 9, 30, 31,
 NEW = 12
 
 
+@pytest.mark.slow
 def test_a_model_with_its_own_attention_decodes_batched_as_transformers_does(tmp_path: Path) -> None:
     folder = make_tiny_llama(tmp_path / "model", train_steps=0, family="gpt_neo")
     config = json.loads((folder / "config.json").read_text())
