@@ -5,7 +5,8 @@ Such a model is built by the generic export (builder/engine/generic/) when trans
 LM. Its config.json is read through its config class: the class's attribute_map gives the standard names
 (GPT-2's n_embd is hidden_size) and its defaults fill what the file leaves out. What the generic export
 cannot build is refused here, by rules on the config that hold for every family: an encoder-decoder, layers
-that keep a recurrent state instead of a KV cache, attention the modeling code computes itself.
+that keep a recurrent state instead of a KV cache, a model that keeps no cache at all. One whose code computes
+attention itself is traced whole over a grown cache (computes_attention_itself).
 """
 
 from __future__ import annotations
@@ -100,10 +101,31 @@ def refusal(model_type: str, config: Mapping[str, Any]) -> str | None:
     if kinds:
         return (f"attention of kinds mbuild's attention does not compute ({', '.join(kinds)}): it attends causally, "
                 "over the whole context or a window")
-    if not _attention_interface(model_type):
-        return ("its modeling code computes attention itself, not through transformers' attention interface, "
-                "where the generic export puts the engine's")
+    if computes_attention_itself(model_type) and not _keeps_cache(model_type):
+        return ("its modeling code keeps no KV cache (it recomputes every past token each step), which mbuild's "
+                "engines serve a sequence from")
     return None
+
+
+def computes_attention_itself(model_type: str) -> bool:
+    """Whether the type's modeling code computes attention itself, not through transformers' attention interface
+    (where the generic export puts the runtime's in-place attention): such a model is traced whole over a grown
+    cache instead (builder/engine/generic/grown.py)."""
+    return not _attention_interface(model_type)
+
+
+@cache
+def _keeps_cache(model_type: str) -> bool:
+    """Whether the type's modeling module uses transformers' Cache (its layers hand keys and values to it), which
+    the grown-cache graph is traced through. True where the module cannot be read here: the export decides."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    try:
+        cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+        return "cache_utils" in inspect.getsource(sys.modules[cls.__module__])
+    except Exception:  # ImportError without PyTorch, a class this transformers cannot load, no source file
+        return True
 
 
 @cache

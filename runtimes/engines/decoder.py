@@ -28,6 +28,24 @@ from runtimes.engines.kv_memory import KvBuffer
 from runtimes.engines.sessions import open_session
 from runtimes.engines.step import Run, Work, pack, start
 
+# the graph's metadata entry that says its pasts are right-aligned (builder/engine/generic/grown.py)
+PAST_LAYOUT, RIGHT_ALIGNED = "mbuild.past_layout", "right_aligned"
+
+
+def _metadata(session: Any) -> dict[str, str]:
+    """The graph's metadata entries; none where the session does not say (a stand-in in tests)."""
+    meta = getattr(session, "get_modelmeta", None)
+    return dict(meta().custom_metadata_map) if meta is not None else {}
+
+
+def _right_aligned(past: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """Rows' first held[row] positions moved to end at the past's width (zeros before them)."""
+    out = np.zeros_like(past)
+    width = past.shape[2]
+    for row, length in enumerate(held):
+        out[row, :, width - length:] = past[row, :, :length]
+    return out
+
 
 def _check_shapes(session: Any, past: list[str], shapes: list[tuple[int, int]]) -> None:
     """The graph's caches are the shapes engine.json says, where the graph fixes them (ONNX Runtime's graphs do): a
@@ -61,6 +79,9 @@ class DecoderEngine:
             raise BundleError(f"the engine takes inputs {sorted(names)}; a decoder with {self.layers} layers needs "
                               f"{sorted(expected)}")
         self.present = [name.replace("past", "present") for name in self.past]
+        # a grown-cache graph that places keys by their index in the cache (the generic export's) takes each row's
+        # past right-aligned, ending where its new tokens start; TensorRT's takes it left-aligned, slot j position j
+        self.right_aligned = not self.in_place and _metadata(self.session).get(PAST_LAYOUT) == RIGHT_ALIGNED
         kv_type = next(i.type for i in self.session.get_inputs() if i.name == self.past[0])
         # an 8-bit cache (builder/engine/kv_cache_quant.py) is int8 in and out; the graph holds its scales
         self.kv_dtype = np.dtype({"tensor(float16)": np.float16, "tensor(int8)": np.int8}.get(kv_type, np.float32))
@@ -169,11 +190,14 @@ class DecoderEngine:
         width = int(held.max())
         mask = np.zeros((len(held), width + new), np.int64)
         for row, length in enumerate(held):
-            mask[row, :length] = 1
+            mask[row, width - length if self.right_aligned else 0:][:length] = 1
         mask[:, width:] = 1
         positions = held[:, None] + np.arange(new)[None, :]
+        pasts = [buffer[rows, :, :width] for buffer in self.cache]
+        if self.right_aligned and (held != width).any():  # a copy, each row's past moved to end at width
+            pasts = [_right_aligned(past, held) for past in pasts]
         feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "logits_at": picked,
-                 **{name: buffer[rows, :, :width] for name, buffer in zip(self.past, self.cache, strict=True)}}
+                 **dict(zip(self.past, pasts, strict=True))}
         outputs = self.session.run(None, feeds)
         for buffer, present in zip(self.cache, outputs[1:], strict=True):
             for row, (length, work) in enumerate(zip(held, run.rows, strict=True)):

@@ -14,7 +14,7 @@ import pytest
 from builder.engine.generic.export import write_generic
 from builder.engine.weight_writer import LinearFormat, WeightFile
 from builder.errors import UnsupportedModel
-from tests.support.model_sweep import PASSED, REFUSED, sweep
+from tests.support.model_sweep import PASSED, sweep
 from tests.support.procs import mbuild
 from tests.support.tiny_models import make_tiny_llama
 
@@ -55,9 +55,8 @@ def test_experts_moe_does_not_compute_are_refused_in_a_quantized_build(tmp_path:
 @pytest.mark.slow
 def test_attention_the_engine_does_not_compute_is_refused_with_why(tmp_path: Path) -> None:
     """Not a gate failure after the export: an encoder's attention (a BERT-style model whose config says it is no
-    decoder) sees later tokens, and Doge adds a bias its own code computes from the values; both say so."""
-    rows = {r.model_type: r for r in sweep(["doge"], tmp_path)}
-    assert rows["doge"].outcome == REFUSED and "a mask or bias its own code computes" in rows["doge"].detail
+    decoder) sees later tokens, and says so. (A mask or bias the model's own code computes is traced over a grown
+    cache instead: test_generic_grown.py.)"""
     folder = make_tiny_llama(tmp_path / "encoder", train_steps=0, family="bert-generation")
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "is_decoder": False}))

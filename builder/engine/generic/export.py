@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -10,12 +11,16 @@ import onnx
 
 from builder.engine.checkpoint import Checkpoint
 from builder.engine.generic.fusions import fused_norms
+from builder.engine.generic.grown import probe, trace_grown
 from builder.engine.generic.rewrite import Traced, rewrite
-from builder.engine.generic.skeleton import keyed, load_rest, plan_model, streamed_modules
+from builder.engine.generic.skeleton import OwnAttention, keyed, load_rest, plan_model, streamed_modules
 from builder.engine.generic.trace import ATTENTION, AttentionCall, trace
 from builder.engine.weight_writer import LinearFormat
 from builder.errors import UnsupportedModel
+from builder.model.generic import computes_attention_itself
 from builder.model.geometry import HeadGeometry
+
+log = logging.getLogger("mbuild")
 
 
 def _geometry(calls: list[AttentionCall]) -> HeadGeometry:
@@ -29,22 +34,38 @@ def _geometry(calls: list[AttentionCall]) -> HeadGeometry:
 
 def write_generic(model_dir: Path, config: Any, out_dir: Path, form: LinearFormat | None = None) -> HeadGeometry:
     """model.onnx + model.onnx.data in out_dir, as decoder_graph.write_decoder writes them; the cache's
-    dimensions."""
+    dimensions. A model whose code computes attention itself (planning's rule), or whose attention the in-place
+    trace finds the runtime's op cannot compute, gets the grown-cache graph (grown.py)."""
     text = config.get_text_config()  # a multimodal wrapper's language model; the config itself otherwise
     layers = int(getattr(text, "num_hidden_layers", 0) or 0)
     if layers <= 0:
         raise UnsupportedModel("its config names no num_hidden_layers")
-    model = plan_model(config, ATTENTION, experts=ATTENTION)
+    if not computes_attention_itself(str(config.model_type)):
+        try:
+            return _write(model_dir, config, out_dir, form, layers)
+        except OwnAttention as exc:
+            log.info("generic export: %s; tracing its own attention over a grown cache instead", exc.message)
+    return _write(model_dir, config, out_dir, form, None)
+
+
+def _write(model_dir: Path, config: Any, out_dir: Path, form: LinearFormat | None, layers: int | None) -> HeadGeometry:
+    """The in-place graph of `layers` layers, or with None the grown-cache one."""
+    model = plan_model(config, ATTENTION if layers else "eager", experts=ATTENTION)
     with ExitStack() as stack:
         checkpoint = Checkpoint(model_dir, stack)
         streams = streamed_modules(model, checkpoint, form)
         load_rest(model, checkpoint, keyed(model), streams.stored)
-    traced, calls, experts = trace(model, layers)
+    if layers:
+        traced, calls, experts = trace(model, layers)
+        dims = _geometry(calls)
+    else:
+        dims = probe(model)
+        (traced, experts), calls = trace_grown(model, dims), []
     del model
-    dims = _geometry(calls)
     _check(traced)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rewrite(fused_norms(traced), model_dir, out_dir, streams, Traced(calls, experts, dims, int(text.vocab_size)),
+    rewrite(fused_norms(traced), model_dir, out_dir, streams, Traced(calls, experts, dims,
+                                                                     int(config.get_text_config().vocab_size)),
             form or LinearFormat())
     return dims
 

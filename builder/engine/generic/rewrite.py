@@ -16,6 +16,7 @@ from builder.engine.checkpoint import Checkpoint
 from builder.engine.decoder_graph import GraphWriter, opened, save_decoder
 from builder.engine.generic import latent, ops
 from builder.engine.generic.experts import write_experts
+from builder.engine.generic.grown import save_grown
 from builder.engine.generic.skeleton import Streamed, Streams
 from builder.engine.generic.trace import AttentionCall, ExpertsCall
 from builder.engine.weight_writer import DATA_FILE, LinearFormat, LinearWriter
@@ -208,4 +209,7 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Str
         for tensor in graph.initializer:
             if tensor.name in read:
                 weights.add(tensor.name, numpy_helper.to_array(tensor))
-    save_decoder(kept, weights.initializers, dims, traced.vocab, out_dir, opset)
+    if any(i.name == "attention_mask" for i in graph.input):  # the grown-cache form keeps the trace's inputs
+        save_grown(kept, weights.initializers, model, out_dir)
+    else:
+        save_decoder(kept, weights.initializers, dims, traced.vocab, out_dir, opset)

@@ -22,6 +22,12 @@ from builder.engine.layer_weights import load_tensor
 from builder.engine.weight_writer import LinearFormat
 from builder.errors import UnsupportedModel
 
+
+class OwnAttention(UnsupportedModel):
+    """Attention the in-place cache's op does not compute (a mask or bias of the model's own, a layer that attends
+    twice, attention outside transformers' interface) but the model's own code can, over a grown cache
+    (grown.py)."""
+
 KEY = "_mbuild_key"  # the placeholder key a module's weights are streamed under
 SILU = ("SiLU", "SiLUActivation")
 # fp32 bytes of experts the trace may carry as they are, in the graph (a protobuf holds 2 GB at most)
@@ -63,7 +69,7 @@ def plan_model(config: Any, attention: str, experts: str | None = None) -> Any:
             return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attention,
                                                     experts_implementation=experts).eval()
         except (KeyError, ValueError) as exc:  # a model whose attention classes are chosen by name, not the interface
-            raise UnsupportedModel("its modeling code does not run attention through transformers' attention "
+            raise OwnAttention("its modeling code does not run attention through transformers' attention "
                                    f"interface, where the generic export puts the engine's ({exc})") from exc
 
 

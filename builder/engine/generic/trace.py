@@ -25,7 +25,7 @@ from transformers.modeling_utils import AttentionInterface
 from transformers.pytorch_utils import Conv1D
 
 from builder.engine.generic import complex_ops, latent, ops
-from builder.engine.generic.skeleton import KEY
+from builder.engine.generic.skeleton import KEY, OwnAttention
 from builder.errors import UnsupportedModel
 
 ATTENTION = "mbuild_generic"  # the name of mbuild's attention, and of its experts, in transformers' interfaces
@@ -85,18 +85,18 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
                **kwargs: Any) -> tuple[torch.Tensor, None]:
     unknown = sorted(k for k, v in kwargs.items() if k not in IGNORED and v is not None)
     if unknown:
-        raise UnsupportedModel(f"its attention asks for {', '.join(unknown)}, which mbuild's attention does not take")
+        raise OwnAttention(f"its attention asks for {', '.join(unknown)}, which mbuild's attention does not take")
     causal = kwargs.get("is_causal")  # as transformers' sdpa attention reads it: the call's word, else the module's
     if (causal if causal is not None else getattr(module, "is_causal", True)) is False:
         raise UnsupportedModel("its attention is not causal (each token attends to the tokens after it too, as an "
                                "encoder's does), which a language model's cache cannot serve",
                                hint="a model trained as a decoder says \"is_decoder\": true in its config.json")
     if attention_mask is not None:  # the trace makes no mask: one here is the model's own (a learned bias, say)
-        raise UnsupportedModel("its attention takes a mask or bias its own code computes, which mbuild's attention "
+        raise OwnAttention("its attention takes a mask or bias its own code computes, which mbuild's attention "
                                "(causal, maybe windowed) does not apply")
     layer = len(_STEP.calls)
     if 2 * layer + 1 >= len(_STEP.past):
-        raise UnsupportedModel("it runs attention more times than it has layers (a cache shared across layers?)")
+        raise OwnAttention("it runs attention more times than it has layers (a cache shared across layers?)")
     mla = latent.latent_of(module)
     if mla is not None:  # multi-head latent attention over its latent (latent.py): keys and values the entries
         query, key = latent.inputs(module, query, mla, getattr(module.kv_b_proj, KEY))
@@ -223,7 +223,7 @@ def trace(model: Any, layers: int) -> tuple[onnx.ModelProto, list[AttentionCall]
     finally:
         latent.unwatch(hooks)
     if not _STEP.calls:
-        raise UnsupportedModel("its attention does not run through transformers' attention interface, where the "
+        raise OwnAttention("its attention does not run through transformers' attention interface, where the "
                                "generic export puts the engine's (a model with its own attention classes)")
     if len(_STEP.calls) != layers:
         raise UnsupportedModel(f"attention ran in {len(_STEP.calls)} of its {layers} layers (layers without "

@@ -1,0 +1,137 @@
+"""The generic export's second graph form, the grown cache (past in, present out), for models whose own code
+computes attention (alibi, masks of their own, attention run twice a layer), not through transformers' attention
+interface, where trace.py puts the runtime's in-place attention.
+
+The model runs whole, as transformers runs it, over a transformers DynamicCache built inside the traced forward
+from the past inputs: every such model still hands its layers' new keys and values to the cache
+(`cache.update(keys, values, layer_idx)`) and attends over what comes back, so its attention, masks and biases
+compute on past + new as they do in generate(). The cache's grown keys and values are the present outputs. The
+linear layers and the token table are trace.py's placeholders, streamed and quantized by rewrite.py as in the
+other form; the attention is the model's own (eager) nodes.
+
+Inputs and outputs are the grown-cache graph's that the runtime drives by copying (runtimes/engines/decoder.py):
+input_ids [B,S], attention_mask [B,P+S], position_ids [B,S], logits_at [N], past.{i}.key/value [B,KV,P,D];
+logits [N,vocab], present.{i}.key/value [B,KV,P+S,D]. The graph says its pasts are right-aligned (its
+PAST_LAYOUT metadata): a model that places keys by their index in the cache (local windows counted from cache
+positions, alibi from an arange) sees each row's past end where its new tokens start, as in a left-padded
+generate() batch; with left-aligned pasts and holes after the shorter rows' GPT-Neo's windows went wrong.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import onnx
+import torch
+from torch.export import Dim
+from transformers import DynamicCache
+
+from builder.engine.generic import ops
+from builder.engine.generic.trace import _STEP, ExpertsCall, _placeholders, _refusal
+from builder.errors import UnsupportedModel
+from builder.model.geometry import HeadGeometry, model_context
+from runtimes.engines.decoder import PAST_LAYOUT, RIGHT_ALIGNED
+from runtimes.kernels import DOMAIN as KERNELS_DOMAIN
+
+
+def _cache_argument(model: Any) -> str:
+    """The forward's name for the cache: transformers 5 renames past_key_values to cache, model by model."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+class _Grown(torch.nn.Module):
+    def __init__(self, model: Any, layers: int) -> None:
+        super().__init__()
+        self.model, self.layers = model, layers
+        self.cache_argument = _cache_argument(model)
+        # a model without position_ids derives positions itself (from the mask or the cache's length)
+        self.positions = "position_ids" in inspect.signature(model.forward).parameters
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                logits_at: torch.Tensor, past: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        _STEP.logits_at, _STEP.calls, _STEP.experts = logits_at, [], []  # per run: the exporter may run it again
+        cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layers)])
+        extra = {"position_ids": position_ids} if self.positions else {}
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
+                            **{self.cache_argument: cache}, **extra).logits
+        return (logits.reshape(-1, logits.shape[-1]), *_entries(cache))
+
+
+def _entries(cache: Any) -> list[torch.Tensor]:
+    """Each layer's keys and values, in the graph's order."""
+    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+def probe(model: Any) -> HeadGeometry:
+    """The cache's dimensions, from one eager run of two tokens over an empty cache (the placeholders compute
+    zeros): how many layers the model caches and each one's keys' and values' shapes."""
+    cache = DynamicCache()
+    _STEP.logits_at = None  # the head's rows are all kept: none are picked yet
+    with torch.no_grad(), _placeholders(model):
+        try:
+            model(input_ids=torch.ones(1, 2, dtype=torch.long), attention_mask=torch.ones(1, 2, dtype=torch.long),
+                  use_cache=True, **{_cache_argument(model): cache})
+        except Exception as exc:
+            raise _refusal(exc) from exc
+    layers: list[Any] = [layer for layer in cache.layers if getattr(layer, "is_initialized", False)]
+    if not layers or len(layers) != len(cache.layers):
+        raise UnsupportedModel("its modeling code keeps no KV cache in transformers' Cache (every layer's keys "
+                               "and values), which mbuild's engines serve a sequence from")
+    shapes = {(tuple(layer.keys.shape[1::2]), tuple(layer.values.shape[1::2])) for layer in layers}
+    if len(shapes) > 1:
+        raise UnsupportedModel("its layers' caches differ in shape (key/value heads or head size per layer)")
+    (kv_heads, head_dim), values = shapes.pop()
+    if values != (kv_heads, head_dim):
+        raise UnsupportedModel(f"its values are {values} (heads, width) but its keys {(kv_heads, head_dim)}, "
+                               "which mbuild's cache does not hold")
+    heads = int(getattr(model.config.get_text_config(), "num_attention_heads", 0) or kv_heads)
+    return HeadGeometry(layers=len(layers), heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+
+
+def trace_grown(model: Any, dims: HeadGeometry) -> tuple[onnx.ModelProto, list[ExpertsCall]]:
+    """The traced graph (placeholders in for the linear layers, the token table and experts; the model's own
+    attention) and its experts blocks."""
+    past = [f"past.{i}.{kind}" for i in range(dims.layers) for kind in ("key", "value")]
+    present = [name.replace("past", "present") for name in past]
+    # sizes that coincide with nothing else, so the exporter ties no two axes by accident
+    batch, new, before = 2, 3, 5
+    example = (torch.ones(batch, new, dtype=torch.long), torch.ones(batch, before + new, dtype=torch.long),
+               torch.arange(before, before + new).repeat(batch, 1), torch.tensor([2, 5]),
+               tuple(torch.zeros(batch, dims.kv_heads, before, dims.head_dim) for _ in past))
+    # sequence axes within the model's context: code that slices a table of that length by them (MPT's alibi,
+    # max(0, length - keys)) then traces as the slice it is within the context
+    context = model_context(model.config.get_text_config())
+    dynamic, length = Dim.DYNAMIC, Dim.DYNAMIC(min=1, max=context)
+    shapes = ({0: dynamic, 1: length}, {0: dynamic, 1: length}, {0: dynamic, 1: length}, {0: dynamic},
+              tuple({0: dynamic, 2: Dim.DYNAMIC(min=0, max=context)} for _ in past))
+    _STEP.names = {id(module.__dict__): name for name, module in model.named_modules()}
+    try:
+        with torch.no_grad(), _placeholders(model):
+            program = torch.onnx.export(_Grown(model, dims.layers), example, dynamo=True, dynamic_shapes=shapes,
+                                        input_names=["input_ids", "attention_mask", "position_ids", "logits_at",
+                                                     *past], output_names=["logits", *present],
+                                        custom_translation_table=ops.TRANSLATIONS, optimize=True, verbose=False)
+    except Exception as exc:  # the exporter wraps what went wrong; the innermost error is the reason
+        raise _refusal(exc) from exc
+    if program is None:
+        raise AssertionError("torch.onnx.export returned no program")
+    proto = program.model_proto
+    onnx.helper.set_model_props(proto, {PAST_LAYOUT: RIGHT_ALIGNED})
+    return proto, list(_STEP.experts)
+
+
+def save_grown(nodes: list[onnx.NodeProto], initializers: list[onnx.TensorProto], traced: onnx.ModelProto,
+               out_dir: Path) -> None:
+    """model.onnx with the traced graph's inputs and outputs (the module docstring) and its metadata."""
+    graph = onnx.helper.make_graph(nodes, "decoder", list(traced.graph.input), list(traced.graph.output),
+                                   initializers)
+    opsets = [o for o in traced.opset_import if o.domain not in (ops.DOMAIN, "com.microsoft")]
+    opsets.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    if any(node.domain == KERNELS_DOMAIN for node in nodes):  # the int8 linears of mbuild's kernel library
+        opsets.append(onnx.helper.make_opsetid(KERNELS_DOMAIN, 1))
+    model = onnx.helper.make_model(graph, opset_imports=opsets, producer_name="mbuild")
+    model.ir_version = 9
+    onnx.helper.set_model_props(model, {p.key: p.value for p in traced.metadata_props})
+    onnx.save(model, str(out_dir / "model.onnx"))
