@@ -114,36 +114,41 @@ def computes_attention_itself(model_type: str) -> bool:
     return not _attention_interface(model_type)
 
 
-@cache
 def _keeps_cache(model_type: str) -> bool:
     """Whether the type's modeling module uses transformers' Cache (its layers hand keys and values to it), which
     the grown-cache graph is traced through. True where the module cannot be read here: the export decides."""
-    import transformers
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    try:
-        cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
-        return "cache_utils" in inspect.getsource(sys.modules[cls.__module__])
-    except Exception:  # ImportError without PyTorch, a class this transformers cannot load, no source file
-        return True
+    source = _modeling_source(model_type)
+    return source is None or "cache_utils" in source
 
 
-@cache
 def _attention_interface(model_type: str) -> bool:
     """Whether the type's causal LM runs attention through transformers' attention interface: its class says so
     (`_supports_attention_backend`, the mark vLLM's Transformers backend reads), or its modeling module looks the
-    function up in ALL_ATTENTION_FUNCTIONS (some that do lack the mark: StableLM, BioGPT). True where the class
-    cannot be imported here (no PyTorch): the export, which traces it, then decides."""
+    function up in ALL_ATTENTION_FUNCTIONS (some that do lack the mark: StableLM, BioGPT). True where the module
+    cannot be read here: the export, which traces it, then decides."""
+    source = _modeling_source(model_type)
+    return source is None or _marked(model_type) or "ALL_ATTENTION_FUNCTIONS" in source
+
+
+def _causal_lm_class(model_type: str) -> Any:
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+    return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+
+
+def _marked(model_type: str) -> bool:
+    return bool(getattr(_causal_lm_class(model_type), "_supports_attention_backend", False))
+
+
+@cache
+def _modeling_source(model_type: str) -> str | None:
+    """The source of the module the type's causal LM class is in; None where it cannot be read (ImportError
+    without PyTorch, a class this transformers cannot load, no source file)."""
     try:
-        cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
-        if getattr(cls, "_supports_attention_backend", False):
-            return True
-        return "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(sys.modules[cls.__module__])
-    except Exception:  # ImportError without PyTorch, a class this transformers cannot load, no source file
-        return True
+        return inspect.getsource(sys.modules[_causal_lm_class(model_type).__module__])
+    except Exception:
+        return None
 
 
 def _version() -> str:
