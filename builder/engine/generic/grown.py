@@ -29,7 +29,7 @@ from torch.export import Dim
 from transformers import DynamicCache
 
 from builder.engine.generic import ops
-from builder.engine.generic.trace import _STEP, ExpertsCall, _placeholders, _refusal
+from builder.engine.generic.trace import _STEP, ExpertsCall, _placeholders, _refusal, readable_weights
 from builder.errors import UnsupportedModel
 from builder.model.geometry import HeadGeometry, model_context
 from runtimes.engines.decoder import PAST_LAYOUT, RIGHT_ALIGNED
@@ -52,6 +52,7 @@ class _Grown(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                 logits_at: torch.Tensor, past: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         _STEP.logits_at, _STEP.calls, _STEP.experts = logits_at, [], []  # per run: the exporter may run it again
+        readable_weights()
         cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layers)])
         extra = {"position_ids": position_ids} if self.positions else {}
         logits = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
@@ -71,6 +72,7 @@ def probe(model: Any) -> HeadGeometry:
     _STEP.logits_at = None  # the head's rows are all kept: none are picked yet
     with torch.no_grad(), _placeholders(model):
         try:
+            readable_weights()
             model(input_ids=torch.ones(1, 2, dtype=torch.long), attention_mask=torch.ones(1, 2, dtype=torch.long),
                   use_cache=True, **{_cache_argument(model): cache})
         except Exception as exc:

@@ -17,7 +17,8 @@ from onnx.defs import OpSchema, register_schema
 from onnxscript.values import Op, Opset
 
 DOMAIN = "mbuild.trace"
-LINEAR, EMBEDDING, ATTENTION, EXPERTS = "Linear", "Embedding", "Attention", "Experts"
+LINEAR, EMBEDDING, ATTENTION, EXPERTS, WEIGHT = "Linear", "Embedding", "Attention", "Experts", "Weight"
+LEAVES = ("weight", "bias")  # a streamed module's parameters, as WEIGHT's leaf numbers them
 
 
 @torch.library.custom_op("mbuild_trace::linear", mutates_args=())
@@ -69,22 +70,34 @@ def _(hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tens
     return torch.empty_like(hidden)
 
 
+@torch.library.custom_op("mbuild_trace::weight", mutates_args=())
+def weight(key: int, leaf: int, shape: list[int]) -> torch.Tensor:
+    """A streamed module's parameter, for modeling code that reads it rather than calling the module (key -1: the
+    token table's; leaf: its index among the module's parameters). Eagerly, zeros that take no memory."""
+    return torch.zeros(()).expand(shape)
+
+
+@weight.register_fake
+def _(key: int, leaf: int, shape: list[int]) -> torch.Tensor:
+    return torch.empty(shape)
+
+
 def _schema(name: str, inputs: str, outputs: int) -> Op:
     """An op of DOMAIN whose inputs are typed by `inputs` (F: a float tensor, I: an integer one) and whose outputs
     are float: the exporter infers the types downstream from these, so an integer input must not make a float
     output look integer."""
     types = [("F", ["tensor(float)"], ""), ("I", ["tensor(int64)", "tensor(int32)"], "")]
     used = [t for t in types if t[0] in inputs or t[0] == "F"]
+    attributes = [OpSchema.Attribute(a, OpSchema.AttrType.INT, "") for a in ("key", "leaf")[:1 + (name == WEIGHT)]]
     register_schema(OpSchema(name, DOMAIN, 1,
                              inputs=[OpSchema.FormalParameter(f"in{i}", kind) for i, kind in enumerate(inputs)],
                              outputs=[OpSchema.FormalParameter(f"out{i}", "F") for i in range(outputs)],
-                             type_constraints=used,
-                             attributes=[OpSchema.Attribute("key", OpSchema.AttrType.INT, "")]))
+                             type_constraints=used, attributes=attributes))
     return Op(Opset(DOMAIN, 1), name)
 
 
 _LINEAR, _EMBEDDING, _ATTENTION = _schema(LINEAR, "F", 1), _schema(EMBEDDING, "I", 1), _schema(ATTENTION, "FFFFFIIF", 3)
-_EXPERTS = _schema(EXPERTS, "FIF", 1)
+_EXPERTS, _WEIGHT = _schema(EXPERTS, "FIF", 1), _schema(WEIGHT, "", 1)
 
 
 def _linear_node(x: Any, key: int, out_features: int) -> Any:
@@ -104,7 +117,12 @@ def _experts_node(hidden: Any, top_k_index: Any, top_k_weights: Any, key: int) -
     return _EXPERTS(hidden, top_k_index, top_k_weights, key=key)
 
 
+def _weight_node(key: int, leaf: int, shape: list[int]) -> Any:
+    return _WEIGHT(key=key, leaf=leaf)
+
+
 TRANSLATIONS: dict[Callable[..., Any], Callable[..., Any]] = {torch.ops.mbuild_trace.linear.default: _linear_node,
                 torch.ops.mbuild_trace.embedding.default: _embedding_node,
                 torch.ops.mbuild_trace.attention.default: _attention_node,
-                torch.ops.mbuild_trace.experts.default: _experts_node}
+                torch.ops.mbuild_trace.experts.default: _experts_node,
+                torch.ops.mbuild_trace.weight.default: _weight_node}

@@ -153,6 +153,17 @@ def _attention(g: GraphWriter, node: onnx.NodeProto, call: AttentionCall, layer:
     g.nodes.append(onnx.helper.make_node("Reshape", [out, heads], [node.output[0]], name=f"layers.{layer}.heads"))
 
 
+def _stored_weight(g: GraphWriter, node: onnx.NodeProto, linears: list[Streamed], table: Streamed) -> None:
+    """A streamed parameter the modeling code reads itself (trace.readable_weights): fp32, as it is stored, since
+    the code's own arithmetic on it is what the graph computes (the profile's format applies to its module's
+    calls). The exporter drops the ones nothing read."""
+    key, leaf = _key(node), next(a.i for a in node.attribute if a.name == "leaf")
+    weight = (table if key < 0 else linears[key]).weight
+    name = weight if leaf == 0 else f"{weight.removesuffix('.weight')}.{ops.LEAVES[leaf]}"
+    stored = g.weights.add(f"{name}.read", np.asarray(g.checkpoint.get(name), np.float32))
+    g.nodes.append(onnx.helper.make_node("Identity", [stored], [node.output[0]], name=f"{name}.read"))
+
+
 @dataclass(frozen=True)
 class Traced:
     """What the trace found: each layer's attention and each experts block, the cache's dimensions, the vocabulary."""
@@ -197,6 +208,8 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Str
                 latent.write_absorb(g, node, linears[_key(node)].weight, dims.heads)
             elif node.op_type == ops.EXPERTS:
                 write_experts(g, node, traced.experts[_key(node)], streams.stored)
+            elif node.op_type == ops.WEIGHT:
+                _stored_weight(g, node, linears, streams.embedding)
             else:
                 layer = _key(node)
                 _attention(g, node, traced.calls[layer], layer, dims, constants)

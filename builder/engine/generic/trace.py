@@ -74,6 +74,7 @@ class _Step:
     calls: list[AttentionCall] = field(default_factory=list)
     experts: list[ExpertsCall] = field(default_factory=list)
     names: dict[int, str] = field(default_factory=dict)  # id(module.__dict__) -> the module's name in the model
+    held: list[tuple[Any, str, torch.Tensor]] = field(default_factory=list)  # streamed parameters (readable_weights)
 
 
 _STEP = _Step()  # the trace runs in one thread of the export worker
@@ -161,10 +162,24 @@ def _placeholders(model: Any) -> Iterator[None]:
 
     torch.nn.Linear.forward, Conv1D.forward = linear_forward, conv_forward  # type: ignore[method-assign,assignment]
     torch.nn.Embedding.forward = table_forward  # type: ignore[method-assign,assignment]
+    _STEP.held = [(module, leaf, value) for module in model.modules() if getattr(module, KEY, -1) >= 0
+                  for leaf, value in list(module.__dict__.items()) if leaf in ops.LEAVES and value is not None]
     try:
         yield
     finally:
         torch.nn.Linear.forward, Conv1D.forward, torch.nn.Embedding.forward = linear, conv, table  # type: ignore[method-assign]
+        for module, leaf, value in _STEP.held:
+            module.__dict__[leaf] = value
+
+
+def readable_weights() -> None:
+    """The streamed modules' parameters as placeholders (ops.weight), for modeling code that reads a weight rather
+    than calling its module (Falcon's linear layers compute input @ self.weight.T), which the meta tensors would
+    fail; rewrite.py writes each one read as it is stored. Called inside each traced forward: one called outside
+    would be a constant of the trace, not a node."""
+    for module, leaf, value in _STEP.held:
+        key = -1 if isinstance(module, torch.nn.Embedding) else getattr(module, KEY)
+        module.__dict__[leaf] = ops.weight(key, ops.LEAVES.index(leaf), list(value.shape))
 
 
 class _Decoder(torch.nn.Module):
@@ -176,6 +191,7 @@ class _Decoder(torch.nn.Module):
                 past: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         _STEP.past, _STEP.seqlens_k, _STEP.total, _STEP.logits_at = past, seqlens_k, total, logits_at
         _STEP.calls, _STEP.present, _STEP.experts = [], [], []  # per run: the exporter may run the model again
+        readable_weights()
         new = input_ids.shape[1]
         # GroupQueryAttention's positions: a row's new tokens end at its length (seqlens_k + 1)
         positions = seqlens_k.to(torch.int64).unsqueeze(1) + 1 - new + torch.arange(new).unsqueeze(0)
