@@ -167,7 +167,12 @@ def make_tiny_llama(folder: Path, train_steps: int = 150, seed: int = 0, family:
 
         # a fast lane's family from its matrix; any other model type by the sweep's rules (the generic path's)
         config = family_configs()[family] if family in family_configs() else tiny_config(family)
-        config.update({**sizes, "pad_token_id": eos})  # the matrix's pad 0 is this tokenizer's BOS
+        # another table by token id that the rules sized as the vocabulary (a per-layer embedding's, an unpadded
+        # head's) follows it to the tokenizer's size
+        vocab = getattr(config, "vocab_size", 0)
+        tables = {k: sizes["vocab_size"] for k, v in config.to_dict().items()
+                  if "vocab" in k and k != "vocab_size" and isinstance(v, int) and v == vocab}
+        config.update({**sizes, **tables, "pad_token_id": eos})  # the matrix's pad 0 is this tokenizer's BOS
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():  # a matrix initialized to zeros (a router, as AfMoE's) ties every pick: drawn as the rest
         for name, weight in model.named_parameters():
