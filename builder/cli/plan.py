@@ -50,7 +50,8 @@ def memory_lines(plan: BuildPlan) -> list[str]:
                      f"{need.decode_read_gb:.2f} GB of them: {billions(facts.decode_params)} parameters "
                      f"({routed}{table})")
         per_value = kv_bytes_per_value(profile)
-        lines.append(f"KV cache: {kv_bytes_per_token(facts, profile):.0f} B a token (2 x {_layer_caches(facts)} x "
+        lines.append(f"KV cache: {kv_bytes_per_token(facts, profile):.0f} B a token ({facts.kv_kinds} x "
+                     f"{_layer_caches(facts)} x "
                      f"{per_value:g} B) x {served_context(facts, profile)} tokens x {profile.limits.max_batch} "
                      "sequences")
         if profile.device == "cpu":

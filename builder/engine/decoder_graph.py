@@ -247,8 +247,9 @@ def _save(g: GraphWriter, dims: HeadGeometry, vocab: int, out_dir: Path) -> None
 
 
 def save_decoder(nodes: list[onnx.NodeProto], initializers: list[TensorProto], dims: HeadGeometry, vocab: int,
-                 out_dir: Path, opset: int) -> None:
-    """model.onnx with the decoder's inputs and outputs (the module docstring); `opset`: the default domain's."""
+                 out_dir: Path, opset: int, metadata: dict[str, str] | None = None) -> None:
+    """model.onnx with the decoder's inputs and outputs (the module docstring); `opset`: the default domain's;
+    `metadata`: what the engine reads from the graph (runtimes/engines/decoder.py's entries)."""
     f32 = TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "new"]),
               helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["batch"]),
@@ -265,4 +266,5 @@ def save_decoder(nodes: list[onnx.NodeProto], initializers: list[TensorProto], d
         opsets.append(helper.make_opsetid(KERNELS_DOMAIN, 1))
     model = helper.make_model(graph, opset_imports=opsets, producer_name="mbuild")
     model.ir_version = 9
+    helper.set_model_props(model, metadata or {})
     onnx.save(model, str(out_dir / "model.onnx"))

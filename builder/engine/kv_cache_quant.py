@@ -55,8 +55,11 @@ def calibrate(engine_dir: Path, prompts: Sequence[Sequence[int]], threads: int =
         for seen, buffer in zip(top, engine.cache, strict=True):
             np.maximum(seen, np.abs(buffer[0, :, :len(ids)]).max(axis=1), out=seen)
         engine.release(0)
-    scales = []
-    for name, seen in zip(engine.past, top, strict=True):
+    scales: list[np.ndarray] = []
+    for i, (name, seen) in enumerate(zip(engine.past, top, strict=True)):
+        if i and engine.cache[i] is engine.cache[i - 1]:  # values that are the keys, in the keys' buffer: one scale
+            scales.append(scales[-1])
+            continue
         if name.startswith("past_key"):  # channel c turns with c + d/2 (rotate-half rotary)
             seen = np.maximum(seen, np.roll(seen, seen.shape[1] // 2, axis=1))
         scales.append((np.maximum(seen, 1e-6) * HEADROOM / 127).astype(np.float32)[:, None, :])

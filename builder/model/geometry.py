@@ -29,6 +29,7 @@ class HeadGeometry:
     # each layer's cache (kv_heads, head_dim) where the layers' differ, kv_heads and head_dim then most layers';
     # empty where every layer's is (kv_heads, head_dim)
     layer_shapes: tuple[tuple[int, int], ...] = ()
+    values_are_keys: bool = False  # multi-head latent attention's latent: one cache, held once as keys and values
 
     @classmethod
     def of_layers(cls, heads: int, shapes: Sequence[tuple[int, int]]) -> HeadGeometry:
@@ -60,8 +61,8 @@ def _get(config: Mapping[str, Any] | Any, name: str) -> Any:
 def head_geometry(config: Mapping[str, Any] | Any) -> HeadGeometry:
     """kv_heads defaults to heads, head_dim to hidden_size / heads, as transformers' own models do. Multi-head
     latent attention (a kv_lora_rank) is cached as the generic export runs it (builder/engine/generic/latent.py):
-    its latent and shared rotary key, kv_lora_rank + qk_rope_head_dim values a token, as one KV head (held as
-    key and as value)."""
+    its latent and shared rotary key, kv_lora_rank + qk_rope_head_dim values a token, as one KV head (the same
+    buffer bound as key and as value: runtimes/engines/decoder.py)."""
     if not isinstance(config, Mapping) and getattr(config, "is_heterogeneous", False):
         config = config.to_dict()  # its per-layer sizes read only through per_layer_config, as config.json has them
     try:
@@ -71,7 +72,7 @@ def head_geometry(config: Mapping[str, Any] | Any) -> HeadGeometry:
         kv_heads = int(_get(config, "num_key_value_heads") or heads)
         if _get(config, "kv_lora_rank"):  # the latent and the shared rotary key, one "head" a token
             head_dim = int(_get(config, "kv_lora_rank")) + int(_get(config, "qk_rope_head_dim") or 0)
-            return HeadGeometry(layers=layers, heads=heads, kv_heads=1, head_dim=head_dim)
+            return HeadGeometry(layers=layers, heads=heads, kv_heads=1, head_dim=head_dim, values_are_keys=True)
         shapes = [(kv_heads, head_dim)] * layers
         for i, layer in (_layer_overrides(config, layers) if isinstance(config, Mapping) else {}).items():
             shapes[i] = (int(_get(layer, "num_key_value_heads") or shapes[i][0]),

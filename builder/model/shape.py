@@ -55,6 +55,7 @@ class ModelFacts(BaseModel):
     # each layer's cache (kv_heads, head_dim) where the layers' differ (config.json's per_layer_config); kv_heads and
     # head_dim are then most layers'
     layer_caches: tuple[tuple[int, int], ...] = ()
+    values_are_keys: bool = False  # one cache held as keys and values (multi-head latent attention's latent)
     context: int = Field(gt=0, description="longest sequence served by default")
     vocab: int = Field(gt=0)
     tied: bool = False  # the LM head shares the token table (tie_word_embeddings)
@@ -69,6 +70,11 @@ class ModelFacts(BaseModel):
     sliding_window: int = Field(0, ge=0)  # tokens a sliding layer attends to; 0: none
     sliding_layers: int = Field(0, ge=0)  # how many layers attend to the window only
     checkpoint_gb: float | None = Field(None, gt=0, description="the checkpoint's weights on disk (None: bf16)")
+
+    @property
+    def kv_kinds(self) -> int:
+        """The caches a layer holds: keys and values, or one that is both."""
+        return 1 if self.values_are_keys else 2
 
     @property
     def kv_values(self) -> int:
@@ -238,7 +244,7 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
         return ModelFacts(
             task=task, params=total / 1e9, layers=geometry.layers, hidden=hidden, heads=geometry.heads,
             kv_heads=geometry.kv_heads, head_dim=geometry.head_dim, layer_caches=geometry.layer_shapes,
-            context=context, vocab=vocab, tied=tied,
+            values_are_keys=geometry.values_are_keys, context=context, vocab=vocab, tied=tied,
             source=source, family=fam.model_type if fam else "",
             wrapper=_wrapper(config) if task == "text-generation" else "",
             active_params=active / 1e9 if moe.experts else None, experts=moe.experts,

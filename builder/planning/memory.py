@@ -83,8 +83,8 @@ def served_context(facts: ModelFacts, profile: Profile) -> int:
 
 
 def kv_bytes_per_token(facts: ModelFacts, profile: Profile) -> float:
-    """A key and a value for every layer's KV heads."""
-    return 2 * facts.kv_values * kv_bytes_per_value(profile)
+    """A key and a value for every layer's KV heads (one cache for both where the values are the keys)."""
+    return facts.kv_kinds * facts.kv_values * kv_bytes_per_value(profile)
 
 
 def kv_pool_tokens(facts: ModelFacts, profile: Profile) -> int:

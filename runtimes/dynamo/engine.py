@@ -168,7 +168,7 @@ class MbuildEngine(LLMEngine):
         # a grown-cache engine (TensorRT's) keeps no prefix cache to take it into; a held prompt needs none
         if not engine.in_place or prefix.lookup(prompt)[1] >= (len(prompt) - 1) // BLOCK * BLOCK:
             return
-        shapes = [(buffer.shape[1], buffer.shape[3]) for buffer in engine.cache]
+        shapes = engine.block_shapes
         started = time.perf_counter()
         try:
             length, blocks = fetch(address, prompt, shapes, engine.kv_dtype)

@@ -30,12 +30,20 @@ from runtimes.engines.step import Run, Work, pack, start
 
 # the graph's metadata entry that says its pasts are right-aligned (builder/engine/generic/grown.py)
 PAST_LAYOUT, RIGHT_ALIGNED = "mbuild.past_layout", "right_aligned"
+# and the one that lists the layers whose values are their keys ("0,1,..."): multi-head latent attention's cached
+# latent (builder/engine/generic/latent.py), held once for both
+VALUES_ARE_KEYS = "mbuild.values_are_keys"
 
 
 def _metadata(session: Any) -> dict[str, str]:
     """The graph's metadata entries; none where the session does not say (a stand-in in tests)."""
     meta = getattr(session, "get_modelmeta", None)
     return dict(meta().custom_metadata_map) if meta is not None else {}
+
+
+def _shared_layers(session: Any) -> frozenset[int]:
+    listed = _metadata(session).get(VALUES_ARE_KEYS, "")
+    return frozenset(int(layer) for layer in listed.split(",") if layer.strip().isdigit())
 
 
 def _right_aligned(past: np.ndarray, held: np.ndarray) -> np.ndarray:
@@ -88,14 +96,27 @@ class DecoderEngine:
         self._bindings: dict[tuple[int, int], Any] = {}
         shapes = [shape for shape in options.cache_shapes for _ in kinds]  # the past's order: key.0, value.0, ...
         _check_shapes(self.session, self.past, shapes)
-        self._buffers = [KvBuffer((self.slots, heads, self.context, dim), self.kv_dtype) for heads, dim in shapes]
-        # a key and a value of every layer's heads; counted once, the pool reads it per admission
-        self._bytes_per_token = sum(heads * dim for heads, dim in shapes) * self.kv_dtype.itemsize
-        self.cache = [buffer.array for buffer in self._buffers]
+        shared = _shared_layers(self.session) if self.in_place else frozenset()
+        self._buffers: list[KvBuffer] = []
+        for i, (heads, dim) in enumerate(shapes):
+            # a layer whose values are its keys has one buffer, bound as both: the graph writes the same values to
+            # the same positions through either name (an 8-bit cache's scales are the same too: kv_cache_quant.py)
+            layer, value = divmod(i, 2)
+            self._buffers.append(self._buffers[-1] if value and layer in shared
+                                 else KvBuffer((self.slots, heads, self.context, dim), self.kv_dtype))
+        self._held = list({id(buffer): buffer for buffer in self._buffers}.values())  # each buffer once
+        # every buffer's heads, a token; counted once, the pool reads it per admission
+        self._bytes_per_token = sum(b.array.shape[1] * b.array.shape[3] for b in self._held) * self.kv_dtype.itemsize
+        self.cache = [buffer.array for buffer in self._buffers]  # per past input, as the graph names them
         self.lengths = np.zeros(self.slots, np.int64)
         self.written = np.zeros(self.slots, np.int64)  # per slot, the positions its pages may hold (padding too)
         self.kept = np.zeros(self.slots, np.int64)  # per free slot, the positions its last sequence left (step.py)
         self.warmed = False
+
+    @property
+    def block_shapes(self) -> list[tuple[int, int]]:
+        """(KV heads, head size) of each block `read` gives and `write` takes: one a buffer."""
+        return [(buffer.array.shape[1], buffer.array.shape[3]) for buffer in self._held]
 
     @property
     def bytes_per_token(self) -> int:
@@ -223,24 +244,24 @@ class DecoderEngine:
         keep = max(keep, 0)
         self.kept[slot] = min(self.kept[slot], keep)
         if self.written[slot] > keep:
-            for buffer in self._buffers:
+            for buffer in self._held:
                 buffer.forget(slot, keep, int(self.written[slot]))
             self.written[slot] = keep
 
     def read(self, row: int, count: int) -> list[np.ndarray]:
-        """A copy of the first `count` positions of a slot (for the prefix cache)."""
-        return [buffer[row, :, :count].copy() for buffer in self.cache]
+        """A copy of the first `count` positions of a slot (for the prefix cache), a block per buffer."""
+        return [buffer.array[row, :, :count].copy() for buffer in self._held]
 
     def write(self, row: int, blocks: list[np.ndarray], count: int) -> None:
         """Fill a slot's first `count` positions from a prefix cache entry's copy."""
-        for buffer, block in zip(self.cache, blocks, strict=True):
-            buffer[row, :, :count] = block[:, :count]
+        for buffer, block in zip(self._held, blocks, strict=True):
+            buffer.array[row, :, :count] = block[:, :count]
         self.keep(row, count)
 
     def copy(self, source: int, row: int, count: int) -> None:
         """Fill a slot's first `count` positions from another slot's (a prefix resident there)."""
-        for buffer in self.cache:
-            buffer[row, :, :count] = buffer[source, :, :count]
+        for buffer in self._held:
+            buffer.array[row, :, :count] = buffer.array[source, :, :count]
         self.keep(row, count)
 
     def keep(self, row: int, count: int) -> None:

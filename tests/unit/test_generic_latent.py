@@ -1,17 +1,20 @@
 """Issue 58: multi-head latent attention (DeepSeek-V3's) is cached as its latent and shared rotary key
-(builder/engine/generic/latent.py), kv_lora_rank + qk_rope_head_dim values a token and layer, not every head's key
-and value; kv_b_proj is absorbed into the query and the output, and the engine still matches transformers."""
+(builder/engine/generic/latent.py), kv_lora_rank + qk_rope_head_dim values a token and layer, held once as keys and
+values, not every head's key and value; kv_b_proj is absorbed into the query and the output, and the engine still
+matches transformers."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
 from runtimes.bundle import REPORT_FILE, load_engine_config, read_gate_report
 from runtimes.bundle.engine import DecoderOptions
+from runtimes.engines.decoder import DecoderEngine
 from tests.support.procs import mbuild
 from tests.support.tiny_models import make_tiny_llama
 
@@ -37,3 +40,11 @@ def test_a_deepseek_v3_shaped_model_caches_its_latent_and_matches_transformers(t
                        "model.layers.1.self_attn.kv_b_proj.weight.absorbed1"}  # absorbed, never a linear layer
     report = read_gate_report(json.loads((out / "model" / REPORT_FILE).read_text()))
     assert report.passed and "greedy decode equal to transformers on 4/4" in report.verdict
+    # the latent is the keys and the values: one buffer a layer, bound as both, counted once by the KV pool
+    engine = DecoderEngine(out / "model", load_engine_config(out / "model"), slots=2)
+    assert all(engine.cache[2 * i] is engine.cache[2 * i + 1] for i in range(engine.layers))
+    assert engine.bytes_per_token == engine.layers * options.head_dim * 4
+    first = engine.run(0, np.array([[5, 6, 7, 8]], np.int64))
+    engine.write(1, engine.read(0, 3), 3)  # the prefix cache's copy of 3 positions, a block a layer
+    assert len(engine.read(0, 3)) == engine.layers
+    assert np.allclose(engine.run(1, np.array([[8]], np.int64)), first, atol=1e-5)  # served from the copy

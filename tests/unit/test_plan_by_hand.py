@@ -43,9 +43,9 @@ def by_hand(config: dict[str, Any], batch: int, context: int, block: int, kv_val
         q_rank = config.get("q_lora_rank")  # V2-Lite's q is one matrix
         query = q_rank * (h + heads * (nope + rope)) if q_rank else h * heads * (nope + rope)
         attention = query + h * (rank + rope) + rank * heads * (nope + v) + heads * v * h
-        kv_heads, head_dim = 1, rank + rope  # the cache: the latent and the shared rotary key (as K and as V)
+        kv_heads, head_dim, kinds = 1, rank + rope, 1  # the cache: the latent and the shared rotary key, held once
     else:
-        kv_heads, head_dim = config["num_key_value_heads"], config["head_dim"]
+        kv_heads, head_dim, kinds = config["num_key_value_heads"], config["head_dim"], 2  # K and V
         attention = h * head_dim * (heads + kv_heads + kv_heads + heads)  # q, k, v, o
     expert = 3 * h * width  # gate, up, down
     dense = config.get("first_k_dense_replace", 0)  # DeepSeek's first layers: one MLP of intermediate_size
@@ -57,13 +57,13 @@ def by_hand(config: dict[str, Any], batch: int, context: int, block: int, kv_val
     active = common + (layers - dense) * (routed * expert + h * experts + shared)
     int8 = 1 + 4 / block  # a byte a weight, an fp32 scale a block
     weights = (total - table) * int8 + table * (1 + 4 / 32)  # the gathered table: int8 blocks of 32
-    kv = 2 * layers * kv_heads * head_dim * kv_value * context * batch  # K and V: int8 (1 B), or fp32 (4 B)
+    kv = kinds * layers * kv_heads * head_dim * kv_value * context * batch  # int8 (1 B), or fp32 (4 B)
     method = str((config.get("quantization_config") or {}).get("quant_method") or "")
     download = {"mxfp4": (total - layers * experts * expert) * 2 + layers * experts * expert * MXFP4,
                 "fp8": (total - 2 * table) + 2 * table * 2}.get(method, total * 2)  # FP8: all but the tables
     return {"params": total / 1e9, "active": active / 1e9, "weights": weights / 1e9, "kv": kv / 1e9,
             "need": (weights + kv) / 1e9 + 1.0, "read": (active - table) * int8 / 1e9,  # 1.0: the CPU headroom
-            "download": download / 1e9, "kv_token": 2 * layers * kv_heads * head_dim * kv_value}
+            "download": download / 1e9, "kv_token": kinds * layers * kv_heads * head_dim * kv_value}
 
 
 @pytest.mark.parametrize(("alias", "ram_gb"), [("qwen3-30b-a3b", 64.0), ("gpt-oss-20b", 64.0),

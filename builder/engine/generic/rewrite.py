@@ -22,6 +22,7 @@ from builder.engine.generic.trace import AttentionCall, ExpertsCall
 from builder.engine.weight_writer import DATA_FILE, LinearFormat, LinearWriter
 from builder.errors import UnsupportedModel
 from builder.model.geometry import HeadGeometry
+from runtimes.engines.decoder import VALUES_ARE_KEYS
 
 
 class _Transposed:
@@ -225,4 +226,6 @@ def rewrite(model: onnx.ModelProto, model_dir: Path, out_dir: Path, streams: Str
     if any(i.name == "attention_mask" for i in graph.input):  # the grown-cache form keeps the trace's inputs
         save_grown(kept, weights.initializers, model, out_dir)
     else:
-        save_decoder(kept, weights.initializers, dims, traced.vocab, out_dir, opset)
+        shared = [str(layer) for layer, call in enumerate(traced.calls) if call.values_are_keys]
+        save_decoder(kept, weights.initializers, dims, traced.vocab, out_dir, opset,
+                     {VALUES_ARE_KEYS: ",".join(shared)} if shared else None)

@@ -49,6 +49,7 @@ class AttentionCall:
     window: int  # -1: the whole context
     softcap: float  # 0: none
     sinks: bool
+    values_are_keys: bool = False  # multi-head latent attention over its latent: one cache holds both
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
     _STEP.calls.append(AttentionCall(heads, kv_heads, head_dim, int(value.shape[-1]),
                                      float(scaling if scaling is not None else head_dim ** -0.5),
                                      int(sliding_window) if sliding_window else -1, float(softcap or 0.0),
-                                     sink is not None))
+                                     sink is not None, mla is not None))
     out, present_key, present_value = ops.attention(
         query, key, value, _STEP.past[2 * layer], _STEP.past[2 * layer + 1], _STEP.seqlens_k, _STEP.total,
         sink if sink is not None else torch.zeros(0), layer, int(value.shape[-1]))
