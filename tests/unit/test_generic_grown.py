@@ -1,7 +1,7 @@
 """Issue 58: a model whose modeling code computes attention itself (GPT-Neo's local windows, from the cache's
 index) is traced whole over a grown cache (builder/engine/generic/grown.py) and decodes as transformers' generate
 does, rows at different lengths batched (each row's past right-aligned, as the graph asks); one that keeps no
-cache at all is refused when planned."""
+cache at all, or whose config says it is not causal, is refused when planned."""
 
 from __future__ import annotations
 
@@ -45,3 +45,11 @@ def test_a_model_with_its_own_attention_decodes_batched_as_transformers_does(tmp
 def test_a_model_that_keeps_no_cache_is_refused_when_planned(model_type: str) -> None:
     assert computes_attention_itself(model_type)
     assert "keeps no KV cache" in (refusal(model_type, {"num_attention_heads": 4}) or "")
+
+
+def test_a_model_whose_config_says_it_is_not_causal_is_refused_when_planned() -> None:
+    """A masked language model transformers also maps as a causal LM (its config's causal: false) attends to later
+    tokens: refused before the download, not failed at the gate."""
+    assert "not causal" in (refusal("xlm", standard_config("xlm", {})) or "")
+    assert refusal("xlm", standard_config("xlm", {"causal": True})) is None
+
