@@ -28,7 +28,7 @@ import torch
 from torch.export import Dim
 from transformers import DynamicCache
 
-from builder.engine.generic import ops
+from builder.engine.generic import axes, ops
 from builder.engine.generic.trace import _STEP, ExpertsCall, _placeholders, _refusal, readable_weights
 from builder.errors import UnsupportedModel
 from builder.model.geometry import HeadGeometry, model_context
@@ -102,15 +102,16 @@ def trace_grown(model: Any, dims: HeadGeometry) -> tuple[onnx.ModelProto, list[E
     example = (torch.ones(batch, new, dtype=torch.long), torch.ones(batch, before + new, dtype=torch.long),
                torch.arange(before, before + new).repeat(batch, 1), torch.tensor([2, 5]),
                tuple(torch.zeros(batch, dims.kv_heads, before, dims.head_dim) for _ in past))
-    # sequence axes within the model's context: code that slices a table of that length by them (MPT's alibi,
-    # max(0, length - keys)) then traces as the slice it is within the context
-    context = model_context(model.config.get_text_config())
-    dynamic, length = Dim.DYNAMIC, Dim.DYNAMIC(min=1, max=context)
-    shapes = ({0: dynamic, 1: length}, {0: dynamic, 1: length}, {0: dynamic, 1: length}, {0: dynamic},
-              tuple({0: dynamic, 2: Dim.DYNAMIC(min=0, max=context)} for _ in past))
+    # new tokens and past each within half the context, so the keys (their sum) are within it as the engine keeps
+    # them: a guard on the sum (MPT's alibi table sliced by max(0, size - keys): axes.guarded_extremes) then holds
+    # for every length traced, where bounds on each alone would be narrowed by it (and refused: axes.refusal)
+    half = model_context(model.config.get_text_config()) // 2
+    dynamic, length = Dim.DYNAMIC, Dim.DYNAMIC(min=1, max=half)
+    shapes = ({0: dynamic, 1: length}, {0: dynamic, 1: Dim.DYNAMIC(min=1, max=2 * half)}, {0: dynamic, 1: length},
+              {0: dynamic}, tuple({0: dynamic, 2: Dim.DYNAMIC(min=0, max=half)} for _ in past))
     _STEP.names = {id(module.__dict__): name for name, module in model.named_modules()}
     try:
-        with torch.no_grad(), _placeholders(model):
+        with torch.no_grad(), _placeholders(model), axes.guarded_extremes():
             program = torch.onnx.export(_Grown(model, dims.layers), example, dynamo=True, dynamic_shapes=shapes,
                                         input_names=["input_ids", "attention_mask", "position_ids", "logits_at",
                                                      *past], output_names=["logits", *present],
@@ -119,6 +120,9 @@ def trace_grown(model: Any, dims: HeadGeometry) -> tuple[onnx.ModelProto, list[E
         raise _refusal(exc) from exc
     if program is None:
         raise AssertionError("torch.onnx.export returned no program")
+    held = axes.refusal(program.exported_program, half)
+    if held:
+        raise UnsupportedModel(held, hint="see docs/models.md for the model types mbuild builds")
     proto = program.model_proto
     onnx.helper.set_model_props(proto, {PAST_LAYOUT: RIGHT_ALIGNED})
     return proto, list(_STEP.experts)
