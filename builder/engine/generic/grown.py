@@ -77,6 +77,7 @@ def probe(model: Any) -> HeadGeometry:
                   use_cache=True, **{_cache_argument(model): cache})
         except Exception as exc:
             raise _refusal(exc) from exc
+        _steps(model, cache)
     layers: list[Any] = [layer for layer in cache.layers if getattr(layer, "is_initialized", False)]
     if not layers or len(layers) != len(cache.layers):
         raise UnsupportedModel("its modeling code keeps no KV cache in transformers' Cache (every layer's keys "
@@ -90,6 +91,23 @@ def probe(model: Any) -> HeadGeometry:
                                "which mbuild's cache does not hold")
     heads = int(getattr(model.config.get_text_config(), "num_attention_heads", 0) or kv_heads)
     return HeadGeometry(layers=len(layers), heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+
+
+def _steps(model: Any, cache: Any) -> None:
+    """One more token over the probe's cache, as the engine steps a sequence (new tokens in, the mask as long as
+    past and new): a model whose code takes the whole sequence each step and drops what its cache holds (XLM's,
+    CPM-Ant's) computes nothing for it, or fails, which the traced graph would do too, only later."""
+    held = cache.get_seq_length()
+    try:
+        logits = model(input_ids=torch.ones(1, 1, dtype=torch.long), attention_mask=torch.ones(1, held + 1,
+                       dtype=torch.long), use_cache=True, **{_cache_argument(model): cache}).logits
+        stepped = cache.get_seq_length() - held == 1 and logits.shape[1] == 1
+    except Exception:  # the step itself fails: the same verdict, said the same way
+        stepped = False
+    if not stepped:
+        raise UnsupportedModel("its modeling code does not run new tokens over its cache (it takes the whole "
+                               "sequence each step), which is how mbuild's engines step a sequence",
+                               hint="see docs/models.md for the model types mbuild builds")
 
 
 def trace_grown(model: Any, dims: HeadGeometry) -> tuple[onnx.ModelProto, list[ExpertsCall]]:
