@@ -4,9 +4,9 @@ config.json alone, before any download.
 Such a model is built by the generic export (builder/engine/generic/) when transformers can run it as a causal
 LM. Its config.json is read through its config class: the class's attribute_map gives the standard names
 (GPT-2's n_embd is hidden_size) and its defaults fill what the file leaves out. What the generic export
-cannot build is refused here, by rules on the config that hold for every family: an encoder-decoder, layers
-that keep a recurrent state instead of a KV cache, a model that keeps no cache at all. One whose code computes
-attention itself is traced whole over a grown cache (computes_attention_itself).
+cannot build is refused here, by rules on the config that hold for every family: an encoder-decoder, attention
+its config says is not causal, layers that keep a recurrent state instead of a KV cache, a model that keeps no
+cache at all. One whose code computes attention itself is traced whole over a grown cache (computes_attention_itself).
 """
 
 from __future__ import annotations
@@ -91,6 +91,9 @@ def refusal(model_type: str, config: Mapping[str, Any]) -> str | None:
         # made to attend to an encoder's states (a vision encoder-decoder's text decoder, TrOCR's) says so by
         # cross-attention, switched on or sized by its config class
         return "an encoder-decoder model or its decoder (mbuild serves decoder-only language models)"
+    if config.get("causal") is False:  # a masked language model that transformers also maps as a causal LM
+        return ("its config says its attention is not causal (\"causal\": false): each token attends to the tokens "
+                "after it too, which a language model's cache cannot serve")
     kinds = sorted({str(k) for k in config.get("layer_types") or ()} - ATTENTION_LAYERS)
     state = sorted({k for k in kinds if RECURRENT_KIND.search(k)} | {k for k in config if RECURRENT_FIELD.match(k)})
     if state and config.get("num_attention_heads"):

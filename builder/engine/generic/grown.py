@@ -28,7 +28,7 @@ import torch
 from torch.export import Dim
 from transformers import DynamicCache
 
-from builder.engine.generic import ops
+from builder.engine.generic import axes, ops
 from builder.engine.generic.trace import _STEP, ExpertsCall, _placeholders, _refusal, readable_weights
 from builder.errors import UnsupportedModel
 from builder.model.geometry import HeadGeometry, model_context
@@ -77,6 +77,7 @@ def probe(model: Any) -> HeadGeometry:
                   use_cache=True, **{_cache_argument(model): cache})
         except Exception as exc:
             raise _refusal(exc) from exc
+        _steps(model, cache)
     layers: list[Any] = [layer for layer in cache.layers if getattr(layer, "is_initialized", False)]
     if not layers or len(layers) != len(cache.layers):
         raise UnsupportedModel("its modeling code keeps no KV cache in transformers' Cache (every layer's keys "
@@ -92,6 +93,23 @@ def probe(model: Any) -> HeadGeometry:
     return HeadGeometry(layers=len(layers), heads=heads, kv_heads=kv_heads, head_dim=head_dim)
 
 
+def _steps(model: Any, cache: Any) -> None:
+    """One more token over the probe's cache, as the engine steps a sequence (new tokens in, the mask as long as
+    past and new): a model whose code takes the whole sequence each step and drops what its cache holds (XLM's,
+    CPM-Ant's) computes nothing for it, or fails, which the traced graph would do too, only later."""
+    held = cache.get_seq_length()
+    try:
+        logits = model(input_ids=torch.ones(1, 1, dtype=torch.long), attention_mask=torch.ones(1, held + 1,
+                       dtype=torch.long), use_cache=True, **{_cache_argument(model): cache}).logits
+        stepped = cache.get_seq_length() - held == 1 and logits.shape[1] == 1
+    except Exception:  # the step itself fails: the same verdict, said the same way
+        stepped = False
+    if not stepped:
+        raise UnsupportedModel("its modeling code does not run new tokens over its cache (it takes the whole "
+                               "sequence each step), which is how mbuild's engines step a sequence",
+                               hint="see docs/models.md for the model types mbuild builds")
+
+
 def trace_grown(model: Any, dims: HeadGeometry) -> tuple[onnx.ModelProto, list[ExpertsCall]]:
     """The traced graph (placeholders in for the linear layers, the token table and experts; the model's own
     attention) and its experts blocks."""
@@ -102,15 +120,16 @@ def trace_grown(model: Any, dims: HeadGeometry) -> tuple[onnx.ModelProto, list[E
     example = (torch.ones(batch, new, dtype=torch.long), torch.ones(batch, before + new, dtype=torch.long),
                torch.arange(before, before + new).repeat(batch, 1), torch.tensor([2, 5]),
                tuple(torch.zeros(batch, dims.kv_heads, before, dims.head_dim) for _ in past))
-    # sequence axes within the model's context: code that slices a table of that length by them (MPT's alibi,
-    # max(0, length - keys)) then traces as the slice it is within the context
-    context = model_context(model.config.get_text_config())
-    dynamic, length = Dim.DYNAMIC, Dim.DYNAMIC(min=1, max=context)
-    shapes = ({0: dynamic, 1: length}, {0: dynamic, 1: length}, {0: dynamic, 1: length}, {0: dynamic},
-              tuple({0: dynamic, 2: Dim.DYNAMIC(min=0, max=context)} for _ in past))
+    # new tokens and past each within half the context, so the keys (their sum) are within it as the engine keeps
+    # them: a guard on the sum (MPT's alibi table sliced by max(0, size - keys): axes.guarded_extremes) then holds
+    # for every length traced, where bounds on each alone would be narrowed by it (and refused: axes.refusal)
+    half = model_context(model.config.get_text_config()) // 2
+    dynamic, length = Dim.DYNAMIC, Dim.DYNAMIC(min=1, max=half)
+    shapes = ({0: dynamic, 1: length}, {0: dynamic, 1: Dim.DYNAMIC(min=1, max=2 * half)}, {0: dynamic, 1: length},
+              {0: dynamic}, tuple({0: dynamic, 2: Dim.DYNAMIC(min=0, max=half)} for _ in past))
     _STEP.names = {id(module.__dict__): name for name, module in model.named_modules()}
     try:
-        with torch.no_grad(), _placeholders(model):
+        with torch.no_grad(), _placeholders(model), axes.guarded_extremes():
             program = torch.onnx.export(_Grown(model, dims.layers), example, dynamo=True, dynamic_shapes=shapes,
                                         input_names=["input_ids", "attention_mask", "position_ids", "logits_at",
                                                      *past], output_names=["logits", *present],
@@ -119,6 +138,9 @@ def trace_grown(model: Any, dims: HeadGeometry) -> tuple[onnx.ModelProto, list[E
         raise _refusal(exc) from exc
     if program is None:
         raise AssertionError("torch.onnx.export returned no program")
+    held = axes.refusal(program.exported_program, half)
+    if held:
+        raise UnsupportedModel(held, hint="see docs/models.md for the model types mbuild builds")
     proto = program.model_proto
     onnx.helper.set_model_props(proto, {PAST_LAYOUT: RIGHT_ALIGNED})
     return proto, list(_STEP.experts)
