@@ -33,9 +33,12 @@ REFUSED: dict[str, tuple[Any, str, str]] = {
     # attention within fixed chunks of the sequence (Llama 4's), which no window computes
     "llama4_text": (lambda: tf.Llama4TextConfig(**COMMON, attention_chunk_size=16), "Llama4ForCausalLM",
                     "attention of kinds mbuild's attention does not compute (chunked_attention)"),
-    # its own attention classes: the generic export's attention cannot be put in
-    "bloom": (lambda: tf.BloomConfig(hidden_size=64, n_layer=2, n_head=4, vocab_size=512), "BloomForCausalLM",
-              "its modeling code computes attention itself"),
+    # its own attention and no KV cache: every step recomputes the whole sequence
+    "openai-gpt": (lambda: tf.OpenAIGPTConfig(n_embd=64, n_layer=2, n_head=4, vocab_size=512), "OpenAIGPTLMHeadModel",
+                   "its modeling code keeps no KV cache"),
+    # a masked language model transformers also maps as a causal LM
+    "xlm": (lambda: tf.XLMConfig(emb_dim=64, n_layers=2, n_heads=4, vocab_size=512), "XLMWithLMHeadModel",
+            "its config says its attention is not causal"),
     # a vision encoder-decoder's text decoder: its config sizes cross-attention to the encoder's states
     "trocr": (lambda: tf.TrOCRConfig(vocab_size=256, d_model=64, decoder_layers=2), "TrOCRForCausalLM",
               "an encoder-decoder model or its decoder"),
