@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
 import yaml
@@ -40,35 +40,44 @@ class _Entry(BaseModel):
 
 @dataclass(frozen=True)
 class CatalogEntry:
+    alias: str
     repo: str
     gated: bool
-    known: ModelFacts
-    config: dict[str, Any] | None = None  # what known was derived from, for entries that record it
+    task: Task
+    config: dict[str, Any] | None = None  # what known is derived from, for entries that record it
+    recorded: dict[str, Any] | None = None  # ModelFacts' fields, for entries without a config
+
+    @cached_property
+    def known(self) -> ModelFacts:
+        """The entry's facts, derived when first asked: a family the generic export builds is read through
+        transformers' config classes in a child process (builder/model/torch_free.py), seconds an entry, which
+        every command that loads the catalog would otherwise pay for entries it never looks at."""
+        if self.config is None:
+            return ModelFacts.model_validate({**(self.recorded or {}), "task": self.task})
+        try:
+            return facts_from_config(self.config, self.task, source="catalog")
+        except MbuildError as exc:  # a config the derivation refuses (a family mbuild does not build)
+            raise InputError(f"{_path()}: catalog entry {self.alias}: {exc.message}", hint=exc.hint) from exc
 
     def facts(self) -> ModelFacts:
         return self.known
 
 
-def _entry(raw: _Entry) -> CatalogEntry:
-    if raw.config is not None:
-        facts = facts_from_config(raw.config, raw.task, source="catalog")
-    else:
-        facts = ModelFacts.model_validate({**(raw.facts or {}), "task": raw.task})
-    return CatalogEntry(raw.repo, raw.gated, facts, raw.config)
+def _path() -> Any:
+    return resource_dir("profiles") / "catalog.yaml"
 
 
 @cache
 def load_catalog() -> dict[str, CatalogEntry]:
-    path = resource_dir("profiles") / "catalog.yaml"
+    path = _path()
     raw = yaml.safe_load(path.read_text())
     entries: dict[str, CatalogEntry] = {}
     for alias, entry in raw["models"].items():
         try:
-            entries[alias] = _entry(_Entry.model_validate(entry))
+            valid = _Entry.model_validate(entry)
         except ValidationError as exc:
             raise InputError(f"{path}: invalid catalog entry {alias}:\n{exc}") from exc
-        except MbuildError as exc:  # a config the derivation refuses (a family mbuild does not build)
-            raise InputError(f"{path}: catalog entry {alias}: {exc.message}", hint=exc.hint) from exc
+        entries[alias] = CatalogEntry(alias, valid.repo, valid.gated, valid.task, valid.config, valid.facts)
     return entries
 
 

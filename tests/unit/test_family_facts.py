@@ -46,10 +46,10 @@ WITHOUT_TABLE = {"gpt-oss-20b", "gpt-oss-120b", "deepseek-v2-lite"}
 # What the Hub stores (GB): gpt-oss's MXFP4 experts are 4.25 bits a weight, the rest bf16.
 STORED_GB = {"gpt-oss-20b": 13.8, "gpt-oss-120b": 65.3}
 LANGUAGE_MODELS = {alias: entry for alias, entry in load_catalog().items()
-                   if entry.config is not None and entry.known.task == "text-generation"}
+                   if entry.config is not None and entry.task == "text-generation"}
 # Decoder-body embedders: planned from their family's fields too, their served graph the body alone (no LM head).
 EMBEDDERS = {alias: entry for alias, entry in load_catalog().items()
-             if entry.config is not None and entry.known.task == "embedding"}
+             if entry.config is not None and entry.task == "embedding"}
 
 
 def on_meta(config: Any) -> Any:
