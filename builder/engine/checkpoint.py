@@ -122,6 +122,8 @@ class Checkpoint:
         # name -> (stored tensor, first row, end row): a part of a fused tensor that transformers splits by rows on
         # load (a fused q|k|v into q, k and v), read as a tensor of its own
         self.parts: dict[str, tuple[str, int, int]] = {}
+        # name -> stored tensors: one that transformers joins by rows on load (q, k and v convolutions into one)
+        self.joins: dict[str, list[str]] = {}
         index = model_dir / INDEX
         names = _indexed(index) if index.is_file() else sorted(p.name for p in model_dir.glob("*.safetensors"))
         for file_name in names:
@@ -139,7 +141,7 @@ class Checkpoint:
             raise UnsupportedModel(f"no safetensors or pytorch_model.bin weights in {model_dir}")
 
     def __contains__(self, name: str) -> bool:
-        return name in self.files or name in self.state or name in self.parts
+        return name in self.files or name in self.state or name in self.parts or name in self.joins
 
     def names(self) -> list[str]:
         """The stored tensors' names (not the parts')."""
@@ -150,6 +152,9 @@ class Checkpoint:
         if name in self.parts:
             source, r0, r1 = self.parts[name]
             return (r1 - r0, *self.shape(source)[1:])
+        if name in self.joins:
+            shapes = [self.shape(source) for source in self.joins[name]]
+            return (sum(shape[0] for shape in shapes), *shapes[0][1:])
         return self.files[name].tensors[name][1] if name in self.files else tuple(self.state[name].shape)
 
     def _check(self, name: str) -> None:
@@ -161,6 +166,8 @@ class Checkpoint:
         if name in self.parts:
             source, first, _ = self.parts[name]
             return self.rows(source, first + r0, first + r1)
+        if name in self.joins:
+            return self._joined(name, r0, r1, self.rows)
         if name in self.files:
             return self.files[name].rows(name, r0, r1)
         return np.ascontiguousarray(self.state[name][r0:r1].float().numpy())
@@ -170,6 +177,8 @@ class Checkpoint:
         if name in self.parts:
             source, first, _ = self.parts[name]
             return self.packed_rows(source, first + r0, first + r1)
+        if name in self.joins:
+            return self._joined(name, r0, r1, self.packed_rows)
         if name in self.files:
             return self.files[name].packed_rows(name, r0, r1)
         return np.ascontiguousarray(self.state[name][r0:r1].numpy()).view(np.uint8)
@@ -187,3 +196,14 @@ class Checkpoint:
                 block = self.rows(name, r0, min(r0 + step, shape[0]))
                 yield first + r0, block
             first += shape[0]
+
+    def _joined(self, name: str, r0: int, r1: int, read: Any) -> np.ndarray:
+        """Rows r0..r1 of a joined tensor: each stored tensor's rows that fall within them, in order."""
+        pieces, first = [], 0
+        for source in self.joins[name]:
+            rows = self.shape(source)[0]
+            lo, hi = max(r0, first), min(r1, first + rows)
+            if lo < hi:
+                pieces.append(read(source, lo - first, hi - first))
+            first += rows
+        return np.concatenate(pieces)

@@ -29,6 +29,7 @@ from builder.planning.profiles import Profile
 from runtimes.bundle.codec import encode
 from runtimes.bundle.engine import ENCODER_TASKS
 from runtimes.bundle.tensorrt import Compatibility, ShapeRange, TrtBuild
+from runtimes.engines.states import STATE
 
 COMPATIBILITY: dict[str, Compatibility] = {
     "none": "NONE", "ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
@@ -89,6 +90,9 @@ def trt_settings(profile: Profile, task: str, exported: ExportShape, compute_cap
     elif exported.geometry is not None:
         context = min(exported.max_seq_length, profile.limits.context or exported.max_seq_length)
         geometry = exported.geometry
+        if any(not heads for heads, _ in geometry.shapes) or any(i.startswith(STATE) for i in inputs):
+            raise UnsupportedModel("its layers keep a recurrent state, which mbuild's TensorRT engine does not carry "
+                                   "yet", hint="a profile for ONNX Runtime builds it")
         if geometry.layer_shapes:  # its profiles give every past input one shape
             raise UnsupportedModel("its layers' KV caches differ in shape, which mbuild's TensorRT engine does not "
                                    "hold yet", hint="a profile for ONNX Runtime builds it")

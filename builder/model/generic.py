@@ -5,8 +5,9 @@ Such a model is built by the generic export (builder/engine/generic/) when trans
 LM. Its config.json is read through its config class: the class's attribute_map gives the standard names
 (GPT-2's n_embd is hidden_size) and its defaults fill what the file leaves out. What the generic export
 cannot build is refused here, by rules on the config that hold for every family: an encoder-decoder, attention
-its config says is not causal, layers that keep a recurrent state instead of a KV cache, a model that keeps no
-cache at all. One whose code computes attention itself is traced whole over a grown cache (computes_attention_itself).
+its config says is not causal, layers that keep a recurrent state outside transformers' Cache, a model that
+keeps no cache at all. One whose code computes attention itself is traced whole over a grown cache
+(computes_attention_itself), as is one whose layers keep a recurrent state in that Cache (engine/generic/states.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from builder.errors import UnsupportedModel
 from builder.model.families import Family, family, fast_lane
-from builder.model.geometry import EXPERT_COUNTS
+from builder.model.geometry import EXPERT_COUNTS, STATE_ONLY
 from builder.model.torch_free import torch_free
 
 # layer_types entries that attend over a KV cache as mbuild's attention does (causal, maybe windowed); not Llama 4's
@@ -72,7 +73,7 @@ def standard_config(model_type: str, config: Mapping[str, Any]) -> dict[str, Any
     layered = "per_layer_config" in _defaults(model_type) and "per_layer_config" not in config
     if missing or layered:  # a size the class derives (LongCat-Flash's num_hidden_layers is 2 x num_layers)
         try:
-            made = cls(**{k: v for k, v in config.items() if k != "model_type"})
+            made = _made(model_type, config)
         except Exception:  # a config.json its own class refuses: the fields it has are what planning reads
             return merged
         merged.update({name: getattr(made, name) for name in missing if getattr(made, name, None) is not None})
@@ -96,11 +97,14 @@ def refusal(model_type: str, config: Mapping[str, Any]) -> str | None:
                 "after it too, which a language model's cache cannot serve")
     kinds = sorted({str(k) for k in config.get("layer_types") or ()} - ATTENTION_LAYERS)
     state = sorted({k for k in kinds if RECURRENT_KIND.search(k)} | {k for k in config if RECURRENT_FIELD.match(k)})
-    if state and config.get("num_attention_heads"):
-        return (f"a hybrid with recurrent layers ({', '.join(state[:3])}), which keep a per-sequence state that "
-                "mbuild's engine has no cache for yet (it holds a KV cache only)")
-    if not config.get("num_attention_heads"):
-        return "no attention layers: a recurrent model, whose per-sequence state mbuild's engine has no cache for"
+    if (state or not config.get("num_attention_heads")) and not keeps_state_in_cache(model_type):
+        what = f"a hybrid with recurrent layers ({', '.join(state[:3])})" if config.get("num_attention_heads") \
+            else "no attention layers: a recurrent model"
+        return (f"{what}, whose modeling code keeps its per-sequence state outside transformers' Cache, where "
+                "mbuild's export finds the states it carries (builder/engine/generic/states.py)")
+    # a state layer's kind is the state form's; "moe" and "mlp" name layers without attention (transformers' cache
+    # gives them no cache: its get_layer_types_and_kwargs)
+    kinds = [k for k in kinds if not RECURRENT_KIND.search(k) and k != "moe"]
     if kinds:
         return (f"attention of kinds mbuild's attention does not compute ({', '.join(kinds)}): it attends causally, "
                 "over the whole context or a window")
@@ -115,6 +119,14 @@ def computes_attention_itself(model_type: str) -> bool:
     (where the generic export puts the runtime's in-place attention): such a model is traced whole over a grown
     cache instead (builder/engine/generic/grown.py)."""
     return not _attention_interface(model_type)
+
+
+def keeps_state_in_cache(model_type: str) -> bool:
+    """Whether the type's modeling code keeps a recurrent state in transformers' Cache (its linear-attention
+    layers' conv and recurrent states), which the generic export carries as graph inputs and outputs. True where
+    the module cannot be read here: the export decides."""
+    source = _modeling_source(model_type)
+    return source is None or "update_recurrent_state" in source or "update_conv_state" in source
 
 
 def _keeps_cache(model_type: str) -> bool:
@@ -171,7 +183,30 @@ def _reading(model_type: str, config: dict[str, Any], wrapper: str = "") -> dict
         standard = standard_config(model_type, config)
     except KeyError:
         return {"causal": True, "config": None}
-    return {"causal": True, "config": standard, "refusal": refusal(model_type, standard)}
+    refused = refusal(model_type, standard)
+    kinds = None if refused else _cache_layer_types(model_type, config)
+    if kinds and set(kinds) & STATE_ONLY:  # the layers that keep a state and no keys: planning counts no cache
+        standard["layer_types"] = kinds
+    return {"causal": True, "config": standard, "refusal": refused}
+
+
+def _made(model_type: str, config: Mapping[str, Any]) -> Any:
+    """The config class made from config.json's fields, as from_pretrained reads the file (a float JSON cannot
+    hold, Mamba's infinite time_step_limit, is written {"__float__": "Infinity"})."""
+    cls = _config_class(model_type)
+    return cls.from_dict(cls._decode_special_floats({k: v for k, v in config.items() if k != "model_type"}))
+
+
+def _cache_layer_types(model_type: str, config: Mapping[str, Any]) -> list[str] | None:
+    """Each layer's kind as transformers' cache builds it (full_attention, conv, linear_attention, hybrid, ...);
+    None where the config class or the cache cannot say."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    try:
+        made = _made(model_type, config)
+        return [str(kind) for kind in get_layer_types_and_kwargs(made.get_text_config(decoder=True))[0]]
+    except Exception:  # a config its class refuses, or a cache that cannot read it
+        return None
 
 
 def is_causal_lm(config: Mapping[str, Any]) -> bool:

@@ -12,6 +12,11 @@ from typing import Any
 from builder.errors import UnsupportedModel
 from builder.model.families import FAMILIES
 
+# the cache's layer kinds that keep a recurrent state and no keys and values (transformers' cache_utils): planning
+# counts no cache for them
+STATE_ONLY = frozenset({"conv", "linear_attention"})
+NO_KEYS = STATE_ONLY | {"dummy"}  # and a layer without attention (an MLP layer of its own) or that reuses another's
+
 # where configs count a mixture-of-experts layer's routed experts
 EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 # a mixture-of-experts layer's shared experts (every token runs them): a count of routed-width experts, or one width
@@ -34,7 +39,7 @@ class HeadGeometry:
     @classmethod
     def of_layers(cls, heads: int, shapes: Sequence[tuple[int, int]]) -> HeadGeometry:
         """The geometry of layers whose caches are `shapes`, (kv_heads, head_dim) a layer."""
-        common = Counter(shapes).most_common(1)[0][0]
+        common = next((s for s, _ in Counter(shapes).most_common() if s[0]), (1, 1))  # a layer that holds keys
         mixed = tuple(shapes) if len(set(shapes)) > 1 else ()
         return cls(layers=len(shapes), heads=heads, kv_heads=common[0], head_dim=common[1], layer_shapes=mixed)
 
@@ -65,9 +70,12 @@ def head_geometry(config: Mapping[str, Any] | Any) -> HeadGeometry:
     buffer bound as key and as value: runtimes/engines/decoder.py)."""
     if not isinstance(config, Mapping) and getattr(config, "is_heterogeneous", False):
         config = config.to_dict()  # its per-layer sizes read only through per_layer_config, as config.json has them
+    kinds = [str(k) for k in _get(config, "layer_types") or ()]
     try:
-        heads = int(_get(config, "num_attention_heads"))
         layers = int(_get(config, "num_hidden_layers"))
+        if not _get(config, "num_attention_heads") and kinds and set(kinds) <= NO_KEYS:  # no attention at all
+            return HeadGeometry(layers, 1, 1, 1, layer_shapes=((0, 1),) * layers)
+        heads = int(_get(config, "num_attention_heads"))
         head_dim = int(_get(config, "head_dim") or int(_get(config, "hidden_size")) // heads)
         kv_heads = int(_get(config, "num_key_value_heads") or heads)
         if _get(config, "kv_lora_rank"):  # the latent and the shared rotary key, one "head" a token
@@ -77,6 +85,9 @@ def head_geometry(config: Mapping[str, Any] | Any) -> HeadGeometry:
         for i, layer in (_layer_overrides(config, layers) if isinstance(config, Mapping) else {}).items():
             shapes[i] = (int(_get(layer, "num_key_value_heads") or shapes[i][0]),
                          int(_get(layer, "head_dim") or shapes[i][1]))
+        for i, kind in enumerate(kinds[:layers]):
+            if kind in NO_KEYS:  # a recurrent layer (its state is per sequence, not per token), or none
+                shapes[i] = (0, head_dim)
     except (TypeError, ValueError, ZeroDivisionError) as exc:
         raise UnsupportedModel(f"the model's config lacks a usable num_attention_heads, num_hidden_layers or "
                                f"hidden_size ({exc})") from exc

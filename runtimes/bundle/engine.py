@@ -105,7 +105,9 @@ class LayerCache:
 @dataclass(frozen=True)
 class DecoderOptions:
     vocab_size: int = field(metadata=bounds(1, 1 << 24))  # logits per position
-    layers: int = field(metadata=bounds(1, 1024))
+    # the layers that hold keys and values; 0 for a model of recurrent layers alone (its graph's states, which the
+    # engine checks: runtimes/engines/states.py)
+    layers: int = field(metadata=bounds(0, 1024))
     kv_heads: int = field(metadata=bounds(1, 1024))  # every layer's cache but those in layer_caches
     head_dim: int = field(metadata=bounds(1, 4096))
     eos_token_ids: tuple[int, ...]

@@ -26,7 +26,8 @@ import numpy as np
 from runtimes.bundle import BundleError, EngineConfig
 from runtimes.engines.kv_memory import KvBuffer
 from runtimes.engines.sessions import open_session
-from runtimes.engines.step import Run, Work, pack, start
+from runtimes.engines.states import States
+from runtimes.engines.step import Run, Work, one_at_a_time, pack, start
 
 # the graph's metadata entry that says its pasts are right-aligned (builder/engine/generic/grown.py)
 PAST_LAYOUT, RIGHT_ALIGNED = "mbuild.past_layout", "right_aligned"
@@ -81,16 +82,20 @@ class DecoderEngine:
         self.in_place = "seqlens_k" in names
         kinds = ("key", "value")
         self.past = [f"past_{k}.{i}" if self.in_place else f"past.{i}.{k}" for i in range(self.layers) for k in kinds]
+        self.states = States(self.session, self.slots)  # none but in a grown-cache graph of a recurrent model
+        ids_shape = next(getattr(i, "shape", None) for i in self.session.get_inputs() if i.name == "input_ids")
+        self.one_token = isinstance(ids_shape, (list, tuple)) and len(ids_shape) == 2 and ids_shape[1] == 1
         expected = ({"input_ids", "seqlens_k", "total_sequence_length"} if self.in_place
                     else {"input_ids", "attention_mask", "position_ids"}) | {"logits_at", *self.past}
-        if names != expected:
+        expected |= set(self.states.names)
+        if names != expected or not (self.layers or self.states):  # a decoder holds a cache, a state or both
             raise BundleError(f"the engine takes inputs {sorted(names)}; a decoder with {self.layers} layers needs "
                               f"{sorted(expected)}")
         self.present = [name.replace("past", "present") for name in self.past]
         # a grown-cache graph that places keys by their index in the cache (the generic export's) takes each row's
         # past right-aligned, ending where its new tokens start; TensorRT's takes it left-aligned, slot j position j
         self.right_aligned = not self.in_place and _metadata(self.session).get(PAST_LAYOUT) == RIGHT_ALIGNED
-        kv_type = next(i.type for i in self.session.get_inputs() if i.name == self.past[0])
+        kv_type = next((i.type for i in self.session.get_inputs() if i.name in self.past[:1]), "tensor(float)")
         # an 8-bit cache (builder/engine/kv_cache_quant.py) is int8 in and out; the graph holds its scales
         self.kv_dtype = np.dtype({"tensor(float16)": np.float16, "tensor(int8)": np.int8}.get(kv_type, np.float32))
         self._bindings: dict[tuple[int, int], Any] = {}
@@ -129,8 +134,10 @@ class DecoderEngine:
         for work in works:
             if work.slot >= self.slots:
                 raise ValueError(f"slot {work.slot}: there are {self.slots}")
+        if self.one_token and any(len(work.tokens) > 1 for work in works):
+            return self._token_by_token(works)
         got: dict[int, np.ndarray | Exception] = {}
-        for run in pack(works, self.lengths.tolist(), self.context, self.kept.tolist()):
+        for run in pack(works, self.lengths.tolist(), self.context, self.kept.tolist(), equal=bool(self.states)):
             span = slice(run.first, run.first + len(run.rows))
             # where each row writes, now: an earlier run of the step may have advanced a slot
             at = np.array([start(int(length), int(kept), work is not None) for work, length, kept
@@ -141,6 +148,17 @@ class DecoderEngine:
             except Exception as exc:  # the caller ends the run's requests with it
                 got.update({work.slot: exc for work in run.rows if work is not None})
         return [got[work.slot] for work in works]
+
+    def _token_by_token(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
+        """The works as steps of one token each, for a graph that takes one a run; a work's logits joined, or the
+        first error of its runs (it takes no more runs)."""
+        parts: dict[int, list[np.ndarray] | Exception] = {work.slot: [] for work in works}
+        for tokens in one_at_a_time(works):
+            going = [work for work in tokens if not isinstance(parts[work.slot], Exception)]
+            for work, result in zip(going, self.step(going), strict=True):
+                held = parts[work.slot]
+                parts[work.slot] = result if isinstance(result, Exception) else [*held, result]  # type: ignore[misc]
+        return [p if isinstance(p, Exception) else np.concatenate(p) for p in (parts[w.slot] for w in works)]
 
     def run(self, first: int, ids: np.ndarray) -> np.ndarray:
         """Append ids [B,S] to slots first..first+B-1; returns each row's logits after its last new token."""
@@ -218,9 +236,11 @@ class DecoderEngine:
         if self.right_aligned and (held != width).any():  # a copy, each row's past moved to end at width
             pasts = [_right_aligned(past, held) for past in pasts]
         feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "logits_at": picked,
-                 **dict(zip(self.past, pasts, strict=True))}
+                 **dict(zip(self.past, pasts, strict=True)), **self.states.feeds(rows, held)}
         outputs = self.session.run(None, feeds)
-        for buffer, present in zip(self.cache, outputs[1:], strict=True):
+        kv = len(self.cache)
+        self.states.store(rows, run.rows, run.width, outputs[1 + kv:])
+        for buffer, present in zip(self.cache, outputs[1:1 + kv], strict=True):
             for row, (length, work) in enumerate(zip(held, run.rows, strict=True)):
                 if work is not None:
                     buffer[rows.start + row, :, length:length + len(work.tokens)] = \
@@ -231,6 +251,8 @@ class DecoderEngine:
         """Keep a slot's first `length` positions (what lies past them is overwritten by its next tokens)."""
         if not 0 <= length <= self.lengths[slot]:
             raise ValueError(f"slot {slot} holds {self.lengths[slot]} positions, not {length}")
+        if self.states and length != self.lengths[slot]:
+            raise ValueError("a recurrent state cannot be taken back to an earlier position")
         self.lengths[slot] = length
 
     def release(self, row: int) -> None:
@@ -267,6 +289,8 @@ class DecoderEngine:
     def keep(self, row: int, count: int) -> None:
         """The slot's next sequence holds its first `count` positions as they are (a prefix left in it, or just
         written); what lay past them is no longer kept."""
+        if self.states and count:
+            raise ValueError("a recurrent state cannot start a sequence part way (no prefix is kept for it)")
         self.lengths[row], self.kept[row] = count, 0
         self.written[row] = max(self.written[row], count)
 

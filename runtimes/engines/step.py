@@ -86,10 +86,12 @@ def _fits(works: Sequence[Work], base: Sequence[int], context: int, widths: dict
     return all(a + width <= context for a in at)
 
 
-def pack(works: Sequence[Work], lengths: Sequence[int], context: int, kept: Sequence[int] | None = None) -> list[Run]:
+def pack(works: Sequence[Work], lengths: Sequence[int], context: int, kept: Sequence[int] | None = None,
+         equal: bool = False) -> list[Run]:
     """Works into runs, narrowest first: a work joins the current run when the merged run costs no more than the
     two apart and every slot it spans has room for the padding; else it starts a run. Each slot once per step.
-    kept: per slot, the positions a free slot keeps (none when not given)."""
+    kept: per slot, the positions a free slot keeps (none when not given). equal: a run's works carry as many
+    tokens each, none padded (a graph with recurrent state: runtimes/engines/states.py)."""
     if len({w.slot for w in works}) != len(works):
         raise ValueError("a step holds at most one work per slot")
     groups: list[list[Work]] = []
@@ -102,6 +104,9 @@ def pack(works: Sequence[Work], lengths: Sequence[int], context: int, kept: Sequ
                              f"exceed the context {context}")
         if groups:
             merged = [*groups[-1], work]
+            if equal and len(work.tokens) != len(groups[-1][0].tokens):
+                groups.append([work])
+                continue
             if _cost(merged) <= _cost(groups[-1]) + _cost([work]) and _fits(merged, base, context, widths):
                 groups[-1] = merged
                 continue
@@ -113,3 +118,12 @@ def pack(works: Sequence[Work], lengths: Sequence[int], context: int, kept: Sequ
         runs.append(Run(first, tuple(by_slot.get(s) for s in range(first, last + 1)),
                         max(len(w.tokens) for w in group)))
     return runs
+
+
+def one_at_a_time(works: Sequence[Work]) -> list[list[Work]]:
+    """A step's works as steps of one token a work, in order (a graph that takes one new token a run: a model with
+    recurrent state, runtimes/engines/states.py): the i-th of each work that has one, with its logit where the work
+    asked for that position's."""
+    longest = max((len(w.tokens) for w in works), default=0)
+    return [[Work(w.slot, (w.tokens[i],), int(i >= len(w.tokens) - w.logits)) for w in works if i < len(w.tokens)]
+            for i in range(longest)]

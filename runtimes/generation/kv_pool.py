@@ -47,10 +47,10 @@ class KvPool:
         a larger size gives them room of their own, up to the prefix cache's cap (no more could be used); never less
         than one block."""
         self.engine, self.prefix, self.slots = engine, prefix, len(engine.lengths)
-        per_block = BLOCK * engine.bytes_per_token
+        per_block = BLOCK * engine.bytes_per_token  # 0 for a model of recurrent layers alone: no cache to pool
         whole = self.slots * blocks(context)
-        most = whole + prefix.capacity // per_block
-        self.total = max(1, min(most, capacity_bytes // per_block)) if capacity_bytes else whole
+        most = whole + prefix.capacity // per_block if per_block else whole
+        self.total = max(1, min(most, capacity_bytes // per_block)) if capacity_bytes and per_block else whole
         self.reserved = np.zeros(self.slots, np.int64)  # per slot, the positions it was admitted to fill
 
     @property
@@ -67,7 +67,7 @@ class KvPool:
 
     @property
     def prefix_blocks(self) -> int:
-        return -(-self.prefix.bytes // (BLOCK * self.engine.bytes_per_token))
+        return -(-self.prefix.bytes // (BLOCK * self.engine.bytes_per_token)) if self.engine.bytes_per_token else 0
 
     @property
     def used(self) -> int:

@@ -53,14 +53,16 @@ def _axis(program: Any, name: str, dim: int) -> Any:
     return size.node.expr if isinstance(size, torch.SymInt) else int(size)
 
 
-def refusal(program: Any, longest: int) -> str | None:
+def refusal(program: Any, longest: int, one_token: bool = False) -> str | None:
     """Why the traced program (torch.export's ExportedProgram of grown.py's module) does not hold for new tokens
-    and pasts of every length up to `longest`, each, with an attention mask as long as both; None where it does."""
+    and pasts of every length up to `longest`, each, with an attention mask as long as both; None where it does.
+    one_token: the graph takes one new token a run, by design (a model with recurrent state: states.py)."""
     names = [spec.arg.name for spec in program.graph_signature.input_specs
              if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT]
     new, mask = _axis(program, names[0], 1), _axis(program, names[1], 1)
-    pasts = [_axis(program, name, 2) for name in names[4:]]
-    for what, size in (("new tokens", new), ("attention mask's length", mask), ("past's length", pasts[0])):
+    pasts = [_axis(program, name, 2) for name in names[4:] if name.startswith("past.")]  # not the states
+    sized = (("attention mask's length", mask), *(("past's length", p) for p in pasts[:1]))
+    for what, size in ((("new tokens", new),) if not one_token else ()) + sized:
         if isinstance(size, int):
             return (f"its modeling code fixes the {what} at {size} when traced (a size the graph cannot vary), "
                     "which the engine's steps do not keep")
@@ -69,7 +71,7 @@ def refusal(program: Any, longest: int) -> str | None:
                 "steps do not (it takes the whole sequence each step, not new tokens over its cache)")
     # where a trace assumed an axis is not 1, torch.export starts its range at 2 (its 0/1 specialization); the graph
     # still runs one new token (a decode step), which the gate's decode steps check
-    for what, sizes, least, lowest in (("new tokens", [new], 1, 2), ("past tokens", pasts, 0, 0)):
+    for what, sizes, least, lowest in (("new tokens", [] if one_token else [new], 1, 2), ("past tokens", pasts, 0, 0)):
         for size in sizes:
             found = program.range_constraints.get(size)
             low, high = (_bound(found.lower), _bound(found.upper)) if found is not None else (-math.inf, math.inf)

@@ -14,6 +14,7 @@ from builder.engine.generic.fusions import fused_norms
 from builder.engine.generic.grown import probe, trace_grown
 from builder.engine.generic.rewrite import Traced, rewrite
 from builder.engine.generic.skeleton import OwnAttention, keyed, load_rest, plan_model, streamed_modules
+from builder.engine.generic.states import has_states
 from builder.engine.generic.trace import ATTENTION, AttentionCall, trace
 from builder.engine.weight_writer import LinearFormat
 from builder.errors import UnsupportedModel
@@ -40,7 +41,8 @@ def write_generic(model_dir: Path, config: Any, out_dir: Path, form: LinearForma
     layers = int(getattr(text, "num_hidden_layers", 0) or 0)
     if layers <= 0:
         raise UnsupportedModel("its config names no num_hidden_layers")
-    if not computes_attention_itself(str(config.model_type)):
+    # a model whose cache keeps recurrent state runs over transformers' own cache: the grown form (states.py)
+    if not computes_attention_itself(str(config.model_type)) and not has_states(config):
         try:
             return _write(model_dir, config, out_dir, form, layers)
         except OwnAttention as exc:
@@ -59,8 +61,8 @@ def _write(model_dir: Path, config: Any, out_dir: Path, form: LinearFormat | Non
         traced, calls, experts = trace(model, layers)
         dims = _geometry(calls)
     else:
-        dims = probe(model)
-        (traced, experts), calls = trace_grown(model, dims), []
+        dims, kept = probe(model)
+        (traced, experts), calls = trace_grown(model, dims, kept), []
     del model
     _check(traced)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ other modules, routers, sinks, learned positions) is small and is read now, so t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -84,12 +85,19 @@ def checkpoint_names(model: Any, checkpoint: Checkpoint) -> dict[str, str]:
     transforms = get_model_conversion_mapping(model)
     renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
     splits = [t for t in transforms if isinstance(t, WeightConverter) and _row_split(t) is not None]
+    joins = [t for t in transforms if isinstance(t, WeightConverter) and _row_join(t)]
     ours = dict.fromkeys(model.state_dict())
-    found = {}
+    found: dict[str, str] = {}
+    joined: dict[str, list[str | None]] = {}
     for name in checkpoint.names():
         renamed, pattern = rename_source_key(name, renamings, splits, model.base_model_prefix, ours)
         if pattern is None:
             found[renamed] = name
+            for converter in joins:  # one of several stored tensors transformers joins by rows
+                for at, source in enumerate(converter.source_patterns):
+                    target = re.sub(source, converter.target_patterns[0], renamed)
+                    if target != renamed and target in ours:
+                        joined.setdefault(target, [None] * len(converter.source_patterns))[at] = name
             continue
         converter = next(c for c in splits if pattern in c.source_patterns)
         targets = [renamed.replace(converter.target_patterns[0], t) for t in converter.target_patterns]
@@ -103,7 +111,21 @@ def checkpoint_names(model: Any, checkpoint: Checkpoint) -> dict[str, str]:
             checkpoint.parts[target] = (name, first, first + size)
             found[target] = target
             first += size
+    for target, sources in joined.items():
+        if all(sources):
+            checkpoint.joins[target] = [str(source) for source in sources]
+            found[target] = target
     return found
+
+
+def _row_join(converter: Any) -> bool:
+    """Whether a converter only joins several stored tensors, by rows, into one (Kimi-Linear's q, k and v
+    convolutions into one conv1d)."""
+    from transformers.core_model_loading import Concatenate
+
+    (op, *more) = converter.operations
+    return (not more and isinstance(op, Concatenate) and op.dim == 0 and len(converter.source_patterns) > 1
+            and len(converter.target_patterns) == 1)
 
 
 def _row_split(converter: Any) -> str | None:
