@@ -61,8 +61,8 @@ def _write(model_dir: Path, config: Any, out_dir: Path, form: LinearFormat | Non
         traced, calls, experts = trace(model, layers)
         dims = _geometry(calls)
     else:
-        dims, kept = probe(model)
-        (traced, experts), calls = trace_grown(model, dims, kept), []
+        dims, kept, value_dim = probe(model)
+        (traced, experts), calls = trace_grown(model, dims, kept, value_dim), []
     del model
     _check(traced)
     out_dir.mkdir(parents=True, exist_ok=True)

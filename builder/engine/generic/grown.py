@@ -43,9 +43,9 @@ def _cache_argument(model: Any) -> str:
 
 
 class _Grown(torch.nn.Module):
-    def __init__(self, model: Any, layers: int, kept: states.Layout | None) -> None:
+    def __init__(self, model: Any, layers: int, kept: states.Layout | None, value_dim: int) -> None:
         super().__init__()
-        self.model, self.layers, self.kept = model, layers, kept
+        self.model, self.layers, self.kept, self.value_dim = model, layers, kept, value_dim
         self.cache_argument = _cache_argument(model)
         # a model without position_ids derives positions itself (from the mask or the cache's length)
         self.positions = "position_ids" in inspect.signature(model.forward).parameters
@@ -54,6 +54,8 @@ class _Grown(torch.nn.Module):
                 logits_at: torch.Tensor, past: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         _STEP.logits_at, _STEP.calls, _STEP.experts = logits_at, [], []  # per run: the exporter may run it again
         readable_weights()
+        # values narrower than keys (multi-head latent attention's) are held padded to the keys' width
+        past = tuple(t[..., :self.value_dim] if i % 2 and i < 2 * self.layers else t for i, t in enumerate(past))
         if self.kept is None:
             cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layers)])
         else:  # past: the keyed layers' keys and values, then the states
@@ -66,6 +68,9 @@ class _Grown(torch.nn.Module):
         logits = self.model(input_ids=input_ids, attention_mask=mask, use_cache=True,
                             **{self.cache_argument: cache}, **extra).logits
         held = _entries(cache) if self.kept is None else states.presents(cache, self.kept)
+        width = held[0].shape[-1] if self.layers else 0
+        held = [torch.nn.functional.pad(t, (0, width - self.value_dim)) if i % 2 and i < 2 * self.layers else t
+                for i, t in enumerate(held)]
         return (logits.reshape(-1, logits.shape[-1]), *held)
 
 
@@ -74,10 +79,11 @@ def _entries(cache: Any) -> list[torch.Tensor]:
     return [t for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
-def probe(model: Any) -> tuple[HeadGeometry, states.Layout | None]:
+def probe(model: Any) -> tuple[HeadGeometry, states.Layout | None, int]:
     """The cache's dimensions, from one eager run of two tokens over an empty cache (the placeholders compute
-    zeros): how many layers the model caches and each one's keys' and values' shapes; and, for a model whose cache
-    keeps recurrent state (states.py), which layers hold keys and its states."""
+    zeros): how many layers the model caches and each one's keys' and values' shapes; for a model whose cache
+    keeps recurrent state (states.py), which layers hold keys and its states; and the values' width, which may be
+    narrower than the keys' (they are held padded to it)."""
     stateful = states.has_states(model.config)
     cache = states.cache(model.config) if stateful else DynamicCache()
     _STEP.logits_at = None  # the head's rows are all kept: none are picked yet
@@ -100,11 +106,11 @@ def probe(model: Any) -> tuple[HeadGeometry, states.Layout | None]:
     if len(shapes) > 1:
         raise UnsupportedModel("its layers' caches differ in shape (key/value heads or head size per layer)")
     (kv_heads, head_dim), values = shapes.pop() if shapes else ((1, 1), (1, 1))  # a model of states alone
-    if values != (kv_heads, head_dim):
+    if values[0] != kv_heads or values[1] > head_dim:
         raise UnsupportedModel(f"its values are {values} (heads, width) but its keys {(kv_heads, head_dim)}, "
                                "which mbuild's cache does not hold")
     heads = int(getattr(model.config.get_text_config(), "num_attention_heads", 0) or kv_heads)
-    return HeadGeometry(layers=len(layers), heads=heads, kv_heads=kv_heads, head_dim=head_dim), kept
+    return HeadGeometry(layers=len(layers), heads=heads, kv_heads=kv_heads, head_dim=head_dim), kept, values[1]
 
 
 def _length(cache: Any) -> int:
@@ -130,7 +136,7 @@ def _steps(model: Any, cache: Any) -> None:
                                hint="see docs/models.md for the model types mbuild builds")
 
 
-def trace_grown(model: Any, dims: HeadGeometry, kept: states.Layout | None = None
+def trace_grown(model: Any, dims: HeadGeometry, kept: states.Layout | None = None, value_dim: int = 0
                 ) -> tuple[onnx.ModelProto, list[ExpertsCall]]:
     """The traced graph (placeholders in for the linear layers, the token table and experts; the model's own
     attention) and its experts blocks."""
@@ -157,7 +163,7 @@ def trace_grown(model: Any, dims: HeadGeometry, kept: states.Layout | None = Non
     _STEP.names = {id(module.__dict__): name for name, module in model.named_modules()}
     try:
         with torch.no_grad(), _placeholders(model), axes.guarded_extremes():
-            program = torch.onnx.export(_Grown(model, dims.layers, kept), example, dynamo=True,
+            program = torch.onnx.export(_Grown(model, dims.layers, kept, value_dim or dims.head_dim), example, dynamo=True,
                                         dynamic_shapes=shapes,
                                         input_names=["input_ids", "attention_mask", "position_ids", "logits_at",
                                                      *past, *(state_name(j) for j in range(len(held)))],
