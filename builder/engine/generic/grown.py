@@ -163,8 +163,8 @@ def trace_grown(model: Any, dims: HeadGeometry, kept: states.Layout | None = Non
     _STEP.names = {id(module.__dict__): name for name, module in model.named_modules()}
     try:
         with torch.no_grad(), _placeholders(model), axes.guarded_extremes():
-            program = torch.onnx.export(_Grown(model, dims.layers, kept, value_dim or dims.head_dim), example, dynamo=True,
-                                        dynamic_shapes=shapes,
+            grown = _Grown(model, dims.layers, kept, value_dim or dims.head_dim)
+            program = torch.onnx.export(grown, example, dynamo=True, dynamic_shapes=shapes,
                                         input_names=["input_ids", "attention_mask", "position_ids", "logits_at",
                                                      *past, *(state_name(j) for j in range(len(held)))],
                                         output_names=["logits", *present,
