@@ -36,7 +36,9 @@ def per_expert(checkpoint: Checkpoint, name: str, experts: int) -> list[list[str
     """For a fused expert parameter, each expert's checkpoint tensors in stacking order."""
     stem, _, leaf = name.rpartition(".")
     for base in _spellings(stem):
-        for layout in PER_EXPERT.get(leaf, ()):
+        # the layouts older checkpoints store; else each expert's own tensor of the same name (transformers'
+        # MergeModulelist: Nemotron-H's up_proj)
+        for layout in (*PER_EXPERT.get(leaf, ()), (leaf,)):
             if f"{base}.0.{layout[0]}.weight" in checkpoint:
                 return [[f"{base}.{j}.{part}.weight" for part in layout] for j in range(experts)]
     return None

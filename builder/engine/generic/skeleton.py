@@ -93,6 +93,9 @@ def checkpoint_names(model: Any, checkpoint: Checkpoint) -> dict[str, str]:
         renamed, pattern = rename_source_key(name, renamings, splits, model.base_model_prefix, ours)
         if pattern is None:
             found[renamed] = name
+            shape = checkpoint.shape(name)
+            if renamed != name and renamed not in checkpoint and shape:  # read by the model's name too (an
+                checkpoint.parts[renamed] = (name, 0, shape[0])  # expert's own tensor, stacked per expert)
             for converter in joins:  # one of several stored tensors transformers joins by rows
                 for at, source in enumerate(converter.source_patterns):
                     target = re.sub(source, converter.target_patterns[0], renamed)
