@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 
 from builder.engine.compile_ort import optimize
 from builder.engine.export_decoder import export_decoder
 from builder.model.generic import refusal, standard_config
-from runtimes.bundle import Batching
+from runtimes.bundle import Batching, BundleError
 from runtimes.engines.decoder import DecoderEngine
+from runtimes.engines.states import States
 from runtimes.engines.step import Work, one_at_a_time, pack
 from tests.support.family_configs import decoded, generated
 from tests.support.tiny_models import make_tiny_llama
@@ -88,3 +92,36 @@ def test_a_state_kept_outside_transformers_cache_is_refused_when_planned(model_t
     assert (why is None) == planned, why
     if not planned:
         assert "outside transformers' Cache" in (why or "")
+
+
+def _session(tmp_path: Path, inputs: dict[str, list[int | str]]) -> Any:
+    """A real ONNX Runtime session of a graph that hands each input back (what the engine reads of a graph's
+    states is their names, types and shapes)."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", [name], [f"out.{name}"]) for name in inputs], "states",
+        [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape) for name, shape in inputs.items()],
+        [onnx.helper.make_tensor_value_info(f"out.{name}", onnx.TensorProto.FLOAT, None) for name in inputs])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return ort.InferenceSession(model.SerializeToString())
+
+
+@pytest.mark.parametrize(("inputs", "said"), [
+    ({"state.0": ["batch", "width"]}, "fixed sizes past its batch"),
+    ({"state.0": ["batch", 4], "state.2": ["batch", 4]}, "must be numbered"),
+    ({"state.0": ["batch"]}, "fixed sizes past its batch"),
+])
+def test_a_graph_whose_states_are_not_fixed_rows_is_refused(tmp_path: Path, inputs: dict[str, list[int | str]],
+                                                            said: str) -> None:
+    with pytest.raises(BundleError, match=said):
+        States(_session(tmp_path, inputs), slots=2)
+
+
+def test_a_new_sequence_starts_from_zeros_and_padding_keeps_no_state(tmp_path: Path) -> None:
+    states = States(_session(tmp_path, {"state.0": ["batch", 3]}), slots=3)
+    states.buffers[0][:] = 7.0
+    fed = states.feeds(slice(0, 3), np.array([0, 5, 2]))["state.0"]
+    assert (fed[0] == 0).all() and (fed[1:] == 7).all()
+    states.store(slice(0, 3), [Work(0, (1,)), None, Work(2, (4,))], 1, [np.full((3, 3), 9.0, np.float32)])
+    assert states.buffers[0][:, 0].tolist() == [9.0, 7.0, 9.0]
+    assert states.bytes_per_slot == 12
