@@ -2,7 +2,7 @@
 and gated as `mbuild package` does it (tests/support/model_sweep.py). The measured table is docs/model_sweep.json,
 which docs/models.md shows; the first test holds the two equal for the transformers that made it, and no type
 ends in an mbuild bug or a refusal of more than one line; the second holds issue 58's bar, at least 85% of the
-decoder-only types transformers can make tiny pass (not met yet: an expected failure)."""
+decoder-only types transformers can make tiny pass."""
 
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ def test_every_causal_lm_type_builds_or_is_refused_with_why_as_docs_say(rows: li
         assert table(rows) == recorded, f"docs/model_sweep.json is not what the sweep measures: {REGENERATE}"
 
 
-@pytest.mark.xfail(strict=False, reason="issue 58, open: 122 of 162 decoder-only types pass (75%); see docs/models.md")
 def test_most_decoder_only_types_pass(rows: list[Row]) -> None:
     made = [r for r in rows if r.outcome != NOT_TINY]
     # an encoder-decoder is no decoder-only model: the issue's bar counts the others
