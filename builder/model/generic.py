@@ -22,6 +22,7 @@ from typing import Any
 from builder.errors import UnsupportedModel
 from builder.model.families import Family, family, fast_lane
 from builder.model.geometry import EXPERT_COUNTS, STATE_ONLY
+from builder.model.measured import export_refusal
 from builder.model.torch_free import torch_free
 
 # layer_types entries that attend over a KV cache as mbuild's attention does (causal, maybe windowed); not Llama 4's
@@ -183,7 +184,7 @@ def _reading(model_type: str, config: dict[str, Any], wrapper: str = "") -> dict
         standard = standard_config(model_type, config)
     except KeyError:
         return {"causal": True, "config": None}
-    refused = refusal(model_type, standard)
+    refused = refusal(model_type, standard) or export_refusal(model_type, _version())
     kinds = None if refused else _cache_layer_types(model_type, config)
     if kinds and set(kinds) & STATE_ONLY:  # the layers that keep a state and no keys: planning counts no cache
         standard["layer_types"] = kinds

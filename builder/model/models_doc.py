@@ -1,15 +1,14 @@
 """docs/models.md, written from the family registry (builder/model/families/), the model-type sweep's table
-(docs/model_sweep.json, which tests/integration/test_model_sweep.py measures) and the catalog, never by hand:
+(profiles/model_sweep.json, which tests/integration/test_model_sweep.py measures) and the catalog, never by hand:
 `python -m builder.model.models_doc > docs/models.md`; tests/unit/test_models_doc.py keeps the two equal."""
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 from builder.model.catalog import load_catalog
 from builder.model.families import FAMILIES, WRAPPERS
+from builder.model.measured import record
 
 KINDS = {"dense": "dense", "moe": "mixture of experts"}
 
@@ -76,13 +75,12 @@ def models_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-SWEEP = "docs/model_sweep.json"
 OUTCOMES = ("passed", "refused", "failed", "bug", "not made tiny")
 
 
 def sweep_lines() -> list[str]:
     """The sweep's table: every causal-LM model_type of the transformers it ran with, and what a tiny one did."""
-    data = json.loads((Path(__file__).resolve().parents[2] / SWEEP).read_text())
+    data = record()
     rows = data["rows"]
     counts = {o: sum(r["outcome"] == o for r in rows) for o in OUTCOMES}
     made = len(rows) - counts["not made tiny"]
@@ -96,8 +94,10 @@ def sweep_lines() -> list[str]:
         f"{made} types transformers can make tiny, {counts['passed']} pass, {counts['refused']} are refused with",
         f"the reason, {counts['failed']} fail the gate and {counts['bug']} end in an mbuild bug;",
         f"for {counts['not made tiny']} types the rules give no tiny model transformers itself makes and runs. "
-        "Refusals before any",
-        "download come from config.json; the others at export, after it (marked *export*).",
+        "A refusal",
+        "comes from config.json, before any download; the few that only the export finds (marked *export*) are",
+        "refused when planned too, before any download, with this transformers: planning reads this table",
+        "(builder/model/measured.py).",
         "",
         "| model_type | outcome | path | detail |",
         "| --- | --- | --- | --- |",

@@ -1,5 +1,5 @@
 """Issue 58: every causal-LM model type transformers knows, made tiny by one set of rules, planned, exported fp32
-and gated as `mbuild package` does it (tests/support/model_sweep.py). The measured table is docs/model_sweep.json,
+and gated as `mbuild package` does it (tests/support/model_sweep.py). The measured table is profiles/model_sweep.json,
 which docs/models.md shows; the first test holds the two equal for the transformers that made it, and no type
 ends in an mbuild bug or a refusal of more than one line; the second holds issue 58's bar, at least 85% of the
 decoder-only types transformers can make tiny pass."""
@@ -7,17 +7,16 @@ decoder-only types transformers can make tiny pass."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import transformers
 
-from builder.model.models_doc import SWEEP
+from builder.model.measured import record_path
 from tests.support.model_sweep import BUG, NOT_TINY, PASSED, REFUSED, Row, causal_lm_types, sweep, table
 
 pytestmark = [pytest.mark.slow]
-RECORDED = Path(__file__).resolve().parents[2] / SWEEP
-REGENERATE = ("python -m tests.support.model_sweep docs/model_sweep.json && "
+RECORDED = record_path()
+REGENERATE = ("python -m tests.support.model_sweep profiles/model_sweep.json && "
               "python -m builder.model.models_doc > docs/models.md")
 
 
@@ -33,7 +32,7 @@ def test_every_causal_lm_type_builds_or_is_refused_with_why_as_docs_say(rows: li
     assert all(r.detail and "\n" not in r.detail for r in refused)
     recorded = json.loads(RECORDED.read_text())
     if recorded["transformers"] == transformers.__version__:
-        assert table(rows) == recorded, f"docs/model_sweep.json is not what the sweep measures: {REGENERATE}"
+        assert table(rows) == recorded, f"profiles/model_sweep.json is not what the sweep measures: {REGENERATE}"
 
 
 def test_most_decoder_only_types_pass(rows: list[Row]) -> None:

@@ -2,7 +2,8 @@
 exported fp32 and gated as `mbuild package` does it, where the gate holds the engine's greedy decode (its
 serving scheduler, 4 prompts x 32 tokens, past every window and chunk of 16) to transformers' own forward. One
 row a type: what a user sees (passed, refused with its one-line reason, failed the gate, or a bug), the table
-docs/models.md shows (builder/model/models_doc.py reads docs/model_sweep.json).
+docs/models.md shows (builder/model/models_doc.py reads profiles/model_sweep.json). The sweep measures: its
+build processes do not consult that record (builder/model/measured.py).
 
 The stages run in one process a type (forked from a server that imported them once), not through the CLI: the
 CLI's own export child (export_worker.py) spends most of a tiny build importing PyTorch, which 196 builds cannot
@@ -91,6 +92,9 @@ def _runs(folder: Path) -> None:
 
 def _child(model_type: str, work: str) -> None:
     """One type's build in its own process, its address space and time capped; its row left in a file."""
+    from builder.model.measured import CONSULTED
+
+    CONSULTED["on"] = False
     resource.setrlimit(resource.RLIMIT_AS, (CHILD_BYTES, CHILD_BYTES))
     signal.alarm(CHILD_SECONDS)
     row = _build(model_type, Path(work))
@@ -127,7 +131,7 @@ def sweep(types: list[str], work: Path, jobs: int = 2) -> list[Row]:
 
 
 def table(rows: list[Row]) -> dict[str, object]:
-    """docs/model_sweep.json's content: the transformers version and each type's row, its time left out."""
+    """profiles/model_sweep.json's content: the transformers version and each type's row, its time left out."""
     import transformers
 
     return {"transformers": transformers.__version__,

@@ -1,4 +1,4 @@
-"""Issue 58's generic export on model types that failed the sweep (docs/model_sweep.json) for reasons that hold
+"""Issue 58's generic export on model types that failed the sweep (profiles/model_sweep.json) for reasons that hold
 for a class of models, each run through the sweep's own stages (tests/support/model_sweep.py: made tiny, planned,
 exported fp32, gated against transformers): what each now ends in, passed or refused at plan time with its reason."""
 
