@@ -48,8 +48,7 @@ def test_a_generic_plan_reads_transformers_in_a_child_and_gets_what_this_process
 
 
 def test_a_refusal_made_in_the_child_reaches_the_planner_as_it_is() -> None:
-    config = RwkvConfig(hidden_size=64, num_hidden_layers=2, vocab_size=256, bos_token_id=1, eos_token_id=2,
-                         pad_token_id=0).to_dict()
+    config = RwkvConfig(hidden_size=64, num_hidden_layers=2, vocab_size=256, bos_token_id=1, eos_token_id=2).to_dict()
     got = _in_fresh_process(config)
     with pytest.raises(UnsupportedModel) as here:
         language_family(config)
