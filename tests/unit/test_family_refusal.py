@@ -1,7 +1,8 @@
 """Which language models are built and which refused, decided when planning from config.json alone, before any
 weights are looked for or downloaded: a type with a fast lane or one the generic export traces is planned (and
-the plan says which path); a model whose layers keep a recurrent state, an encoder-decoder, or a type transformers
-has no causal LM for is refused with the reason, exit 7. Configs come from transformers' own config classes,
+the plan says which path, recurrent-state models included); a model whose code keeps its recurrent state outside
+transformers' Cache, an encoder-decoder, or a type transformers has no causal LM for is refused with the reason,
+exit 7. Configs come from transformers' own config classes,
 saved as a Hub repo holds them."""
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from tests.support.family_configs import COMMON, family_configs
 TINY = {k: COMMON[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers")}
 # model_type: (its config class, the architecture its Hub repos name, what the refusal says it is)
 REFUSED: dict[str, tuple[Any, str, str]] = {
-    "mamba": (lambda: tf.MambaConfig(**TINY), "MambaForCausalLM", "no attention layers: a recurrent model"),
-    "rwkv": (lambda: tf.RwkvConfig(**TINY), "RwkvForCausalLM", "no attention layers: a recurrent model"),
-    "jamba": (lambda: tf.JambaConfig(**COMMON), "JambaForCausalLM", "a hybrid with recurrent layers"),
-    "qwen3_next": (lambda: tf.Qwen3NextConfig(**COMMON), "Qwen3NextForCausalLM", "a hybrid with recurrent layers"),
+    # recurrent state its modeling code keeps outside transformers' Cache (where the generic export finds it)
+    "rwkv": (lambda: tf.RwkvConfig(**TINY), "RwkvForCausalLM",
+             "no attention layers: a recurrent model, whose modeling code keeps its per-sequence state outside"),
+    "recurrent_gemma": (lambda: tf.RecurrentGemmaConfig(**COMMON), "RecurrentGemmaForCausalLM",
+                        "a hybrid with recurrent layers"),
     "bart": (lambda: tf.BartConfig(**TINY, is_encoder_decoder=False), "BartForCausalLM", "an encoder-decoder model"),
     # attention within fixed chunks of the sequence (Llama 4's), which no window computes
     "llama4_text": (lambda: tf.Llama4TextConfig(**COMMON, attention_chunk_size=16), "Llama4ForCausalLM",
@@ -88,11 +90,17 @@ def test_a_type_transformers_does_not_know_is_refused_naming_the_families(tmp_pa
     assert SUPPORTED_LIST in result.output and "the nearest is 'llama'" in result.output
 
 
-@pytest.mark.parametrize("model_type", ["qwen3", "phi"])
+PLANNED = {"qwen3": lambda: family_configs()["qwen3"], "phi": lambda: tf.PhiConfig(**COMMON),
+           "mamba": lambda: tf.MambaConfig(**TINY), "jamba": lambda: tf.JambaConfig(**COMMON),
+           "qwen3_next": lambda: tf.Qwen3NextConfig(**COMMON)}
+
+
+@pytest.mark.parametrize("model_type", list(PLANNED))
 def test_a_folder_without_weights_is_refused_for_its_weights_after_its_path_is_chosen(tmp_path: Path,
                                                                                      model_type: str) -> None:
-    """The other side: a fast lane's type (qwen3) or a generic one (phi) passes, and what is missing is said."""
-    config = family_configs()["qwen3"] if model_type == "qwen3" else tf.PhiConfig(**COMMON)
+    """The other side: a fast lane's type (qwen3) or a generic one (phi; mamba, jamba and qwen3_next, whose
+    recurrent state transformers' Cache holds) passes, and what is missing is said."""
+    config = PLANNED[model_type]()
     folder = repo_folder(tmp_path, config, f"{type(config).__name__.removesuffix('Config')}ForCausalLM")
     result = run(["plan", str(folder), "--gpu", "cpu"])
     assert result.exit_code == UnsupportedModel.exit_code
