@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from functools import cache, cached_property
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -63,7 +64,7 @@ class CatalogEntry:
         return self.known
 
 
-def _path() -> Any:
+def _path() -> Path:
     return resource_dir("profiles") / "catalog.yaml"
 
 

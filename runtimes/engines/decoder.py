@@ -152,13 +152,16 @@ class DecoderEngine:
     def _token_by_token(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
         """The works as steps of one token each, for a graph that takes one a run; a work's logits joined, or the
         first error of its runs (it takes no more runs)."""
-        parts: dict[int, list[np.ndarray] | Exception] = {work.slot: [] for work in works}
+        logits: dict[int, list[np.ndarray]] = {work.slot: [] for work in works}
+        failed: dict[int, Exception] = {}
         for tokens in one_at_a_time(works):
-            going = [work for work in tokens if not isinstance(parts[work.slot], Exception)]
+            going = [work for work in tokens if work.slot not in failed]
             for work, result in zip(going, self.step(going), strict=True):
-                held = parts[work.slot]
-                parts[work.slot] = result if isinstance(result, Exception) else [*held, result]  # type: ignore[misc]
-        return [p if isinstance(p, Exception) else np.concatenate(p) for p in (parts[w.slot] for w in works)]
+                if isinstance(result, Exception):
+                    failed[work.slot] = result
+                else:
+                    logits[work.slot].append(result)
+        return [failed[w.slot] if w.slot in failed else np.concatenate(logits[w.slot]) for w in works]
 
     def run(self, first: int, ids: np.ndarray) -> np.ndarray:
         """Append ids [B,S] to slots first..first+B-1; returns each row's logits after its last new token."""

@@ -57,8 +57,10 @@ class States:
         fresh = held == 0
         out = {}
         for name, buffer in zip(self.names, self.buffers, strict=True):
-            part = buffer[rows].copy()
-            part[fresh] = 0
+            part = buffer[rows]  # a view, read by the run; store() writes the rows after it
+            if fresh.any():
+                part = part.copy()
+                part[fresh] = 0
             out[name] = part
         return out
 
