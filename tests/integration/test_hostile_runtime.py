@@ -287,34 +287,42 @@ def test_slow_and_abandoned_clients(encoder: Server, llm: Server) -> None:
         _normal_ok(server.url, normal)
 
 
-SETTLE = 1.0  # seconds between the last abandoned request and the timed one
+SETTLE = 1.0  # seconds idle before the unloaded timing
 
 
 @pytest.mark.parametrize("which", ["encoder", "llm"])
 def test_abandoned_work_is_dropped(which: str, encoder: Server, llm: Server) -> None:
+    """50 maximal requests sent in full and abandoned: the server is back to its unloaded latency in a few
+    heavy requests' time, where doing them would take at least the queue's 8. Measured against one heavy request
+    on this machine, not a fixed settle (a CI machine once needed more than 1 s for the dropped remnants)."""
     server, normal = (encoder, EMBED) if which == "encoder" else (llm, CHAT)
     heavy = ("/v1/embeddings", {"input": [LONG[:200]] * 2048, "truncate": "END"}) if which == "encoder" else (
         "/v1/completions", {"prompt": [5, 6, 7, 8], "max_tokens": _context(llm.url) - 4, "ignore_eos": True})
     with httpx.Client() as timer:  # one warm connection, so only the server's time is measured (closed on failure)
         _normal_ok(server.url, normal, timer)
-        # Measured the same way before and after: a request after SETTLE seconds idle is slower than one right
-        # after another (5-30 ms against 5-9 here), so both sides wait SETTLE and take the median of three.
+        # A request after a second idle is slower than one right after another (5-30 ms against 5-9 here), so
+        # the unloaded side waits too and takes the median of three.
         time.sleep(SETTLE)
         unloaded = statistics.median(_normal_ok(server.url, normal, timer) for _ in range(3))
+        one_heavy = _normal_ok(server.url, heavy, timer)  # what one abandoned request would cost if it ran
         data = json.dumps(heavy[1]).encode()
         offset = server.log_size()
         clients = [_raw(server.url, _post_head(heavy[0], len(data)), data) for _ in range(50)]  # all sent in full
         time.sleep(0.05)
         for sock in clients:  # and all gone ~50 ms later
             sock.close()
+        left = time.perf_counter()
         at_once = _normal_ok(server.url, normal, timer)
-        time.sleep(SETTLE)
-        after = statistics.median(_normal_ok(server.url, normal, timer) for _ in range(3))  # as unloaded
+        latency, recovered = at_once, time.perf_counter() - left
+        while latency > 2 * unloaded + 0.01 and recovered < 50 * one_heavy:  # polled until unloaded again
+            time.sleep(0.1)
+            latency = statistics.median(_normal_ok(server.url, normal, timer) for _ in range(3))
+            recovered = time.perf_counter() - left
     with server.log.open("rb") as handle:  # the access log: the abandoned requests the handler took up
         handle.seek(offset)
         reached = Counter(re.findall(rf"POST {heavy[0]} (\d+)", handle.read().decode("utf-8", "replace")))
-    print(f"\nabandoned work ({which}): unloaded {unloaded * 1000:.1f} ms, after 50 abandoned maximal requests "
-          f"{after * 1000:.1f} ms (ratio {after / unloaded:.1f}); settle {SETTLE:g} s, slack 10 ms; "
-          f"statuses in the server's access log {dict(reached)}; "
-          f"with no settle {at_once * 1000:.1f} ms")
-    assert after <= 2 * unloaded + 0.01, "abandoned requests still hold the engine"
+    print(f"\nabandoned work ({which}): unloaded {unloaded * 1000:.1f} ms, one heavy request {one_heavy:.2f} s; "
+          f"after 50 abandoned: {at_once * 1000:.1f} ms at once, back to {latency * 1000:.1f} ms after "
+          f"{recovered:.2f} s; statuses in the server's access log {dict(reached)}")
+    assert latency <= 2 * unloaded + 0.01, "abandoned requests still hold the engine"
+    assert recovered < 4 * one_heavy + SETTLE, "the abandoned requests' work was done, not dropped"
