@@ -22,11 +22,16 @@ from typing import Any
 
 import numpy as np
 
+from builder.engine.dequant import View, views
 from builder.errors import UnsupportedModel
+from builder.model.quantization import source_format
 
 MAX_HEADER = 100 << 20  # safetensors' own reader refuses headers past 100 MB
 WIDTH = {"F32": 4, "F16": 2, "BF16": 2}
-PACKED = {"U8": 1}  # bytes read as they are: MXFP4 experts' codes and scales (decoder_moe.py widens them)
+# read as stored: MXFP4's codes and scales, FP8 codes, packed int32 words, int8 values, g_idx and shapes
+# (dequant.py decodes them)
+PACKED = {"U8": np.uint8, "I8": np.int8, "I16": np.int16, "I32": np.int32, "I64": np.int64,
+          "F8_E4M3": np.uint8, "F8_E5M2": np.uint8, "F8_E8M0": np.uint8}
 INDEX = "model.safetensors.index.json"
 
 
@@ -75,7 +80,7 @@ class SafetensorsFile:
             begin, end = (int(v) for v in entry["data_offsets"])
         except (KeyError, TypeError, ValueError) as exc:
             raise self._damaged(f"its entry for {name!r} is malformed ({exc})") from exc
-        width = WIDTH.get(dtype, PACKED.get(dtype))
+        width = WIDTH.get(dtype, np.dtype(PACKED[dtype]).itemsize if dtype in PACKED else None)
         size_ok = width is None or end - begin == int(np.prod(shape)) * width
         if not (0 <= begin <= end <= data_size and size_ok and all(d >= 0 for d in shape)):
             raise self._damaged(f"tensor {name!r} lies outside the file or has the wrong size")
@@ -88,20 +93,32 @@ class SafetensorsFile:
     def rows(self, name: str, r0: int, r1: int) -> np.ndarray:
         dtype, shape, offset = self.tensors[name]
         if dtype not in WIDTH:
-            raise UnsupportedModel(f"tensor {name!r} in {self.path.name} is {dtype}; mbuild reads F32, F16 and BF16",
-                                   hint="quantized checkpoints (GPTQ, AWQ) are not supported; use the original")
+            raise UnsupportedModel(f"tensor {name!r} in {self.path.name} is {dtype}, and its config names no "
+                                   "quantization mbuild reads it by; mbuild reads F32, F16 and BF16 weights",
+                                   hint="is config.json the one this checkpoint was saved with?")
         row = int(np.prod(shape[1:])) * WIDTH[dtype]
         raw = os.pread(self.fd, (r1 - r0) * row, offset + r0 * row)
         return _widen(raw, dtype).reshape((r1 - r0, *shape[1:]))
 
     def packed_rows(self, name: str, r0: int, r1: int) -> np.ndarray:
-        """Rows of a U8 tensor as stored (no widening): the bytes of a packed format such as MXFP4."""
+        """Rows of an integer or FP8 tensor as stored (no widening): a packed format's bytes or words."""
         dtype, shape, offset = self.tensors[name]
         if dtype not in PACKED:
-            raise UnsupportedModel(f"tensor {name!r} in {self.path.name} is {dtype}, not packed bytes (U8)")
-        row = int(np.prod(shape[1:]))
-        return np.frombuffer(os.pread(self.fd, (r1 - r0) * row, offset + r0 * row), np.uint8).reshape(
+            raise UnsupportedModel(f"tensor {name!r} in {self.path.name} is {dtype}, not a packed format's "
+                                   f"({', '.join(PACKED)})")
+        kind = np.dtype(PACKED[dtype])
+        row = int(np.prod(shape[1:])) * kind.itemsize
+        return np.frombuffer(os.pread(self.fd, (r1 - r0) * row, offset + r0 * row), kind).reshape(
             (r1 - r0, *shape[1:]))
+
+
+def _config(model_dir: Path) -> dict[str, Any]:
+    """config.json, for its quantization_config; {} where there is none to read (the plan has read it by now)."""
+    try:
+        found = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _indexed(index: Path) -> list[str]:
@@ -139,16 +156,32 @@ class Checkpoint:
                 self.state.update(torch.load(path, map_location="cpu", mmap=True, weights_only=True))
         if not self.files and not self.state:
             raise UnsupportedModel(f"no safetensors or pytorch_model.bin weights in {model_dir}")
+        # a pre-quantized checkpoint's weights by the module's names, decoded when read (dequant.py)
+        fmt = source_format(_config(model_dir))
+        self.format = fmt.label if fmt else ""
+        self.decoded: dict[str, View] = {}
+        self.decoded = views(self, list(self.files), fmt) if fmt else {}
 
     def __contains__(self, name: str) -> bool:
-        return name in self.files or name in self.state or name in self.parts or name in self.joins
+        return (name in self.files or name in self.state or name in self.parts or name in self.joins
+                or name in self.decoded)
 
     def names(self) -> list[str]:
-        """The stored tensors' names (not the parts')."""
-        return [*self.files, *self.state]
+        """The weights' names: the stored tensors', a quantized weight's by the module's name for it (not the
+        parts')."""
+        consumed = {part for view in self.decoded.values() for part in view.parts} - self.decoded.keys()
+        return [*(n for n in self.files if n not in consumed), *self.decoded.keys() - self.files.keys(), *self.state]
+
+    def dtype(self, name: str) -> str:
+        """A stored tensor's safetensors dtype (F32 for a decoded weight)."""
+        if name in self.files and name not in self.decoded:
+            return self.files[name].tensors[name][0]
+        return "F32"
 
     def shape(self, name: str) -> tuple[int, ...]:
         self._check(name)
+        if name in self.decoded:
+            return self.decoded[name].shape
         if name in self.parts:
             source, r0, r1 = self.parts[name]
             return (r1 - r0, *self.shape(source)[1:])
@@ -163,6 +196,8 @@ class Checkpoint:
 
     def rows(self, name: str, r0: int, r1: int) -> np.ndarray:
         self._check(name)
+        if name in self.decoded:
+            return self.decoded[name].rows(r0, r1)
         if name in self.parts:
             source, first, _ = self.parts[name]
             return self.rows(source, first + r0, first + r1)

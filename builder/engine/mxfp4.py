@@ -10,10 +10,14 @@ fails (measured on 1.32), so the export widens the codes and writes the experts 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from builder.engine.checkpoint import Checkpoint
 from builder.errors import UnsupportedModel
+
+if TYPE_CHECKING:  # checkpoint.py reads MXFP4 through dequant.py, which imports this module
+    from builder.engine.checkpoint import Checkpoint
 
 BLOCK = 32
 # E2M1: sign, 2 exponent bits, 1 mantissa bit; codes 0-7 are +0 .. +6, 8-15 the same values negated

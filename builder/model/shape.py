@@ -29,11 +29,11 @@ from builder.model.geometry import (
     head_geometry,
     model_context,
 )
+from builder.model.quantization import MXFP4, SourceFormat, source_format
 from runtimes.bundle.engine import Task  # the one list of tasks: engine.json's, which the image reads
 
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 HUB_DTYPE = "bfloat16"  # a checkpoint whose config.json names no dtype: the Hub's usual one
-MXFP4_BYTES = 17 / 32  # a block of 32 four-bit values and their shared 8-bit exponent (gpt-oss's experts)
 
 
 def billions(value: float) -> str:
@@ -197,19 +197,22 @@ def _vision_params(config: Mapping[str, Any]) -> int:
     return layers * (4 * hidden * hidden + 2 * hidden * inter) + (3 * patch * patch + (image // patch) ** 2) * hidden
 
 
-def _checkpoint_gb(config: Mapping[str, Any], total: int, expert_params: int, table: int) -> float:
-    """What the checkpoint's weights take: its dtype's bytes each; gpt-oss's MXFP4 experts at 4.25 bits, an FP8
-    checkpoint's linear layers (DeepSeek-V3's: all but the token tables) at a byte."""
+def _checkpoint_gb(config: Mapping[str, Any], fmt: SourceFormat | None, total: int, expert_params: int,
+                   table: int) -> float:
+    """What the checkpoint's weights take: its dtype's bytes each; a pre-quantized checkpoint's quantized ones as
+    its format stores them (quantization.py): gpt-oss's MXFP4 experts, the linear layers of the others (the token
+    tables stay in the checkpoint's dtype)."""
     dtype = str(config.get("torch_dtype") or config.get("dtype") or HUB_DTYPE)
     per = DTYPE_BYTES.get(dtype, DTYPE_BYTES[HUB_DTYPE])
-    quant = config.get("quantization_config") or {}
-    method = str(quant.get("quant_method")) if isinstance(quant, Mapping) else ""
-    packed, packed_bytes = {"mxfp4": (expert_params, MXFP4_BYTES), "fp8": (total - table, 1.0)}.get(method, (0, 0.0))
-    return ((total - packed + _vision_params(config)) * per + packed * packed_bytes) / 1e9
+    packed = 0 if fmt is None else expert_params if fmt.method == MXFP4 else total - table
+    stored = fmt.bytes_per_weight() if fmt else 0.0
+    return ((total - packed + _vision_params(config)) * per + packed * stored) / 1e9
 
 
 def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "config.json") -> ModelFacts:
-    """The planning facts of a transformers config.json; a language model's family must be one mbuild builds."""
+    """The planning facts of a transformers config.json; a language model's family must be one mbuild builds, its
+    quantization (if any) one mbuild reads."""
+    fmt = source_format(config)
     if task == "text-generation" or config.get("model_type") in FAMILIES:  # a decoder body embeds too (Qwen3-Embedding)
         text, fam = text_config(config)
         if fam is None:  # the fast lane's family, the generic export's, or the refusal that says why neither
@@ -250,7 +253,7 @@ def facts_from_config(config: Mapping[str, Any], task: Task, source: str = "conf
             active_params=active / 1e9 if moe.experts else None, experts=moe.experts,
             experts_per_token=moe.per_token, expert_intermediate=moe.intermediate, moe_layers=moe.layers,
             sliding_window=window, sliding_layers=sliding_layers,
-            checkpoint_gb=_checkpoint_gb(config, total, expert_params, table))
+            checkpoint_gb=_checkpoint_gb(config, fmt, total, expert_params, table))
     except ValidationError as exc:  # zero or negative sizes
         fields = ", ".join(sorted({str(error["loc"][0]) for error in exc.errors()}))
         raise UnsupportedModel(f"config.json's sizes give no model mbuild can plan ({fields}: not positive)") from exc

@@ -1,0 +1,155 @@
+"""Issue 59: pre-quantized checkpoints read by their quantization_config (builder/engine/dequant.py through
+checkpoint.py): each format, written byte for byte from its spec (tests/support/quantized_checkpoints.py), reads
+back as the values its codes stand for, whole or a band of rows at a time; transformers' own dequantizing load
+agrees where it has one (FP8); the plan counts the download as stored and refuses a method mbuild does not read."""
+
+from __future__ import annotations
+
+import functools
+import json
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.numpy import load_file
+
+from builder.cli import cli
+from builder.engine.checkpoint import Checkpoint
+from builder.errors import UnsupportedModel
+from builder.model.quantization import source_format
+from builder.model.shape import facts_from_config
+from tests.support import quantized_checkpoints as qc
+from tests.support.fakehub import FakeHub, FakeRepo
+from tests.support.family_configs import family_configs
+from tests.support.tiny_models import save_random_decoder
+
+FORMATS: dict[str, tuple[dict[str, Any], Any]] = {
+    "gptq-v1-act-order": ({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": True, "sym": True},
+                          functools.partial(qc.gptq, bits=4, group=32, act_order=True, v2=False)),
+    "gptq-v2-8bit": ({"quant_method": "gptq", "bits": 8, "group_size": 32, "checkpoint_format": "gptq_v2",
+                      "sym": False}, functools.partial(qc.gptq, bits=8, group=32, act_order=False, v2=True)),
+    "awq": ({"quant_method": "awq", "bits": 4, "group_size": 32, "version": "gemm", "zero_point": True},
+            functools.partial(qc.awq, group=32)),
+    "fp8-blocks": ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [32, 32],
+                    "activation_scheme": "dynamic"}, functools.partial(qc.fp8_blocks, block=32)),
+}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_random_decoder(family_configs()["qwen3"], tmp_path_factory.mktemp("qwen3") / "fp32")
+
+
+@pytest.fixture(scope="module", params=sorted(FORMATS))
+def written(request: pytest.FixtureRequest, source: Path) -> tuple[str, Path, Path]:
+    quantization, quantize = FORMATS[request.param]
+    out = qc.write(source, source.parent / request.param, quantization, quantize)
+    return request.param, out, out.with_name(out.name + "-dequantized")
+
+
+def test_each_format_reads_back_as_its_values(written: tuple[str, Path, Path]) -> None:
+    _, folder, twin = written
+    expected = load_file(str(twin / "model.safetensors"))
+    with ExitStack() as stack:
+        checkpoint = Checkpoint(folder, stack)
+        names = set(checkpoint.names())
+        assert names == set(expected), names ^ set(expected)  # the module's names, no packed parts among them
+        decoded = [name for name in names if name in checkpoint.decoded]
+        assert len(decoded) == 2 * 7  # q, k, v, o, gate, up and down in both layers
+        for name in names:
+            assert np.array_equal(checkpoint.get(name), expected[name]), name
+        name = "model.layers.1.mlp.down_proj.weight"  # a band of rows that splits a word and a block
+        assert np.array_equal(checkpoint.rows(name, 5, 27), expected[name][5:27])
+
+
+@pytest.mark.parametrize("kind", ["fp8-blocks", "mxfp4"])
+def test_it_reads_as_transformers_dequantizes_it(kind: str, tmp_path: Path, source: Path) -> None:
+    """transformers loads FP8 and MXFP4 checkpoints on a CPU only dequantized: its weights are ours (FP8's through
+    bf16, so to bf16's precision)."""
+    from transformers import AutoModelForCausalLM, Mxfp4Config  # type: ignore[attr-defined]
+
+    if kind == "mxfp4":
+        source = save_random_decoder(family_configs()["gpt_oss"], tmp_path / "gpt-oss")
+        folder = qc.write(source, tmp_path / kind, {"quant_method": "mxfp4"}, qc.mxfp4, qc.experts)
+        extra: dict[str, Any] = {"quantization_config": Mxfp4Config(dequantize=True)}
+    else:
+        folder = qc.write(source, tmp_path / kind, *FORMATS[kind])
+        extra = {}
+    theirs = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **extra).state_dict()
+    with ExitStack() as stack:
+        checkpoint = Checkpoint(folder, stack)
+        assert len(checkpoint.decoded) == (4 if kind == "mxfp4" else 14)
+        for name in checkpoint.decoded:
+            ours, expected = checkpoint.get(name), theirs[name].float().numpy()
+            assert np.array_equal(ours, expected) if kind == "mxfp4" else np.allclose(ours, expected, rtol=1e-2), name
+
+
+@pytest.mark.filterwarnings("ignore:You passed `quantization_config`")  # run_compressed=False is the point
+@pytest.mark.parametrize(("fmt", "bits", "symmetric", "group"), [
+    ("pack-quantized", 4, True, 32), ("pack-quantized", 4, False, 32), ("pack-quantized", 8, True, 0),
+    ("int-quantized", 8, True, 0), ("float-quantized", 8, True, 0)])
+def test_compressed_tensors_read_as_the_library_decompresses_them(fmt: str, bits: int, symmetric: bool, group: int,
+                                                                  tmp_path: Path, source: Path) -> None:
+    """Written by compressed-tensors itself; transformers with the library decompresses them (run_compressed off)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils.quantization_config import CompressedTensorsConfig
+
+    folder = qc.compressed(source, tmp_path / fmt, fmt, bits, symmetric, group)
+    theirs = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                  quantization_config=CompressedTensorsConfig(run_compressed=False))
+    expected = theirs.state_dict()
+    with ExitStack() as stack:
+        checkpoint = Checkpoint(folder, stack)
+        assert len(checkpoint.decoded) == 14 and checkpoint.format.startswith(f"compressed-tensors {fmt}")
+        for name in checkpoint.decoded:
+            assert np.array_equal(checkpoint.get(name), expected[name].numpy()), name
+
+
+def test_the_plan_counts_the_download_as_stored(written: tuple[str, Path, Path]) -> None:
+    kind, folder, twin = written
+    quantized = facts_from_config(json.loads((folder / "config.json").read_text()), "text-generation")
+    plain = facts_from_config(json.loads((twin / "config.json").read_text()), "text-generation")
+    assert quantized.params == plain.params and quantized.checkpoint_gb and plain.checkpoint_gb
+    assert quantized.checkpoint_gb < plain.checkpoint_gb / (2 if kind != "gptq-v2-8bit" else 1.5)
+
+
+@pytest.mark.parametrize("method", ["bitsandbytes", "hqq", "exl2", "gguf", ""])
+def test_a_method_mbuild_does_not_read_is_refused_by_name(method: str) -> None:
+    config = {**family_configs()["qwen3"].to_dict(), "quantization_config": {"quant_method": method}}
+    with pytest.raises(UnsupportedModel) as refused:
+        facts_from_config(config, "text-generation")
+    assert (repr(method) if method else "no quant_method") in refused.value.message
+    assert "gptq" in (refused.value.hint or "")
+
+
+@pytest.mark.parametrize(("quantization", "why"), [
+    ({"quant_method": "gptq", "bits": 3, "group_size": 128}, "GPTQ at 3 bits"),
+    ({"quant_method": "awq", "bits": 4, "version": "gemv"}, "AWQ gemv"),
+    ({"quant_method": "compressed-tensors", "format": "marlin-24"}, "'marlin-24' format"),
+])
+def test_a_variant_mbuild_does_not_read_is_refused(quantization: dict[str, Any], why: str) -> None:
+    with pytest.raises(UnsupportedModel, match=why):
+        source_format({"quantization_config": quantization})
+
+
+@pytest.mark.parametrize("command", ["plan", "package"])
+@pytest.mark.parametrize("method", ["bitsandbytes", "hqq", "exl2"])
+def test_an_unread_method_on_the_hub_is_refused_before_its_weights_download(
+        fake_hub: FakeHub, tmp_path: Path, command: str, method: str) -> None:
+    """Through the real huggingface_hub client: only config.json is fetched, then exit 7 naming the method."""
+    folder = save_random_decoder(family_configs()["qwen3"], tmp_path / "repo")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "quantization_config": {"quant_method": method}}))
+    fake_hub.repos["org/quantized"] = FakeRepo(folder, sha="3" * 40)
+    out = tmp_path / "out"
+    extra = ["--backend", "none", "--output", str(out)] if command == "package" else []
+    result = CliRunner().invoke(cli, [command, "org/quantized", "--gpu", "cpu", *extra])
+    assert result.exit_code == UnsupportedModel.exit_code, result.output
+    assert f"quantized with {method!r}, which mbuild does not read" in result.output
+    assert "Traceback" not in result.output and not out.exists()
+    downloads = [r for r in fake_hub.requests if "/resolve/" in r]
+    assert downloads and all(r.endswith("/config.json") for r in downloads), downloads
