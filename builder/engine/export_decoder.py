@@ -27,6 +27,7 @@ from builder.engine.rope import served_context
 from builder.engine.weight_writer import LinearFormat
 from builder.errors import ToolMissing, UnsupportedModel
 from builder.model.families import family, takes_fast_lane
+from builder.model.quantization import source_format
 from builder.planning.engine_options import ort_options
 from builder.planning.profiles import Profile
 from runtimes.bundle.engine import DecoderOptions, LayerCache
@@ -79,8 +80,10 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearForma
         inputs = ("input_ids", "seqlens_k", "total_sequence_length", "logits_at", *past)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     special = {"bos_token": tokenizer.bos_token or "", "eos_token": tokenizer.eos_token or ""}
+    fmt = source_format(config.to_dict())
     return ExportResult(
         task="text-generation",
+        source_format=fmt.label if fmt else "",
         inputs=inputs,
         output="logits",
         max_seq_length=served_context(config.get_text_config()),

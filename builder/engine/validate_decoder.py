@@ -148,8 +148,12 @@ def run_gate(model_dir: Path, engine_dir: Path, tolerance: Tolerance, report_pat
             tolerance.max_logit_error is None or forced["max_logit_error"] <= tolerance.max_logit_error)
         summary = (f"teacher-forced top-1 agreement {forced['top1_agreement']:.3f} (>= {tolerance.min_top1}), "
                    f"max logit error {forced['max_logit_error']:.3f}")
+    if config.source_format:  # no unquantized original exists: the reference runs the checkpoint's own values
+        summary += f" (reference: the {config.source_format} checkpoint, dequantized)"
     report = DecoderReport(
-        reference="transformers modules (PyTorch, fp32, CPU, a layer at a time) along the engine's greedy tokens",
+        reference="transformers modules (PyTorch, fp32, CPU, a layer at a time) along the engine's greedy tokens"
+                  + (f", on the {config.source_format} checkpoint's weights dequantized (decoded to fp32)"
+                     if config.source_format else ""),
         new_tokens=NEW_TOKENS,
         batched=batch,
         prompts=tuple(PromptCheck(text, len(p), tuple(s), tuple(r), e)

@@ -9,6 +9,7 @@ import sys
 from builder.model.catalog import load_catalog
 from builder.model.families import FAMILIES, WRAPPERS
 from builder.model.measured import record
+from builder.model.quantization import DESCRIBED
 
 KINDS = {"dense": "dense", "moe": "mixture of experts"}
 
@@ -54,6 +55,7 @@ def models_markdown() -> str:
           for name, w in WRAPPERS.items()],
         "",
         *sweep_lines(),
+        *quantized_lines(),
         "## The catalog",
         "",
         "Aliases plan offline, from the config.json fields profiles/catalog.yaml records for each",
@@ -76,6 +78,26 @@ def models_markdown() -> str:
 
 
 OUTCOMES = ("passed", "refused", "failed", "bug", "not made tiny")
+
+
+def quantized_lines() -> list[str]:
+    """The pre-quantized formats read (builder/model/quantization.py)."""
+    return [
+        "## Pre-quantized checkpoints",
+        "",
+        "A checkpoint published quantized is read by config.json's `quantization_config`, a band of rows at a time",
+        "(never a whole bf16 copy): the export, the gate's reference and the plan see the same weights. The gate's",
+        "reference is transformers running the dequantized source (no unquantized original exists), and the",
+        "plan counts the download as stored. The decoded weights are then built at the profile's precision, as an",
+        "unquantized model's are: fp32 keeps them, int8 and int4 re-round them with mbuild's own quantizers (a GPTQ",
+        "or AWQ grid is not yet carried into the int4 blocks as it stands). Any other method (bitsandbytes, HQQ,",
+        "EXL2, GGUF, ...) is refused when planned, before the weights are downloaded (exit 7), naming what is read.",
+        "",
+        "| quant_method | what is read | built |",
+        "| --- | --- | --- |",
+        *[f"| `{method}` | {read} | {built} |" for method, read, built in DESCRIBED],
+        "",
+    ]
 
 
 def sweep_lines() -> list[str]:

@@ -156,6 +156,10 @@ class EngineConfig:
     options: Options
     onnxruntime: OrtBuild | None = None
     attention_heads: int = field(default=0, metadata=bounds(0, 1 << 16))  # encoders: what attention_bytes takes
+    # A pre-quantized checkpoint's format as published ("gptq int4 g128"; "" for an unquantized one), and whether
+    # the engine's weights were rounded again from its decoded values (any precision but fp32)
+    source_format: str = ""
+    requantized: bool = False
     format: int = ENGINE_FORMAT
 
     @property

@@ -114,3 +114,37 @@ def test_a_generic_build_peaks_under_its_fp32_weights_and_grows_sub_linearly(tmp
           f"{peak / GIB:.2f} GiB at {fp32 / GIB:.2f} ({peak / fp32:.2f}x); {growth:.2f} bytes per added fp32 byte")
     assert peak <= fp32
     assert growth < 0.25
+
+
+@pytest.mark.parametrize(("method", "precision"), [("gptq", "int4"), ("fp8", "int8")])
+def test_a_prequantized_build_peaks_under_its_plan_and_grows_sub_linearly(method: str, precision: str,
+                                                                          tmp_path: Path) -> None:
+    """Issue 59: a GPTQ (int4, groups of 128, act-order) and an FP8 (128x128 blocks) Llama of the two sizes above,
+    built at the profile the source suits. The checkpoint is decoded a band of rows at a time (a GPTQ weight's
+    columns from its packed rows), never a bf16 copy, so the peak stays under the plan and grows sub-linearly."""
+    import functools
+
+    from tests.support import quantized_checkpoints as qc
+
+    formats: dict[str, tuple[Any, dict[str, object]]] = {
+        "gptq": (functools.partial(qc.gptq, bits=4, group=128, act_order=True, v2=False),
+                 {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True, "sym": True}),
+        "fp8": (functools.partial(qc.fp8_blocks, block=128),
+                {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]})}
+    quantize, quantization = formats[method]
+    peaks = {}
+    for name, shape in (("0.1b", SMALL_SHAPE), ("0.4b", MID_SHAPE)):
+        source = save_random_decoder(LlamaConfig(**shape), tmp_path / f"llama-{name}")  # fp32: the writers' input
+        model = qc.write(source, tmp_path / f"{method}-{name}", quantization, quantize, twin=False)
+        fp32 = (source / "model.safetensors").stat().st_size
+        plan = mbuild("plan", str(model), "--gpu", "cpu", "--precision", precision, "--json")
+        assert plan.returncode == 0, plan.stderr
+        predicted = json.loads(plan.stdout)["memory"]["build_gb"] * 1e9
+        peaks[name] = _peak(model, tmp_path / name, precision)[0], fp32, predicted
+    (small_peak, small_fp32, _), (peak, fp32, predicted) = peaks["0.1b"], peaks["0.4b"]
+    growth = (peak - small_peak) / (fp32 - small_fp32)
+    print(f"{method} {precision} peaks: {small_peak / GIB:.2f} GiB at {small_fp32 / GIB:.2f} GiB of fp32 weights, "
+          f"{peak / GIB:.2f} GiB at {fp32 / GIB:.2f} (predicted {predicted / GIB:.2f}); {growth:.2f} bytes per "
+          "added fp32 byte")
+    assert peak <= predicted and small_peak <= peaks["0.1b"][2]
+    assert growth < 0.25
