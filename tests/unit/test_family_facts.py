@@ -26,6 +26,7 @@ PUBLISHED: dict[str, tuple[float, float | None]] = {
     "llama-3.2-3b": (3.21, None), "mistral-7b": (7.25, None), "mixtral-8x7b": (46.7, 12.9),
     "qwen2.5-0.5b": (0.49, None), "qwen2.5-7b": (7.61, None),
     "qwen3-0.6b": (0.6, None), "qwen3-1.7b": (1.7, None), "qwen3-4b": (4.0, None), "qwen3-8b": (8.2, None),
+    "qwen3-8b-fp8": (8.2, None), "qwen3-8b-awq": (8.2, None),
     "qwen3-14b": (14.8, None), "qwen3-32b": (32.8, None), "qwen3-30b-a3b": (30.5, 3.3),
     "qwen3-235b-a22b": (235.0, 22.0),
     "gemma-2-2b": (2.61, None), "gemma-2-9b": (9.24, None), "gemma-2-27b": (27.2, None),
