@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from builder.engine.dequant import View, views
+from builder.engine.dequant import Grid, View, views
 from builder.errors import UnsupportedModel
 from builder.model.quantization import source_format
 
@@ -171,6 +171,11 @@ class Checkpoint:
         parts')."""
         consumed = {part for view in self.decoded.values() for part in view.parts} - self.decoded.keys()
         return [*(n for n in self.files if n not in consumed), *self.decoded.keys() - self.files.keys(), *self.state]
+
+    def grid(self, name: str) -> Grid | None:
+        """A pre-quantized weight's codes where a build may keep them (dequant.Grid); None for any other weight."""
+        view = self.decoded.get(name)
+        return view.grid if view else None
 
     def dtype(self, name: str) -> str:
         """A stored tensor's safetensors dtype (F32 for a decoded weight)."""

@@ -43,6 +43,21 @@ class Stored(Protocol):
     def packed_rows(self, name: str, r0: int, r1: int) -> np.ndarray: ...
 
 
+# An integer format's rows [r0, r1) as stored: unsigned codes [n, K], zero points [n, G] in the same space (or one
+# for all: a symmetric scheme's) and scales [n, G]; a value is (code - zero) * scale
+Coded = tuple[np.ndarray, "np.ndarray | int", np.ndarray]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """An integer weight whose groups are runs of `group` consecutive input columns: what MatMulNBits' blocks are,
+    so a build at the same bits and block size keeps the codes (weight_writer.py) rather than rounding again."""
+
+    bits: int
+    group: int
+    coded: Callable[[int, int], Coded]
+
+
 @dataclass(frozen=True)
 class View:
     """A weight decoded from stored tensors: its shape and rows [r0, r1) in fp32."""
@@ -50,6 +65,7 @@ class View:
     shape: tuple[int, ...]
     read: Callable[[int, int], np.ndarray]
     parts: tuple[str, ...]  # the stored tensors it is made of
+    grid: Grid | None = None  # its codes, where they can be kept
 
     def rows(self, r0: int, r1: int) -> np.ndarray:
         return self.read(r0, r1)
@@ -150,6 +166,16 @@ def _grid(q: np.ndarray, zeros: np.ndarray | float, scales: np.ndarray, groups: 
     return ((q - zero) * scales[:, groups]).astype(np.float32)
 
 
+def _integer_view(shape: tuple[int, int], coded: Callable[[int, int], Coded], groups: np.ndarray, fmt: SourceFormat,
+                  parts: tuple[str, ...]) -> View:
+    """A weight of codes, zeros and scales: decoded to fp32 by its groups, and kept as a Grid where they are runs of
+    the format's group size (a whole row: per channel)."""
+    group = fmt.group or shape[1]
+    runs = bool(np.array_equal(groups, np.arange(shape[1]) // group))
+    return View(shape, lambda r0, r1: _grid(*coded(r0, r1), groups), parts,
+                Grid(fmt.bits, group, coded) if runs else None)
+
+
 def _group_of(stored: Stored, stem: str, k: int, group: int, count: int) -> np.ndarray:
     """Each input column's group: GPTQ's g_idx where stored (act-order permutes it), else its index over the
     group size."""
@@ -166,13 +192,13 @@ def _gptq(stored: Stored, stem: str, fmt: SourceFormat) -> View:
     """qweight [K*b/32, N] packed along the input; qzeros [G, N*b/32] along the output; scales [G, N]."""
     words, n = stored.shape(f"{stem}.qweight")
     k, count = words * 32 // fmt.bits, stored.shape(f"{stem}.scales")[0]
-    groups = _group_of(stored, stem, k, fmt.group, count)
 
-    def read(r0: int, r1: int) -> np.ndarray:
+    def coded(r0: int, r1: int) -> Coded:
         q = unpack(_columns(stored, f"{stem}.qweight", r0, r1), fmt.bits, 0).T
         zeros = unpack(_ints(stored, f"{stem}.qzeros", 0, count), fmt.bits, 1)[:, r0:r1].T + fmt.zero_offset
-        return _grid(q, zeros, _whole(stored, f"{stem}.scales")[:, r0:r1].T, groups)
-    return View((n, k), read, tuple(f"{stem}.{p}" for p in ("qweight", "qzeros", "scales", "g_idx")))
+        return q, zeros, _whole(stored, f"{stem}.scales")[:, r0:r1].T
+    return _integer_view((n, k), coded, _group_of(stored, stem, k, fmt.group, count), fmt,
+                         tuple(f"{stem}.{p}" for p in ("qweight", "qzeros", "scales", "g_idx")))
 
 
 def _awq_unpack(words: np.ndarray) -> np.ndarray:
@@ -188,36 +214,35 @@ def _awq(stored: Stored, stem: str, fmt: SourceFormat) -> View:
     """qweight [K, N/8] and qzeros [K/g, N/8] packed along the output; scales [K/g, N]; x @ W."""
     k, words = stored.shape(f"{stem}.qweight")
     n, count = words * 8, stored.shape(f"{stem}.scales")[0]
-    groups = _group_of(stored, stem, k, fmt.group, count)
 
-    def read(r0: int, r1: int) -> np.ndarray:
+    def coded(r0: int, r1: int) -> Coded:
         w0 = r0 // 8
         cut = slice(r0 - 8 * w0, r1 - 8 * w0)
         q = _awq_unpack(_columns(stored, f"{stem}.qweight", w0, -(-r1 // 8)))[:, cut].T
         zeros = _awq_unpack(_ints(stored, f"{stem}.qzeros", 0, count))[:, r0:r1].T
-        return _grid(q, zeros, _whole(stored, f"{stem}.scales")[:, r0:r1].T, groups)
-    return View((n, k), read, tuple(f"{stem}.{p}" for p in ("qweight", "qzeros", "scales")))
+        return q, zeros, _whole(stored, f"{stem}.scales")[:, r0:r1].T
+    return _integer_view((n, k), coded, _group_of(stored, stem, k, fmt.group, count), fmt,
+                         tuple(f"{stem}.{p}" for p in ("qweight", "qzeros", "scales")))
 
 
 def _packed(stored: Stored, stem: str, fmt: SourceFormat) -> View:
-    """compressed-tensors' pack-quantized: weight_packed [N, K*b/32] along the input, values offset to unsigned;
-    weight_scale [N, G]; an asymmetric scheme's weight_zero_point packed along the output."""
+    """compressed-tensors' pack-quantized: weight_packed [N, K*b/32] along the input, signed values stored offset
+    by 2^(b-1); weight_scale [N, G]; an asymmetric scheme's weight_zero_point packed along the output, offset alike
+    (so codes and zeros are compared unsigned)."""
     n, words = stored.shape(f"{stem}.weight_packed")
     k = words * 32 // fmt.bits
     if f"{stem}.weight_shape" in stored:
         k = int(_ints(stored, f"{stem}.weight_shape", 0, 2)[1])
-    offset = 1 << (fmt.bits - 1)
     count = _whole(stored, f"{stem}.weight_scale").reshape(n, -1).shape[1]
-    groups = _group_of(stored, stem, k, fmt.group, count)
     zero_name = f"{stem}.weight_zero_point"
 
-    def read(r0: int, r1: int) -> np.ndarray:
-        q = unpack(stored.packed_rows(f"{stem}.weight_packed", r0, r1), fmt.bits, 1)[:, :k] - offset
-        zeros = (unpack(_ints(stored, zero_name, 0, stored.shape(zero_name)[0]), fmt.bits, 0)[r0:r1] - offset
-                 if zero_name in stored else 0.0)
-        scales = _whole(stored, f"{stem}.weight_scale").reshape(n, -1)[r0:r1]
-        return _grid(q, zeros, scales, groups)
-    return View((n, k), read, tuple(f"{stem}.{p}" for p in ("weight_packed", "weight_scale", "weight_zero_point")))
+    def coded(r0: int, r1: int) -> Coded:
+        q = unpack(stored.packed_rows(f"{stem}.weight_packed", r0, r1), fmt.bits, 1)[:, :k]
+        zeros = (unpack(_ints(stored, zero_name, 0, stored.shape(zero_name)[0]), fmt.bits, 0)[r0:r1]
+                 if zero_name in stored else 1 << (fmt.bits - 1))
+        return q, zeros, _whole(stored, f"{stem}.weight_scale").reshape(n, -1)[r0:r1]
+    return _integer_view((n, k), coded, _group_of(stored, stem, k, fmt.group, count), fmt,
+                         tuple(f"{stem}.{p}" for p in ("weight_packed", "weight_scale", "weight_zero_point")))
 
 
 def _integer(stored: Stored, stem: str, fmt: SourceFormat) -> View:

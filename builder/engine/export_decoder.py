@@ -81,9 +81,16 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearForma
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     special = {"bos_token": tokenizer.bos_token or "", "eos_token": tokenizer.eos_token or ""}
     fmt = source_format(config.to_dict())
+    # whether the engine's weights hold the source's own values: fp32 (decoded exactly), or its codes as blocks
+    if form is None:
+        kept = not grown_cache
+    else:
+        kept = form.kind == "fp32" or (fmt is not None and form.kind == "nbits" and not form.tiles
+                                       and fmt.kept_in_blocks(form.bits, form.block_size))
     return ExportResult(
         task="text-generation",
         source_format=fmt.label if fmt else "",
+        requantized=fmt is not None and not kept,
         inputs=inputs,
         output="logits",
         max_seq_length=served_context(config.get_text_config()),

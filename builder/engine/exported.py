@@ -30,6 +30,7 @@ class ExportResult(ExportShape):
     options: Options  # engine.json's options: the task's own
     attention_heads: int = 0  # encoders: the heads whose scores bound a batch's memory (0: a decoder's, unbounded)
     source_format: str = ""  # a pre-quantized checkpoint's format as published (quantization.py's label); "" if not
+    requantized: bool = False  # its values rounded again into the engine's weights (not fp32, its codes not kept)
 
     def capped(self, context: int | None) -> ExportResult:
         """The served context is what the profile reserved KV cache for, not the model's longest."""
@@ -43,7 +44,7 @@ class ExportResult(ExportShape):
                             max_seq_length=self.max_seq_length, pad_token_id=self.pad_token_id,
                             precision=precision, batching=batching, options=self.options, onnxruntime=onnxruntime,
                             attention_heads=self.attention_heads, source_format=self.source_format,
-                            requantized=bool(self.source_format) and precision != "fp32")
+                            requantized=self.requantized)
 
     def save(self, path: Path) -> None:
         """For the export's child process to hand back (export_worker)."""

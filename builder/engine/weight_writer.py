@@ -28,6 +28,8 @@ from onnxruntime.quantization.quant_utils import get_qmin_qmax_for_qType, quanti
 
 from builder.engine import int8_tiles
 from builder.engine.checkpoint import Checkpoint
+from builder.engine.dequant import Grid
+from builder.errors import UnsupportedModel
 from builder.planning.engine_options import OrtOptions
 
 DATA_FILE = "model.onnx.data"
@@ -157,6 +159,9 @@ class LinearWriter:
 
     def _nbits(self, names: list[str], name: str, n: int, k: int) -> Linear:
         bits, block_size = self.form.bits, self.form.block_size
+        grids = [getattr(self.checkpoint, "grid", lambda _: None)(t) for t in names]
+        if all(g is not None and g.bits == bits and g.group == block_size for g in grids):
+            return self._kept(names, [g for g in grids if g is not None], name, n, k)
         blocks, blob = -(-k // block_size), block_size * bits // 8
         offset = self.weights.reserve(f"{name}.weight_q{bits}", (n, blocks, blob), np.dtype(np.uint8))
         scales = []
@@ -170,6 +175,38 @@ class LinearWriter:
             attributes["accuracy_level"] = self.form.accuracy_level
         return "MatMulNBits", [f"{name}.weight_q{bits}", f"{name}.weight_scales"], attributes
 
+
+    def _kept(self, names: list[str], grids: list[Grid], name: str, n: int, k: int) -> Linear:
+        """A pre-quantized weight's own codes, zero points and scales as MatMulNBits' blocks (its groups are the
+        blocks): the engine computes with the checkpoint's values, not a second rounding of them."""
+        bits, block_size = self.form.bits, self.form.block_size
+        blocks, blob = -(-k // block_size), block_size * bits // 8
+        zero_blob = -(-blocks * bits // 8)
+        codes = self.weights.reserve(f"{name}.weight_q{bits}", (n, blocks, blob), np.dtype(np.uint8))
+        zeros = self.weights.reserve(f"{name}.weight_zero_points", (n, zero_blob), np.dtype(np.uint8))
+        scales = self.weights.reserve(f"{name}.weight_scales", (n, blocks), np.dtype(np.float32))
+        first = 0
+        for source, grid in zip(names, grids, strict=True):
+            rows = self.checkpoint.shape(source)[0]
+            step = max(1, BLOCK_BYTES // (4 * k))
+            for r0 in range(0, rows, step):
+                q, zero, scale = grid.coded(r0, min(r0 + step, rows))
+                zero = np.broadcast_to(np.asarray(zero), (len(q), blocks))
+                if zero.min() < 0 or zero.max() >= 1 << bits:
+                    raise UnsupportedModel(f"{source!r} has zero points outside {bits} bits, which MatMulNBits "
+                                           "cannot hold", hint="build it at --precision int8 or fp32")
+                at = first + r0
+                whole = np.zeros((len(q), blocks * block_size), np.uint8)  # a last block past K: its codes unread
+                whole[:, :k] = q
+                self.weights.put(codes + at * blocks * blob, _packed_low_first(whole.reshape(len(q), blocks, -1), bits))
+                self.weights.put(zeros + at * zero_blob, _packed_low_first(zero, bits, pad=zero_blob))
+                self.weights.put(scales + at * blocks * 4, scale.astype(np.float32))
+            first += rows
+        attributes: dict[str, Any] = {"K": k, "N": n, "bits": bits, "block_size": block_size}
+        if self.form.accuracy_level:
+            attributes["accuracy_level"] = self.form.accuracy_level
+        return "MatMulNBits", [f"{name}.weight_q{bits}", f"{name}.weight_scales", f"{name}.weight_zero_points"], \
+            attributes
 
     def _tiles(self, names: list[str], name: str, n: int, k: int) -> Linear:
         """Whole groups of 64 rows at a time: the checkpoint's blocks of rows end anywhere, a group may straddle two."""
@@ -190,6 +227,20 @@ class LinearWriter:
                 done += len(tiles)
             carry = rows[whole:]
         return int8_tiles.OP, [f"{name}.weight_tiles", f"{name}.weight_tile_scales"], int8_tiles.attributes(k, n)
+
+
+def _packed_low_first(values: np.ndarray, bits: int, pad: int = 0) -> np.ndarray:
+    """Unsigned values along the last axis packed 8/bits a byte, the first in the lowest bits (MatMulNBits'
+    order), the last axis padded to `pad` bytes."""
+    per = 8 // bits
+    width = max(pad * per, -(-values.shape[-1] // per) * per)
+    padded = np.zeros((*values.shape[:-1], width), np.uint8)
+    padded[..., : values.shape[-1]] = values
+    grouped = padded.reshape(*values.shape[:-1], -1, per)
+    out = np.zeros(grouped.shape[:-1], np.uint8)
+    for i in range(per):
+        out |= grouped[..., i] << np.uint8(i * bits)
+    return out
 
 
 def pack_rows(block: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:

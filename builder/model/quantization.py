@@ -44,6 +44,12 @@ class SourceFormat:
     zero_offset: int = 0  # GPTQ v1 stores each zero point minus one: added back on reading
     fmt: str = ""  # compressed-tensors' format; AWQ's version
     skipped: tuple[str, ...] = ()  # modules left unquantized (modules_to_not_convert, ignore)
+    act_order: bool = False  # GPTQ's desc_act: a column's group is g_idx's, not a run of `group` columns
+
+    def kept_in_blocks(self, bits: int, block: int) -> bool:
+        """Whether n-bit blocks of `block` columns (MatMulNBits) hold this format's codes as they are."""
+        integer = self.method in (GPTQ, AWQ) or self.fmt == "pack-quantized"
+        return integer and self.bits == bits and self.group == block and not self.act_order
 
     @property
     def label(self) -> str:
@@ -94,7 +100,8 @@ def source_format(config: Mapping[str, Any]) -> SourceFormat | None:
         if bits not in (2, 4, 8):
             raise _refuse(f"GPTQ at {bits} bits (mbuild reads 2, 4 and 8)")
         v2 = str(quant.get("checkpoint_format") or "gptq") == "gptq_v2"
-        return SourceFormat(GPTQ, bits, max(group, 0), 0 if v2 else 1, skipped=skipped)
+        return SourceFormat(GPTQ, bits, max(group, 0), 0 if v2 else 1, skipped=skipped,
+                            act_order=bool(quant.get("desc_act")))
     if method == AWQ:
         bits, version = _int(quant.get("bits", quant.get("w_bit"))), str(quant.get("version") or "gemm").lower()
         if bits != 4 or version != "gemm":

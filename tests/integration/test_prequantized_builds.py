@@ -90,3 +90,18 @@ def test_a_gptq_build_serves_transformers_greedy_tokens(tmp_path: Path) -> None:
     assert got.status_code == 200, got.text
     words = str(AutoTokenizer.from_pretrained(folder).decode(expected))  # a word per token: t{id}
     assert got.json()["choices"][0]["text"].split() == words.split(), (got.json(), expected)
+
+
+def test_an_int4_build_of_a_gptq_checkpoint_keeps_its_codes(tmp_path: Path) -> None:
+    """Groups of 128 are the int4 profile's blocks: engine.json says the weights were not rounded again (the writer's
+    exactness is tests/unit/test_prequantized.py's), and the gate passes against the dequantized source."""
+    config = family_configs()["qwen3"]
+    config.hidden_size, config.intermediate_size = 128, 256
+    source = save_random_decoder(config, tmp_path / "fp32")
+    folder = qc.write(source, tmp_path / "gptq", {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True},
+                      functools.partial(qc.gptq, bits=4, group=128, act_order=False, v2=False))
+    out = tmp_path / "build"
+    done = mbuild("package", str(folder), "--gpu", "cpu", "--precision", "int4", "--backend", "none", "-o", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = json.loads(next(out.rglob("engine.json")).read_text())
+    assert (written["precision"], written["source_format"], written["requantized"]) == ("int4", "gptq int4 g128", False)

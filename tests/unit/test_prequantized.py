@@ -12,13 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 import torch
 from click.testing import CliRunner
+from onnx import TensorProto, helper
 from safetensors.numpy import load_file
 
 from builder.cli import cli
 from builder.engine.checkpoint import Checkpoint
+from builder.engine.weight_writer import DATA_FILE, LinearFormat, LinearWriter, WeightFile
 from builder.errors import UnsupportedModel
 from builder.model.quantization import source_format
 from builder.model.shape import facts_from_config
@@ -153,3 +157,53 @@ def test_an_unread_method_on_the_hub_is_refused_before_its_weights_download(
     assert "Traceback" not in result.output and not out.exists()
     downloads = [r for r in fake_hub.requests if "/resolve/" in r]
     assert downloads and all(r.endswith("/config.json") for r in downloads), downloads
+
+
+def _dequantized_by_matmulnbits(folder: Path, name: str, form: LinearFormat, out: Path) -> tuple[np.ndarray, str]:
+    """The weight as LinearWriter writes it for `form`, read back through ONNX Runtime's own MatMulNBits kernel
+    (fp32 compute, x = the identity): W [N, K] as the engine holds it, and whether the op got zero points."""
+    k = Checkpoint(folder, ExitStack()).shape(name)[1]
+    out.mkdir()
+    with ExitStack() as stack, open(out / DATA_FILE, "wb") as data:
+        weights = WeightFile(data.fileno())
+        op, inputs, attributes = LinearWriter(weights, Checkpoint(folder, stack), form)([name], "w")
+    node = helper.make_node(op, ["x", *inputs], ["y"], domain="com.microsoft", **attributes)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [k, k])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph([node], "w", [x], [y], weights.initializers),
+                              opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 9
+    onnx.save(model, str(out / "model.onnx"))
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(None, {"x": np.eye(k, dtype=np.float32)})[0]).T, ",".join(inputs)
+
+
+@pytest.mark.parametrize("kind", ["gptq-sym", "gptq-act-order", "awq", "compressed"])
+def test_an_int4_build_keeps_a_grid_its_blocks_hold_and_rounds_the_others(kind: str, tmp_path: Path) -> None:
+    """Groups of 128 are int4 blocks of 128: GPTQ (symmetric or not), AWQ and compressed-tensors' codes, zero
+    points and scales are written as they are, so the engine's weights are the checkpoint's values exactly; an
+    act-order GPTQ's groups are no runs of columns (but where one group is the whole row) and are rounded again
+    (within a block's step, not equal)."""
+    config = family_configs()["qwen3"]
+    config.hidden_size, config.intermediate_size = 128, 256
+    source = save_random_decoder(config, tmp_path / "fp32")
+    gptq = {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}
+    if kind == "compressed":
+        folder = qc.compressed(source, tmp_path / kind, "pack-quantized", 4, False, 128)
+    elif kind == "awq":
+        folder = qc.write(source, tmp_path / kind, {"quant_method": "awq", "bits": 4, "group_size": 128,
+                                                    "version": "gemm"}, functools.partial(qc.awq, group=128))
+    else:
+        act_order = kind == "gptq-act-order"
+        folder = qc.write(source, tmp_path / kind, {**gptq, "desc_act": act_order},
+                          functools.partial(qc.gptq, bits=4, group=128, act_order=act_order, v2=False))
+    twin = load_file(str(folder.with_name(folder.name + "-dequantized") / "model.safetensors"))
+    form = LinearFormat("nbits", bits=4, block_size=128)
+    for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"):  # K 128, 256
+        held, inputs = _dequantized_by_matmulnbits(folder, name, form, tmp_path / name)
+        if kind == "gptq-act-order" and name.endswith("down_proj.weight"):  # two groups, their columns interleaved
+            assert "zero_points" not in inputs and not np.array_equal(held, twin[name])
+            # ONNX Runtime's symmetric blocks: a step of absmax/8, the positive end clipped at 7 steps
+            assert np.abs(held - twin[name]).max() <= np.abs(twin[name]).max() / 8
+        else:
+            assert "zero_points" in inputs and np.array_equal(held, twin[name]), np.abs(held - twin[name]).max()
