@@ -27,6 +27,7 @@ from builder.engine.rope import served_context
 from builder.engine.weight_writer import LinearFormat
 from builder.errors import ToolMissing, UnsupportedModel
 from builder.model.families import family, takes_fast_lane
+from builder.model.geometry import expert_layers
 from builder.model.quantization import source_format
 from builder.planning.engine_options import ort_options
 from builder.planning.profiles import Profile
@@ -85,8 +86,10 @@ def _export(model_dir: Path, out_dir: Path, grown_cache: bool, form: LinearForma
     if form is None:
         kept = not grown_cache
     else:
+        # experts are packed by decoder_moe.py from their decoded rows: rounded again
         kept = form.kind == "fp32" or (fmt is not None and form.kind == "nbits" and not form.tiles
-                                       and fmt.kept_in_blocks(form.bits, form.block_size))
+                                       and fmt.kept_in_blocks(form.bits, form.block_size)
+                                       and not expert_layers(config.get_text_config()))
     return ExportResult(
         task="text-generation",
         source_format=fmt.label if fmt else "",
