@@ -18,7 +18,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import torch
-from safetensors.numpy import load_file
+from safetensors.torch import load_file as load_torch
 from safetensors.torch import save_file
 
 E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)  # OCP MX's FP4 magnitudes, codes 0-7
@@ -133,9 +133,10 @@ def experts(name: str, value: np.ndarray) -> bool:
 def write(source: Path, out: Path, quantization: dict[str, object],
           quantize: Callable[[str, np.ndarray], tuple[Tensors, np.ndarray]],
           takes: Callable[[str, np.ndarray], bool] = _quantized, twin: bool = True) -> Path:
-    """`source` (an fp32 single-file checkpoint) re-written to `out` with the weights `takes` picks (the linear
-    ones) quantized, and the dequantized twin at `out`-dequantized; the config names `quantization`."""
-    tensors = load_file(str(source / "model.safetensors"))
+    """`source` (a float checkpoint, in one file or shards) re-written to `out` as one file with the weights `takes`
+    picks (the linear ones) quantized, and the dequantized twin at `out`-dequantized; the config names
+    `quantization`."""
+    tensors = _float32(source)
     stored: Tensors = {}
     decoded: Tensors = {}
     for name, value in tensors.items():
@@ -146,13 +147,22 @@ def write(source: Path, out: Path, quantization: dict[str, object],
             stored[name] = decoded[name] = value
     twins = [(out.with_name(out.name + "-dequantized"), decoded, False)] if twin else []
     for folder, weights, quantized in ((out, stored, True), *twins):
-        shutil.copytree(source, folder)
+        shutil.copytree(source, folder, ignore=shutil.ignore_patterns("*.safetensors", "*.safetensors.index.json"))
         save_file({k: _torch(v) for k, v in weights.items()}, str(folder / "model.safetensors"))
         config = json.loads((folder / "config.json").read_text())
         if quantized:
             config["quantization_config"] = quantization
         (folder / "config.json").write_text(json.dumps(config, indent=1))
     return out
+
+
+def _float32(source: Path) -> Tensors:
+    """Every tensor of a checkpoint's safetensors files, floats as fp32 numpy (bf16 included, which numpy lacks)."""
+    tensors: Tensors = {}
+    for path in sorted(source.glob("*.safetensors")):
+        for name, value in load_torch(str(path)).items():
+            tensors[name] = (value.float() if value.is_floating_point() else value).numpy()
+    return tensors
 
 
 def _torch(value: np.ndarray) -> torch.Tensor:
@@ -211,7 +221,7 @@ def _decompressed_twin(source: Path, out: Path) -> None:
         warnings.simplefilter("ignore", UserWarning)
         model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
                                                      quantization_config=CompressedTensorsConfig(run_compressed=False))
-    stored = set(load_file(str(source / "model.safetensors")))
+    stored = set(_float32(source))
     twin = out.with_name(out.name + "-dequantized")
     shutil.copytree(source, twin)
     weights = {k: v.contiguous() for k, v in model.state_dict().items() if k in stored}
