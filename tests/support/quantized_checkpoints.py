@@ -174,8 +174,9 @@ def _torch(value: np.ndarray) -> torch.Tensor:
 
 def compressed(source: Path, out: Path, fmt: str, bits: int, symmetric: bool, group: int) -> Path:
     """`source` compressed by the compressed-tensors library itself, as llm-compressor saves a model: every Linear
-    but the head quantized (per channel, or per group of `group` columns), its scales the library's own
-    calculate_qparams from each row's or group's range, then compressed to `fmt` and saved with its config."""
+    but the head quantized (per channel; per group of `group` columns; group -1: one scale for the tensor), its
+    scales the library's own calculate_qparams from each row's, group's or tensor's range, then compressed to `fmt`
+    and saved with its config."""
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import (
         QuantizationArgs,
@@ -188,14 +189,16 @@ def compressed(source: Path, out: Path, fmt: str, bits: int, symmetric: bool, gr
 
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     args = QuantizationArgs(num_bits=bits, symmetric=symmetric, type="float" if fmt == "float-quantized" else "int",
-                            strategy="group" if group else "channel", group_size=group or None)
+                            strategy="group" if group > 0 else "tensor" if group < 0 else "channel",
+                            group_size=group if group > 0 else None)
     scheme = QuantizationScheme(targets=["Linear"], weights=args)
     apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"]))
     for module in model.modules():
         params = dict(module.named_parameters(recurse=False))
         if "weight_scale" in params:
             weight = params["weight"].data
-            ranged = weight.reshape(weight.shape[0], -1, group) if group else weight.unsqueeze(1)
+            ranged = (weight.reshape(weight.shape[0], -1, group) if group > 0 else weight.reshape(1, 1, -1)
+                      if group < 0 else weight.unsqueeze(1))
             scale, zero = calculate_qparams(ranged.amin(-1), ranged.amax(-1), args)
             params["weight_scale"].data.copy_(scale.reshape(params["weight_scale"].shape))
             if "weight_zero_point" in params:

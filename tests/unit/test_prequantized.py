@@ -95,7 +95,7 @@ def test_it_reads_as_transformers_dequantizes_it(kind: str, tmp_path: Path, sour
 @pytest.mark.filterwarnings("ignore:You passed `quantization_config`")  # run_compressed=False is the point
 @pytest.mark.parametrize(("fmt", "bits", "symmetric", "group"), [
     ("pack-quantized", 4, True, 32), ("pack-quantized", 4, False, 32), ("pack-quantized", 8, True, 0),
-    ("int-quantized", 8, True, 0), ("float-quantized", 8, True, 0)])
+    ("int-quantized", 8, True, 0), ("float-quantized", 8, True, 0), ("float-quantized", 8, True, -1)])
 def test_compressed_tensors_read_as_the_library_decompresses_them(fmt: str, bits: int, symmetric: bool, group: int,
                                                                   tmp_path: Path, source: Path) -> None:
     """Written by compressed-tensors itself; transformers with the library decompresses them (run_compressed off)."""
