@@ -40,6 +40,7 @@ from builder.engine.rope import rotary_tables
 from builder.engine.weight_writer import (
     BLOCK_BYTES,
     DATA_FILE,
+    INPUT_ORDER,
     LinearFormat,
     LinearWriter,
     WeightFile,
@@ -70,6 +71,9 @@ class GraphWriter:
     def linear(self, x: str, prefixes: list[str], name: str) -> str:
         """x @ W.T (+ bias): several projections of the same input fused into one MatMul (q|k|v, gate|up)."""
         op, weights, attributes = self.write_linear([f"{p}.weight" for p in prefixes], name)
+        order = attributes.pop(INPUT_ORDER, None)
+        if order is not None:  # a kept act-order grid: its blocks hold the input's columns in this order
+            x = self.node("Gather", [x, order], f"{name}_input_order", axis=-1)[0]
         attributes = {"domain": "" if op == "MatMul" else "com.microsoft", **attributes}  # mbuild's ops name theirs
         out = self.node(op, [x, *weights], name, **attributes)[0]
         if all(f"{p}.bias" in self.checkpoint for p in prefixes):

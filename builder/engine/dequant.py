@@ -50,12 +50,14 @@ Coded = tuple[np.ndarray, "np.ndarray | int", np.ndarray]
 
 @dataclass(frozen=True)
 class Grid:
-    """An integer weight whose groups are runs of `group` consecutive input columns: what MatMulNBits' blocks are,
-    so a build at the same bits and block size keeps the codes (weight_writer.py) rather than rounding again."""
+    """An integer weight whose groups are runs of `group` input columns once the columns are taken in `order`
+    (None: as stored; GPTQ's act-order: by group): what MatMulNBits' blocks are, so a build at the same bits and
+    block size keeps the codes (weight_writer.py) rather than rounding again."""
 
     bits: int
     group: int
     coded: Callable[[int, int], Coded]
+    order: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -168,12 +170,15 @@ def _grid(q: np.ndarray, zeros: np.ndarray | float, scales: np.ndarray, groups: 
 
 def _integer_view(shape: tuple[int, int], coded: Callable[[int, int], Coded], groups: np.ndarray, fmt: SourceFormat,
                   parts: tuple[str, ...]) -> View:
-    """A weight of codes, zeros and scales: decoded to fp32 by its groups, and kept as a Grid where they are runs of
-    the format's group size (a whole row: per channel)."""
+    """A weight of codes, zeros and scales: decoded to fp32 by its groups, and kept as a Grid where its groups are
+    runs of the format's group size (a whole row: per channel), as stored or once its columns are sorted by group
+    (act-order: each group still `group` columns)."""
     group = fmt.group or shape[1]
-    runs = bool(np.array_equal(groups, np.arange(shape[1]) // group))
+    runs = np.arange(shape[1]) // group
+    order = np.argsort(groups, kind="stable")
+    kept = Grid(fmt.bits, group, coded, None if np.array_equal(order, np.arange(shape[1])) else order)
     return View(shape, lambda r0, r1: _grid(*coded(r0, r1), groups), parts,
-                Grid(fmt.bits, group, coded) if runs else None)
+                kept if np.array_equal(groups[order], runs) else None)
 
 
 def _group_of(stored: Stored, stem: str, k: int, group: int, count: int) -> np.ndarray:

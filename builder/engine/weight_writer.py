@@ -39,6 +39,9 @@ INLINE_BYTES = 1024
 # the build's peak on small models (docs/benchmarks/llm_notes.md, "The streamed export")
 BLOCK_BYTES = 32 << 20
 Linear = tuple[str, list[str], dict[str, Any]]  # op type, weight initializers, attributes
+# An attribute a Linear may carry that is no attribute of its op: the initializer of the input columns' order its
+# weight was written in (a GPTQ act-order grid kept); the caller gathers the input by it (decoder_graph.linear)
+INPUT_ORDER = "input_order"
 
 
 @dataclass(frozen=True)
@@ -160,8 +163,10 @@ class LinearWriter:
     def _nbits(self, names: list[str], name: str, n: int, k: int) -> Linear:
         bits, block_size = self.form.bits, self.form.block_size
         grids = [getattr(self.checkpoint, "grid", lambda _: None)(t) for t in names]
-        if all(g is not None and g.bits == bits and g.group == block_size for g in grids):
-            return self._kept(names, [g for g in grids if g is not None], name, n, k)
+        kept = [g for g in grids if g is not None and g.bits == bits and g.group == block_size]
+        orders = [g.order for g in kept]
+        if len(kept) == len(names) and all(_same(order, orders[0]) for order in orders):  # fused: one input order
+            return self._kept(names, kept, name, n, k)
         blocks, blob = -(-k // block_size), block_size * bits // 8
         offset = self.weights.reserve(f"{name}.weight_q{bits}", (n, blocks, blob), np.dtype(np.uint8))
         scales = []
@@ -185,7 +190,7 @@ class LinearWriter:
         codes = self.weights.reserve(f"{name}.weight_q{bits}", (n, blocks, blob), np.dtype(np.uint8))
         zeros = self.weights.reserve(f"{name}.weight_zero_points", (n, zero_blob), np.dtype(np.uint8))
         scales = self.weights.reserve(f"{name}.weight_scales", (n, blocks), np.dtype(np.float32))
-        first = 0
+        first, order = 0, grids[0].order
         for source, grid in zip(names, grids, strict=True):
             rows = self.checkpoint.shape(source)[0]
             step = max(1, BLOCK_BYTES // (4 * k))
@@ -197,7 +202,7 @@ class LinearWriter:
                                            "cannot hold", hint="build it at --precision int8 or fp32")
                 at = first + r0
                 whole = np.zeros((len(q), blocks * block_size), np.uint8)  # a last block past K: its codes unread
-                whole[:, :k] = q
+                whole[:, :k] = q if order is None else q[:, order]
                 self.weights.put(codes + at * blocks * blob, _packed_low_first(whole.reshape(len(q), blocks, -1), bits))
                 self.weights.put(zeros + at * zero_blob, _packed_low_first(zero, bits, pad=zero_blob))
                 self.weights.put(scales + at * blocks * 4, scale.astype(np.float32))
@@ -205,6 +210,8 @@ class LinearWriter:
         attributes: dict[str, Any] = {"K": k, "N": n, "bits": bits, "block_size": block_size}
         if self.form.accuracy_level:
             attributes["accuracy_level"] = self.form.accuracy_level
+        if order is not None:  # the weight's columns were written in this order: the input's must be gathered so
+            attributes[INPUT_ORDER] = self.weights.add(f"{name}.input_order", order.astype(np.int64))
         return "MatMulNBits", [f"{name}.weight_q{bits}", f"{name}.weight_scales", f"{name}.weight_zero_points"], \
             attributes
 
@@ -227,6 +234,10 @@ class LinearWriter:
                 done += len(tiles)
             carry = rows[whole:]
         return int8_tiles.OP, [f"{name}.weight_tiles", f"{name}.weight_tile_scales"], int8_tiles.attributes(k, n)
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
 
 
 def _packed_low_first(values: np.ndarray, bits: int, pad: int = 0) -> np.ndarray:

@@ -47,9 +47,10 @@ class SourceFormat:
     act_order: bool = False  # GPTQ's desc_act: a column's group is g_idx's, not a run of `group` columns
 
     def kept_in_blocks(self, bits: int, block: int) -> bool:
-        """Whether n-bit blocks of `block` columns (MatMulNBits) hold this format's codes as they are."""
+        """Whether n-bit blocks of `block` columns (MatMulNBits) hold this format's codes as they are (an act-order
+        GPTQ's with its columns sorted by group, the input gathered alike)."""
         integer = self.method in (GPTQ, AWQ) or self.fmt == "pack-quantized"
-        return integer and self.bits == bits and self.group == block and not self.act_order
+        return integer and self.bits == bits and self.group == block
 
     @property
     def label(self) -> str:

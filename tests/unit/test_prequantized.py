@@ -22,7 +22,7 @@ from safetensors.numpy import load_file
 
 from builder.cli import cli
 from builder.engine.checkpoint import Checkpoint
-from builder.engine.weight_writer import DATA_FILE, LinearFormat, LinearWriter, WeightFile
+from builder.engine.weight_writer import DATA_FILE, INPUT_ORDER, LinearFormat, LinearWriter, WeightFile
 from builder.errors import UnsupportedModel
 from builder.model.quantization import source_format
 from builder.model.shape import facts_from_config
@@ -167,10 +167,13 @@ def _dequantized_by_matmulnbits(folder: Path, name: str, form: LinearFormat, out
     with ExitStack() as stack, open(out / DATA_FILE, "wb") as data:
         weights = WeightFile(data.fileno())
         op, inputs, attributes = LinearWriter(weights, Checkpoint(folder, stack), form)([name], "w")
-    node = helper.make_node(op, ["x", *inputs], ["y"], domain="com.microsoft", **attributes)
+    order = attributes.pop(INPUT_ORDER, None)  # as decoder_graph.linear does: the input gathered first
+    nodes = [helper.make_node("Gather", ["x", order], ["x_ordered"], axis=-1)] if order else []
+    nodes.append(helper.make_node(op, ["x_ordered" if order else "x", *inputs], ["y"], domain="com.microsoft",
+                                  **attributes))
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [k, k])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    model = helper.make_model(helper.make_graph([node], "w", [x], [y], weights.initializers),
+    model = helper.make_model(helper.make_graph(nodes, "w", [x], [y], weights.initializers),
                               opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 9
     onnx.save(model, str(out / "model.onnx"))
@@ -179,11 +182,10 @@ def _dequantized_by_matmulnbits(folder: Path, name: str, form: LinearFormat, out
 
 
 @pytest.mark.parametrize("kind", ["gptq-sym", "gptq-act-order", "awq", "compressed"])
-def test_an_int4_build_keeps_a_grid_its_blocks_hold_and_rounds_the_others(kind: str, tmp_path: Path) -> None:
+def test_an_int4_build_keeps_a_grid_its_blocks_hold(kind: str, tmp_path: Path) -> None:
     """Groups of 128 are int4 blocks of 128: GPTQ (symmetric or not), AWQ and compressed-tensors' codes, zero
     points and scales are written as they are, so the engine's weights are the checkpoint's values exactly; an
-    act-order GPTQ's groups are no runs of columns (but where one group is the whole row) and are rounded again
-    (within a block's step, not equal)."""
+    act-order GPTQ's columns are written sorted by group, and the input is gathered in that order."""
     config = family_configs()["qwen3"]
     config.hidden_size, config.intermediate_size = 128, 256
     source = save_random_decoder(config, tmp_path / "fp32")
@@ -201,9 +203,20 @@ def test_an_int4_build_keeps_a_grid_its_blocks_hold_and_rounds_the_others(kind: 
     form = LinearFormat("nbits", bits=4, block_size=128)
     for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"):  # K 128, 256
         held, inputs = _dequantized_by_matmulnbits(folder, name, form, tmp_path / name)
-        if kind == "gptq-act-order" and name.endswith("down_proj.weight"):  # two groups, their columns interleaved
-            assert "zero_points" not in inputs and not np.array_equal(held, twin[name])
-            # ONNX Runtime's symmetric blocks: a step of absmax/8, the positive end clipped at 7 steps
-            assert np.abs(held - twin[name]).max() <= np.abs(twin[name]).max() / 8
-        else:
-            assert "zero_points" in inputs and np.array_equal(held, twin[name]), np.abs(held - twin[name]).max()
+        assert "zero_points" in inputs and np.array_equal(held, twin[name]), np.abs(held - twin[name]).max()
+
+
+def test_a_grid_whose_groups_are_not_blocks_is_rounded_again(tmp_path: Path) -> None:
+    """GPTQ in groups of 32 built into int4 blocks of 128: rounded by ONNX Runtime's symmetric blocks (a step of
+    absmax/8, the positive end clipped at 7 steps), close to the checkpoint's values but not them."""
+    config = family_configs()["qwen3"]
+    config.hidden_size, config.intermediate_size = 128, 256
+    source = save_random_decoder(config, tmp_path / "fp32")
+    folder = qc.write(source, tmp_path / "gptq", {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": True},
+                      functools.partial(qc.gptq, bits=4, group=32, act_order=False, v2=False))
+    twin = load_file(str(folder.with_name(folder.name + "-dequantized") / "model.safetensors"))
+    name = "model.layers.1.mlp.down_proj.weight"
+    form = LinearFormat("nbits", bits=4, block_size=128)
+    held, inputs = _dequantized_by_matmulnbits(folder, name, form, tmp_path / "w")
+    assert "zero_points" not in inputs and not np.array_equal(held, twin[name])
+    assert np.abs(held - twin[name]).max() <= np.abs(twin[name]).max() / 8
