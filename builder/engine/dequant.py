@@ -120,23 +120,42 @@ def _blocks(scale: np.ndarray, rows: int, cols: int, r0: int, r1: int) -> np.nda
 
 
 def _float8(stored: Stored, name: str, scale: str | None) -> View:
-    if len(stored.shape(name)) != 2:
-        raise UnsupportedModel(f"FP8 tensor {name!r} is {list(stored.shape(name))}; mbuild reads FP8 matrices",
-                               hint="FP8 experts stacked in one tensor are not read yet; use a bf16 copy")
-    rows, cols = stored.shape(name)
+    """FP8 codes times their scale's blocks: a matrix [N, K] with a scale of [sN, sK] (one, a channel's, DeepSeek's
+    128x128 blocks), or experts stacked [E, N, K] with one such scale each ([E, sN, sK]), an expert a row."""
+    shape = stored.shape(name)
+    if len(shape) not in (2, 3):
+        raise UnsupportedModel(f"FP8 tensor {name!r} is {list(shape)}; mbuild reads FP8 matrices and stacks of them",
+                               hint="is the checkpoint intact?")
     kind = FLOAT8[stored.dtype(name)]
+    rows, cols = shape[-2:]
+
+    def matrix(values: np.ndarray, spread: np.ndarray | None, r0: int, r1: int) -> np.ndarray:
+        decoded = values.view(kind).astype(np.float32)
+        if spread is not None:
+            decoded *= _blocks(spread, rows, cols, r0, r1)
+        return decoded
+
+    def expert(spread: np.ndarray | None, e: int) -> np.ndarray | None:
+        """Expert e's scale: [sN, sK] of [E, sN, sK], or one of a scale (or a channel's) per expert."""
+        if spread is None or spread.size == 1:
+            return spread
+        return spread[e] if spread.ndim == 3 else spread.reshape(shape[0], -1)[e]
 
     def read(r0: int, r1: int) -> np.ndarray:
-        values = stored.packed_rows(name, r0, r1).view(kind).astype(np.float32)
-        if scale is not None:
-            values *= _blocks(_whole(stored, scale), rows, cols, r0, r1)
-        return values
-    return View((rows, cols), read, (name, *([scale] if scale else [])))
+        codes = stored.packed_rows(name, r0, r1)
+        spread = _whole(stored, scale) if scale is not None else None
+        if len(shape) == 2:
+            return matrix(codes, spread, r0, r1)
+        return np.stack([matrix(codes[e - r0], expert(spread, e), 0, rows) for e in range(r0, r1)])
+    return View(tuple(shape), read, (name, *([scale] if scale else [])))
 
 
 def _whole(stored: Stored, name: str) -> np.ndarray:
-    """A small tensor (scales, zeros) whole in fp32; a 0-d one as [1]."""
+    """A small tensor (scales, zeros) whole in fp32; a 0-d one as [1]. E8M0 scales (DeepSeek-V3.2's UE8M0, MX's)
+    are bare biased exponents, 2^(byte - 127)."""
     shape = stored.shape(name)
+    if stored.dtype(name) == "F8_E8M0":
+        return np.ldexp(np.float32(1.0), _ints(stored, name, 0, shape[0] if shape else 1).astype(np.int32) - 127)
     return stored.rows(name, 0, shape[0]) if shape else stored.rows(name, 0, 1).reshape(1)
 
 

@@ -23,8 +23,9 @@ COMPRESSED_FORMATS = ("int-quantized", "float-quantized", "pack-quantized", "nai
 DESCRIBED = (
     (MXFP4, "gpt-oss's experts: `*_blocks` (E2M1 pairs) and `*_scales` (E8M0, a power of two per 32)",
      "decoded exactly to fp32"),
-    (FP8, "E4M3/E5M2 weights with `weight_scale_inv` blocks (DeepSeek-V3/R1: 128x128) or a channel's or the "
-          "tensor's `weight_scale`", "decoded to fp32 (E4M3's values are exact in fp32)"),
+    (FP8, "E4M3/E5M2 weights with `weight_scale_inv` blocks (DeepSeek-V3/R1: 128x128; fp32 or UE8M0 exponents) "
+          "or a channel's or the tensor's `weight_scale`; experts a tensor each or stacked [E, N, K]",
+     "decoded exactly to fp32"),
     (GPTQ, "`qweight`/`qzeros`/`scales`/`g_idx` at 2, 4 or 8 bits; v1 (`gptq`) and v2 (`gptq_v2`) zero points; "
            "act-order", "decoded exactly to fp32"),
     (AWQ, "GEMM-packed int4 `qweight`/`qzeros`/`scales`", "decoded exactly to fp32"),

@@ -34,7 +34,7 @@ QWEN3: dict[str, tuple[dict[str, Any], Any, str]] = {
     "fp8-blocks": ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [32, 32]},
                    functools.partial(qc.fp8_blocks, block=32), "fast-lane"),
 }
-CASES = [*QWEN3, "gpt-oss-mxfp4", "deepseek-v3-fp8", "compressed-tensors-w4a16"]
+CASES = [*QWEN3, "gpt-oss-mxfp4", "deepseek-v3-fp8", "qwen3-moe-fp8", "compressed-tensors-w4a16"]
 
 
 def _written(kind: str, root: Path) -> Path:
@@ -44,6 +44,10 @@ def _written(kind: str, root: Path) -> Path:
     if kind == "deepseek-v3-fp8":  # the FP8 block-scaled model the field's benchmarks run, shaped tiny
         source = make_tiny_llama(root / "deepseek-v3", train_steps=0, family="deepseek_v3")
         return qc.write(source, root / kind, QWEN3["fp8-blocks"][0], QWEN3["fp8-blocks"][1])
+    if kind == "qwen3-moe-fp8":  # experts a tensor each, as Qwen3-30B-A3B-FP8 stores them; UE8M0 scales
+        source = save_random_decoder(family_configs()["qwen3_moe"], root / "qwen3-moe")
+        return qc.write(source, root / kind, QWEN3["fp8-blocks"][0],
+                        functools.partial(qc.fp8_blocks, block=32, e8m0=True))
     if kind == "compressed-tensors-w4a16":  # written by the library, as llm-compressor saves W4A16
         return qc.compressed(save_random_decoder(family_configs()["qwen3"], root / "qwen3"), root / kind,
                              "pack-quantized", 4, True, 32)

@@ -92,9 +92,15 @@ def awq(name: str, weight: np.ndarray, group: int) -> tuple[Tensors, np.ndarray]
             f"{stem}.scales": np.ascontiguousarray(scales.T)}, values
 
 
-def fp8_blocks(name: str, weight: np.ndarray, block: int) -> tuple[Tensors, np.ndarray]:
+def fp8_blocks(name: str, weight: np.ndarray, block: int, e8m0: bool = False) -> tuple[Tensors, np.ndarray]:
     """DeepSeek-V3's layout: weight E4M3 [N, K], weight_scale_inv fp32 [ceil(N/b), ceil(K/b)], each block scaled
-    so its largest magnitude is E4M3's largest (448)."""
+    so its largest magnitude is E4M3's largest (448); experts stacked [E, N, K] (transformers' FP8 experts) with
+    a scale of those each, [E, ceil(N/b), ceil(K/b)]. e8m0: the scales powers of two stored as E8M0 (UE8M0, as
+    DeepSeek-V3.2 ships them), each the next one up from absmax/448."""
+    if weight.ndim == 3:
+        each = [fp8_blocks(name, expert, block, e8m0) for expert in weight]
+        stacked = {key: np.stack([parts[key] for parts, _ in each]) for key in each[0][0]}
+        return stacked, np.stack([values for _, values in each])
     n, k = weight.shape
     rows, cols = -(-n // block), -(-k // block)
     scale = np.ones((rows, cols), np.float32)
@@ -103,10 +109,13 @@ def fp8_blocks(name: str, weight: np.ndarray, block: int) -> tuple[Tensors, np.n
         for j in range(cols):
             part = weight[i * block:(i + 1) * block, j * block:(j + 1) * block]
             scale[i, j] = max(float(np.abs(part).max()), 1e-12) / 448.0
+            if e8m0:
+                scale[i, j] = 2.0 ** np.ceil(np.log2(scale[i, j]))
             codes[i * block:(i + 1) * block, j * block:(j + 1) * block] = (part / scale[i, j]).astype(
                 ml_dtypes.float8_e4m3fn)
     spread = np.repeat(np.repeat(scale, block, 0), block, 1)[:n, :k]
-    return {name: codes, f"{name}_scale_inv": scale}, (codes.astype(np.float32) * spread).astype(np.float32)
+    stored = (np.log2(scale).astype(np.int32) + 127).astype(np.uint8).view(ml_dtypes.float8_e8m0fnu) if e8m0 else scale
+    return {name: codes, f"{name}_scale_inv": stored}, (codes.astype(np.float32) * spread).astype(np.float32)
 
 
 def mxfp4(name: str, weight: np.ndarray) -> tuple[Tensors, np.ndarray]:
@@ -123,6 +132,11 @@ def mxfp4(name: str, weight: np.ndarray) -> tuple[Tensors, np.ndarray]:
     packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
     return ({f"{name}_blocks": packed, f"{name}_scales": (exponent[..., 0] + 127).astype(np.uint8)},
             values.transpose(0, 2, 1).astype(np.float32))
+
+
+def linear_and_experts(name: str, value: np.ndarray) -> bool:
+    """The linear weights and the fused experts (FP8 MoE checkpoints quantize both)."""
+    return _quantized(name, value) or (value.ndim == 3 and ".experts." in name)
 
 
 def experts(name: str, value: np.ndarray) -> bool:
@@ -166,9 +180,11 @@ def _float32(source: Path) -> Tensors:
 
 
 def _torch(value: np.ndarray) -> torch.Tensor:
-    """safetensors' numpy writer has no FP8: E4M3 codes go through torch's float8 dtype."""
-    if value.dtype == ml_dtypes.float8_e4m3fn:
-        return torch.from_numpy(np.ascontiguousarray(value).view(np.uint8)).view(torch.float8_e4m3fn)
+    """safetensors' numpy writer has no FP8: E4M3 codes and E8M0 scales go through torch's float8 dtypes."""
+    kinds = ((ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn), (ml_dtypes.float8_e8m0fnu, torch.float8_e8m0fnu))
+    for kind, theirs in kinds:
+        if value.dtype == kind:
+            return torch.from_numpy(np.ascontiguousarray(value).view(np.uint8)).view(theirs)
     return torch.from_numpy(np.ascontiguousarray(value))
 
 

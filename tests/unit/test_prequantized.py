@@ -113,6 +113,25 @@ def test_compressed_tensors_read_as_the_library_decompresses_them(fmt: str, bits
             assert np.array_equal(checkpoint.get(name), expected[name].numpy()), name
 
 
+@pytest.mark.parametrize("kind", ["stacked experts", "e8m0 scales"])
+def test_fp8_stacked_experts_and_power_of_two_scales_read_back(kind: str, tmp_path: Path) -> None:
+    """FP8 experts in one [E, N, K] tensor with a block scale each ([E, sN, sK]), read an expert a row; scales stored
+    as E8M0 exponents (UE8M0), 2^(byte - 127)."""
+    name = "gpt_oss" if kind == "stacked experts" else "qwen3"
+    source = save_random_decoder(family_configs()[name], tmp_path / name)
+    quantize = functools.partial(qc.fp8_blocks, block=16, e8m0=kind == "e8m0 scales")
+    folder = qc.write(source, tmp_path / "fp8", {"quant_method": "fp8", "weight_block_size": [16, 16]}, quantize,
+                      qc.linear_and_experts)
+    expected = load_file(str(folder.with_name(folder.name + "-dequantized") / "model.safetensors"))
+    with ExitStack() as stack:
+        checkpoint = Checkpoint(folder, stack)
+        stacked = [n for n in checkpoint.decoded if len(checkpoint.shape(n)) == 3]
+        assert (len(stacked) == 4) == (kind == "stacked experts") and checkpoint.decoded
+        for name in checkpoint.decoded:
+            assert np.array_equal(checkpoint.get(name), expected[name]), name
+            assert np.array_equal(checkpoint.rows(name, 1, 3), expected[name][1:3]), name
+
+
 def test_the_plan_counts_the_download_as_stored(written: tuple[str, Path, Path]) -> None:
     kind, folder, twin = written
     quantized = facts_from_config(json.loads((folder / "config.json").read_text()), "text-generation")
