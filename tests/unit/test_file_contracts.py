@@ -57,6 +57,8 @@ def test_the_image_exits_3_with_the_reason_not_a_traceback(bundle: Path) -> None
     ("engine.json", {"batching": ...}, "engine.json: batching is missing"),
     ("engine.json", {"batching.max_batch": 0}, "engine.json: batching.max_batch must lie between 1 and 4096"),
     ("engine.json", {"task": "chat"}, "engine.json: task must be one of"),
+    ("engine.json", {"requantized": "no"}, "engine.json: requantized must be true or false"),
+    ("engine.json", {"source_format": 4}, "engine.json: source_format must be a string"),
     ("metadata.json", {"requires.memory_gb": -1}, "metadata.json: requires.memory_gb must lie between 0"),
     ("metadata.json", {"profile.id": 7}, "metadata.json: profile.id must be a string (got 7)"),
     ("report.json", {"passed": "yes"}, "report.json: passed must be true or false"),
