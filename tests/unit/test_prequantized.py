@@ -19,6 +19,7 @@ import torch
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 from safetensors.numpy import load_file
+from safetensors.torch import save_file as save_torch
 
 from builder.cli import cli
 from builder.engine.checkpoint import Checkpoint
@@ -239,3 +240,30 @@ def test_a_grid_whose_groups_are_not_blocks_is_rounded_again(tmp_path: Path) -> 
     held, inputs = _dequantized_by_matmulnbits(folder, name, form, tmp_path / "w")
     assert "zero_points" not in inputs and not np.array_equal(held, twin[name])
     assert np.abs(held - twin[name]).max() <= np.abs(twin[name]).max() / 8
+
+
+@pytest.mark.parametrize(("damage", "says"), [
+    ("group_size", "columns in groups of 16 \\(config.json.s group_size\\) make"),
+    ("scales", "implies"),
+    ("qweight", "packed weights are int32 matrices"),
+])
+def test_a_gptq_checkpoint_that_disagrees_with_its_config_is_refused_by_name(damage: str, says: str, source: Path,
+                                                                             tmp_path: Path) -> None:
+    """Not a wrong decode, nor an mbuild bug: a config.json whose group size the tensors do not have, a scale of the
+    wrong shape, a packed tensor that is not int32 words."""
+    quantization, quantize = FORMATS["gptq-v2-8bit"]
+    folder = qc.write(source, tmp_path / "gptq", quantization, quantize, twin=False)
+    config = json.loads((folder / "config.json").read_text())
+    tensors = {k: torch.from_numpy(v) for k, v in load_file(str(folder / "model.safetensors")).items()}
+    stem = "model.layers.0.self_attn.q_proj"
+    if damage == "group_size":
+        config["quantization_config"]["group_size"] = 16
+        tensors = {k: v for k, v in tensors.items() if not k.endswith(".g_idx")}
+    elif damage == "scales":
+        tensors[f"{stem}.scales"] = tensors[f"{stem}.scales"][:1].contiguous()
+    else:
+        tensors[f"{stem}.qweight"] = tensors[f"{stem}.qweight"].float()
+    (folder / "config.json").write_text(json.dumps(config))
+    save_torch(tensors, str(folder / "model.safetensors"))
+    with ExitStack() as stack, pytest.raises(UnsupportedModel, match=says):
+        Checkpoint(folder, stack)
