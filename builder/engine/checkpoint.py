@@ -33,6 +33,10 @@ WIDTH = {"F32": 4, "F16": 2, "BF16": 2}
 PACKED = {"U8": np.uint8, "I8": np.int8, "I16": np.int16, "I32": np.int32, "I64": np.int64,
           "F8_E4M3": np.uint8, "F8_E5M2": np.uint8, "F8_E8M0": np.uint8}
 INDEX = "model.safetensors.index.json"
+# a pytorch_model.bin tensor's dtype by safetensors' name (older GPTQ checkpoints store their int32 words there)
+TORCH_DTYPES = {"torch.float32": "F32", "torch.float16": "F16", "torch.bfloat16": "BF16", "torch.int32": "I32",
+                "torch.int8": "I8", "torch.uint8": "U8", "torch.int64": "I64", "torch.float8_e4m3fn": "F8_E4M3",
+                "torch.float8_e5m2": "F8_E5M2", "torch.float8_e8m0fnu": "F8_E8M0"}
 
 
 def _widen(raw: bytes | bytearray, dtype: str) -> np.ndarray:
@@ -160,7 +164,7 @@ class Checkpoint:
         fmt = source_format(_config(model_dir))
         self.format = fmt.label if fmt else ""
         self.decoded: dict[str, View] = {}
-        self.decoded = views(self, list(self.files), fmt) if fmt else {}
+        self.decoded = views(self, [*self.files, *self.state], fmt) if fmt else {}
 
     def __contains__(self, name: str) -> bool:
         return (name in self.files or name in self.state or name in self.parts or name in self.joins
@@ -179,9 +183,11 @@ class Checkpoint:
 
     def dtype(self, name: str) -> str:
         """A stored tensor's safetensors dtype (F32 for a decoded weight)."""
-        if name in self.files and name not in self.decoded:
+        if name in self.decoded:
+            return "F32"
+        if name in self.files:
             return self.files[name].tensors[name][0]
-        return "F32"
+        return TORCH_DTYPES.get(str(self.state[name].dtype), "F32") if name in self.state else "F32"
 
     def shape(self, name: str) -> tuple[int, ...]:
         self._check(name)
@@ -221,7 +227,12 @@ class Checkpoint:
             return self._joined(name, r0, r1, self.packed_rows)
         if name in self.files:
             return self.files[name].packed_rows(name, r0, r1)
-        return np.ascontiguousarray(self.state[name][r0:r1].numpy()).view(np.uint8)
+        tensor = self.state[name][r0:r1]
+        if str(tensor.dtype).startswith("torch.float8"):  # numpy has no FP8: its bytes, as safetensors' are read
+            import torch
+
+            tensor = tensor.view(torch.uint8)
+        return np.ascontiguousarray(tensor.numpy())
 
     def get(self, name: str) -> np.ndarray:
         return self.rows(name, 0, self.shape(name)[0])

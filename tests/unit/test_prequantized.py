@@ -267,3 +267,19 @@ def test_a_gptq_checkpoint_that_disagrees_with_its_config_is_refused_by_name(dam
     save_torch(tensors, str(folder / "model.safetensors"))
     with ExitStack() as stack, pytest.raises(UnsupportedModel, match=says):
         Checkpoint(folder, stack)
+
+
+def test_a_gptq_checkpoint_in_pytorch_model_bin_reads_back(source: Path, tmp_path: Path) -> None:
+    """Older GPTQ uploads hold their int32 words in pytorch_model.bin, read through torch as the format's only
+    reader."""
+    quantization, quantize = FORMATS["gptq-v1-act-order"]
+    folder = qc.write(source, tmp_path / "gptq", quantization, quantize)
+    stored = folder / "model.safetensors"
+    torch.save({k: torch.from_numpy(v) for k, v in load_file(str(stored)).items()}, folder / "pytorch_model.bin")
+    stored.unlink()
+    expected = load_file(str(folder.with_name(folder.name + "-dequantized") / "model.safetensors"))
+    with ExitStack() as stack:
+        checkpoint = Checkpoint(folder, stack)
+        assert len(checkpoint.decoded) == 14
+        for name in checkpoint.decoded:
+            assert np.array_equal(checkpoint.get(name), expected[name]), name
