@@ -66,14 +66,14 @@ SMALL_SHAPE: dict[str, Any] = {**SHAPE, "hidden_size": 768, "intermediate_size":
                                "num_attention_heads": 12}
 
 
-def _peak(model: Path, out: Path, precision: str = "int4") -> tuple[int, int]:
-    """(peak RSS of a build's process tree, the checkpoint's weights at fp32)."""
+def _peak(model: Path, out: Path, precision: str = "int4", anonymous: bool = False) -> tuple[int, int]:
+    """(peak RSS of a build's process tree, or its anonymous RSS, the checkpoint's weights at fp32)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MBUILD_ENGINE_CACHE": str(out / "engines")}
     run = run_sampled([sys.executable, "-m", "builder.cli", "package", str(model), "--backend", "none", "--gpu", "cpu",
                        "--precision", precision, "--output", str(out / "build")], env)
     assert run.rc in (0, ValidationFailed.exit_code), run.tail()  # random weights may miss a quantized gate
     assert (out / "build" / "report.json").is_file()  # the gate ran: every stage that takes memory did
-    return run.peak()[0], 2 * sum(p.stat().st_size for p in model.glob("*.safetensors"))
+    return run.peak()[1 if anonymous else 0], 2 * sum(p.stat().st_size for p in model.glob("*.safetensors"))
 
 
 def test_an_int4_build_peaks_under_half_its_fp32_weights_and_grows_sub_linearly(tmp_path: Path) -> None:
@@ -81,15 +81,18 @@ def test_an_int4_build_peaks_under_half_its_fp32_weights_and_grows_sub_linearly(
     per added weight byte from ~110M. The build streams weights and the gate loads a layer at a time, so the peak is
     the build process (~0.3 GiB: torch, ONNX Runtime) and a bounded block of rows, whatever the model's size: 0.59
     GiB (0.43x) in 8 fresh runs, the export's. Some gates had grown 48 MiB a layer to 1.42 GiB (1.04x), glibc
-    serving each layer's weights from its fragmented heap (reference.py's _map_big_blocks)."""
+    serving each layer's weights from its fragmented heap (reference.py's _map_big_blocks).
+    The bound is on anonymous RSS, what the build holds: the whole RSS also counts the libraries' mapped pages, which
+    vary with the page cache (the same build measured 0.61 GiB in one venv and 0.69 in a fresh one of the same
+    packages, its torch alone 239 against 305 MiB at import), against 0.69 allowed."""
     peaks = {}
     for name, shape in (("0.1b", SMALL_SHAPE), ("0.4b", MID_SHAPE)):
         model = save_random_decoder(LlamaConfig(**shape), tmp_path / f"llama-{name}", torch.bfloat16)
-        peaks[name] = _peak(model, tmp_path / name)
+        peaks[name] = _peak(model, tmp_path / name, anonymous=True)
     (small_peak, small_fp32), (peak, fp32) = peaks["0.1b"], peaks["0.4b"]
     growth = (peak - small_peak) / (fp32 - small_fp32)
-    print(f"int4 peaks: {small_peak / GIB:.2f} GiB at {small_fp32 / GIB:.2f} GiB of fp32 weights, {peak / GIB:.2f} "
-          f"GiB at {fp32 / GIB:.2f} ({peak / fp32:.2f}x); {growth:.2f} bytes of RSS per added fp32 byte")
+    print(f"int4 anonymous peaks: {small_peak / GIB:.2f} GiB at {small_fp32 / GIB:.2f} GiB of fp32 weights, "
+          f"{peak / GIB:.2f} GiB at {fp32 / GIB:.2f} ({peak / fp32:.2f}x); {growth:.2f} bytes per added fp32 byte")
     assert peak <= 0.5 * fp32
     assert growth < 0.25  # sub-linear: a build holding the fp32 model would add about one byte per byte
 
