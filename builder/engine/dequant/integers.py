@@ -32,9 +32,11 @@ def _columns(stored: Stored, name: str, c0: int, c1: int) -> np.ndarray:
 
 
 def _grid(q: np.ndarray, zeros: np.ndarray | float, scales: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """(q - zero) * scale for q [n, K], zeros and scales [n, G], groups [K] each column's group."""
-    zero = zeros[:, groups] if isinstance(zeros, np.ndarray) else zeros
-    return ((q - zero) * scales[:, groups]).astype(np.float32)
+    """(q - zero) * scale for q [n, K], zeros and scales [n, G], groups [K] each column's group. In fp32 and in
+    place: small integers times an fp32 scale are exact there, and a float64 product would hold twice the band."""
+    values = np.subtract(q, zeros[:, groups] if isinstance(zeros, np.ndarray) else zeros, dtype=np.float32)
+    values *= scales[:, groups].astype(np.float32, copy=False)
+    return values
 
 
 def _integer_view(shape: tuple[int, int], coded: Callable[[int, int], Coded], groups: np.ndarray, fmt: SourceFormat,
