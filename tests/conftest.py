@@ -15,16 +15,6 @@ from tests.support.fakehub import FakeHub
 from tests.support.tiny_models import make_tiny_cross_encoder, make_tiny_encoder, make_tiny_llama
 
 MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"
-SERIAL = ("integration", "gpu")  # tiers whose tests run one after another on one worker (tests/run.sh's -n 2)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's --dist loadgroup (tests/run.sh), every integration and GPU test is one group, run in
-    order on one worker: they start servers, containers and builds whose timings and memory they measure, and
-    share the Docker engine and registry; the unit tests spread over the workers beside them."""
-    for item in items:
-        if Path(str(item.fspath)).parent.name in SERIAL:
-            item.add_marker(pytest.mark.xdist_group("serial"))
 
 
 @pytest.fixture(scope="session", autouse=True)
