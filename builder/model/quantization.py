@@ -4,7 +4,7 @@ weight is downloaded for a method mbuild does not read.
 
 The formats are the ones vLLM, SGLang and TensorRT-LLM read from the same field: MXFP4 (gpt-oss), FP8 E4M3 with
 block scales (DeepSeek-V3/R1, Qwen3-FP8) or per-channel/per-tensor ones, GPTQ (v1 and v2 zero points, act-order),
-AWQ (GEMM packing), and compressed-tensors' int, float and pack-quantized weights. builder/engine/dequant.py reads
+AWQ (GEMM packing), and compressed-tensors' int, float and pack-quantized weights. builder/engine/dequant/ reads
 each back to fp32, a block of rows at a time."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ made by quantizers that need a GPU, and transformers' FP8 and MXFP4 quantizers r
 Each writer returns the checkpoint and an fp32 one of the values the codes stand for, decoded by the spec here and
 not by mbuild: what transformers runs as the dequantized source. The packing below is written from the formats'
 descriptions (AutoGPTQ's and AutoAWQ's packers, DeepSeek-V3's and OCP MX's specs) independently of
-builder/engine/dequant.py, which reads them."""
+builder/engine/dequant/, which reads them."""
 
 from __future__ import annotations
 

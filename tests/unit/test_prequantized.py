@@ -1,4 +1,4 @@
-"""Issue 59: pre-quantized checkpoints read by their quantization_config (builder/engine/dequant.py through
+"""Issue 59: pre-quantized checkpoints read by their quantization_config (builder/engine/dequant/ through
 checkpoint.py): each format, written byte for byte from its spec (tests/support/quantized_checkpoints.py), reads
 back as the values its codes stand for, whole or a band of rows at a time; transformers' own dequantizing load
 agrees where it has one (FP8); the plan counts the download as stored and refuses a method mbuild does not read."""
