@@ -76,6 +76,15 @@ def build_record(build: Path) -> dict[str, Any] | None:
     return dict(json.loads(record.read_text())) if record.is_file() else None
 
 
+def build_row(label: str, record: dict[str, Any] | None, built: str, gate: str) -> str:
+    """A build's row of a report's table | label | peak RSS GiB | stage at the peak | wall s | gate |; where no record
+    was kept, `built` says why."""
+    if record is None:
+        return f"| {label} | - | - | - | {built} |"
+    return (f"| {label} | {record['peak_rss'] / 2**30:.2f} | {record.get('peak_stage') or '-'} | "
+            f"{record['wall_s']:.0f} | {gate} |")
+
+
 def plan(model: str | Path, *options: str) -> dict[str, Any]:
     """`mbuild plan MODEL --gpu cpu OPTIONS --json`, offline; {} when it fails or prints no JSON."""
     shown = subprocess.run([*MBUILD, "plan", str(model), "--gpu", "cpu", *options, "--json"], capture_output=True,

@@ -32,7 +32,7 @@ from bench.lib.llm_peer_checks import PROMPT_TOKENS, Texts
 from bench.lib.llm_peer_pairs import rounds
 from bench.lib.llm_peer_report import METRICS, arm_series
 from bench.lib.llm_peer_shapes import Shape, quick
-from bench.lib.mbuild import build_or_engine, build_record
+from bench.lib.mbuild import build_or_engine, build_record, build_row
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
@@ -116,13 +116,8 @@ def _table(results: dict[str, Any], shape: Shape, data: dict[str, Any]) -> list[
 def _builds(results: dict[str, Any], shape: Shape) -> list[str]:
     rows = ["| export | peak RSS GiB | stage at the peak | wall s | gate |", "| --- | ---: | --- | ---: | --- |"]
     for arm in ARMS:
-        run = results["build_memory"][shape.key].get(arm)
-        gate = results["ungated"].get(shape.key, {}).get(arm, "passed")
-        if run is None:
-            rows.append(f"| {arm} | - | - | - | {results['builds'][shape.key][arm]} |")
-        else:
-            rows.append(f"| {arm} | {run['peak_rss'] / 2**30:.2f} | {run.get('peak_stage') or '-'} | "
-                        f"{run['wall_s']:.0f} | {gate} |")
+        rows.append(build_row(arm, results["build_memory"][shape.key].get(arm), results["builds"][shape.key][arm],
+                              results["ungated"].get(shape.key, {}).get(arm, "passed")))
     return rows
 
 

@@ -33,7 +33,7 @@ from bench.lib.llm_peer_pairs import rounds
 from bench.lib.llm_peer_report import METRICS, arm_series
 from bench.lib.llm_peer_shapes import Shape
 from bench.lib.llm_peer_shapes import quick as smoke
-from bench.lib.mbuild import build_or_engine, build_record
+from bench.lib.mbuild import build_or_engine, build_record, build_row
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
 from tests.support import quantized_checkpoints as qc
 
@@ -124,12 +124,8 @@ def _builds(results: dict[str, Any]) -> list[str]:
             "| --- | ---: | --- | ---: | --- |"]
     for source, precision in BUILDS:
         arm = f"{source} {precision}"
-        run = results["build_memory"].get(arm)
-        if run is None:
-            rows.append(f"| {source} -> {precision} | - | - | - | {results['builds'][arm]} |")
-        else:
-            rows.append(f"| {source} -> {precision} | {run['peak_rss'] / 2**30:.2f} | {run.get('peak_stage') or '-'} "
-                        f"| {run['wall_s']:.0f} | {results['ungated'].get(arm, 'passed')} |")
+        rows.append(build_row(f"{source} -> {precision}", results["build_memory"].get(arm), results["builds"][arm],
+                              results["ungated"].get(arm, "passed")))
     return rows
 
 
