@@ -162,7 +162,7 @@ class LinearWriter:
 
     def _nbits(self, names: list[str], name: str, n: int, k: int) -> Linear:
         bits, block_size = self.form.bits, self.form.block_size
-        grids = [getattr(self.checkpoint, "grid", lambda _: None)(t) for t in names]
+        grids = [self.checkpoint.grid(t) for t in names]
         kept = [g for g in grids if g is not None and g.bits == bits and g.group == block_size]
         orders = [g.order for g in kept]
         if len(kept) == len(names) and all(_same(order, orders[0]) for order in orders):  # fused: one input order
@@ -175,11 +175,14 @@ class LinearWriter:
             self.weights.put(offset + first * blocks * blob, packed)
             scales.append(scale)
         self.weights.add(f"{name}.weight_scales", np.concatenate(scales))
-        attributes: dict[str, Any] = {"K": k, "N": n, "bits": bits, "block_size": block_size}
-        if self.form.accuracy_level:
-            attributes["accuracy_level"] = self.form.accuracy_level
+        attributes = self._nbits_attributes(k, n)
         return "MatMulNBits", [f"{name}.weight_q{bits}", f"{name}.weight_scales"], attributes
 
+    def _nbits_attributes(self, k: int, n: int) -> dict[str, Any]:
+        attributes: dict[str, Any] = {"K": k, "N": n, "bits": self.form.bits, "block_size": self.form.block_size}
+        if self.form.accuracy_level:
+            attributes["accuracy_level"] = self.form.accuracy_level
+        return attributes
 
     def _kept(self, names: list[str], grids: list[Grid], name: str, n: int, k: int) -> Linear:
         """A pre-quantized weight's own codes, zero points and scales as MatMulNBits' blocks (its groups are the
@@ -207,9 +210,7 @@ class LinearWriter:
                 self.weights.put(zeros + at * zero_blob, _packed_low_first(zero, bits, pad=zero_blob))
                 self.weights.put(scales + at * blocks * 4, scale.astype(np.float32))
             first += rows
-        attributes: dict[str, Any] = {"K": k, "N": n, "bits": bits, "block_size": block_size}
-        if self.form.accuracy_level:
-            attributes["accuracy_level"] = self.form.accuracy_level
+        attributes = self._nbits_attributes(k, n)
         if order is not None:  # the weight's columns were written in this order: the input's must be gathered so
             attributes[INPUT_ORDER] = self.weights.add(f"{name}.input_order", order.astype(np.int64))
         return "MatMulNBits", [f"{name}.weight_q{bits}", f"{name}.weight_scales", f"{name}.weight_zero_points"], \

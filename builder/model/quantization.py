@@ -44,20 +44,22 @@ class SourceFormat:
     group: int = 0  # input columns sharing a scale; 0: a whole row (per channel) or the block scales say
     zero_offset: int = 0  # GPTQ v1 stores each zero point minus one: added back on reading
     fmt: str = ""  # compressed-tensors' format; AWQ's version
-    skipped: tuple[str, ...] = ()  # modules left unquantized (modules_to_not_convert, ignore)
-    act_order: bool = False  # GPTQ's desc_act: a column's group is g_idx's, not a run of `group` columns
+
+    @property
+    def integer(self) -> bool:
+        """Integer codes, zero points and scales in groups (GPTQ, AWQ, compressed-tensors' pack-quantized)."""
+        return self.method in (GPTQ, AWQ) or self.fmt == "pack-quantized"
 
     def kept_in_blocks(self, bits: int, block: int) -> bool:
         """Whether n-bit blocks of `block` columns (MatMulNBits) hold this format's codes as they are (an act-order
         GPTQ's with its columns sorted by group, the input gathered alike)."""
-        integer = self.method in (GPTQ, AWQ) or self.fmt == "pack-quantized"
-        return integer and self.bits == bits and self.group == block
+        return self.integer and self.bits == bits and self.group == block
 
     @property
     def label(self) -> str:
         """What the report and engine.json name as the source's format."""
         detail = f"{self.fmt} " if self.fmt else ""
-        width = f" int{self.bits}" if self.method in (GPTQ, AWQ) or self.fmt == "pack-quantized" else ""
+        width = f" int{self.bits}" if self.integer else ""
         group = f" g{self.group}" if self.group > 0 else ""
         return f"{self.method} {detail}".strip() + width + group
 
@@ -93,29 +95,25 @@ def source_format(config: Mapping[str, Any]) -> SourceFormat | None:
     if not isinstance(quant, Mapping):
         raise UnsupportedModel("config.json's quantization_config is not an object", hint="is config.json intact?")
     method = str(quant.get("quant_method") or "")
-    skipped = tuple(str(m) for m in quant.get("modules_to_not_convert") or quant.get("ignore") or ()
-                    if isinstance(m, str))
     if method in (MXFP4, FP8):
-        return SourceFormat(method, 8 if method == FP8 else 4, skipped=skipped)
+        return SourceFormat(method, 8 if method == FP8 else 4)
     if method == GPTQ:
         bits, group = _int(quant.get("bits")), _int(quant.get("group_size"), -1)
         if bits not in (2, 4, 8):
             raise _refuse(f"GPTQ at {bits} bits (mbuild reads 2, 4 and 8)")
         v2 = str(quant.get("checkpoint_format") or "gptq") == "gptq_v2"
-        return SourceFormat(GPTQ, bits, max(group, 0), 0 if v2 else 1, skipped=skipped,
-                            act_order=bool(quant.get("desc_act")))
+        return SourceFormat(GPTQ, bits, max(group, 0), 0 if v2 else 1)
     if method == AWQ:
         bits, version = _int(quant.get("bits", quant.get("w_bit"))), str(quant.get("version") or "gemm").lower()
         if bits != 4 or version != "gemm":
             raise _refuse(f"AWQ {version} at {bits} bits (mbuild reads GEMM-packed int4)")
-        return SourceFormat(AWQ, 4, _int(quant.get("group_size", quant.get("q_group_size")), 128), fmt=version,
-                            skipped=skipped)
+        return SourceFormat(AWQ, 4, _int(quant.get("group_size", quant.get("q_group_size")), 128), fmt=version)
     if method == COMPRESSED:
-        return _compressed(quant, skipped)
+        return _compressed(quant)
     raise _refuse(repr(method) if method else "no quant_method named")
 
 
-def _compressed(quant: Mapping[str, Any], skipped: tuple[str, ...]) -> SourceFormat:
+def _compressed(quant: Mapping[str, Any]) -> SourceFormat:
     """compressed-tensors: one format for the checkpoint, the weights' bits and group from its config groups."""
     fmt = str(quant.get("format") or "")
     if fmt not in COMPRESSED_FORMATS:
@@ -127,4 +125,4 @@ def _compressed(quant: Mapping[str, Any], skipped: tuple[str, ...]) -> SourceFor
     if len(schemes) > 1:
         raise _refuse(f"compressed-tensors with {len(schemes)} weight schemes in one checkpoint")
     bits, group = next(iter(schemes), (8, 0))
-    return SourceFormat(COMPRESSED, bits, group, fmt=fmt, skipped=skipped)
+    return SourceFormat(COMPRESSED, bits, group, fmt=fmt)

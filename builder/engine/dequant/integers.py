@@ -69,6 +69,19 @@ def _group_of(stored: Stored, stem: str, k: int, group: int, count: int) -> np.n
     return np.arange(k) // size
 
 
+def _groups(stored: Stored, scale: str, n: int) -> int:
+    """How many groups a row's scales cover, from the scale's shape alone (one for the tensor: 1)."""
+    size = int(np.prod(stored.shape(scale)))
+    return 1 if size == 1 else size // n
+
+
+def _scale_rows(stored: Stored, scale: str, count: int, r0: int, r1: int) -> np.ndarray:
+    """Rows r0..r1 of a scale [N, G] (or the tensor's one, repeated), read as asked: never every weight's at open."""
+    if int(np.prod(stored.shape(scale))) == 1:
+        return np.broadcast_to(whole(stored, scale).reshape(1, 1), (r1 - r0, 1))
+    return stored.rows(scale, r0, r1).reshape(r1 - r0, count)
+
+
 def _matrix(stored: Stored, name: str) -> tuple[int, int]:
     shape = stored.shape(name)
     if len(shape) != 2 or stored.dtype(name) != "I32":
@@ -135,14 +148,14 @@ def packed_view(stored: Stored, stem: str, fmt: SourceFormat) -> View:
     k = words * 32 // fmt.bits
     if f"{stem}.weight_shape" in stored:
         k = int(ints(stored, f"{stem}.weight_shape", 0, 2)[1])
-    count = whole(stored, f"{stem}.weight_scale").reshape(n, -1).shape[1]
+    count = _groups(stored, f"{stem}.weight_scale", n)
     zero_name = f"{stem}.weight_zero_point"
 
     def coded(r0: int, r1: int) -> Coded:
         q = unpack(stored.packed_rows(f"{stem}.weight_packed", r0, r1), fmt.bits, 1)[:, :k]
         zeros = (unpack(ints(stored, zero_name, 0, stored.shape(zero_name)[0]), fmt.bits, 0)[r0:r1]
                  if zero_name in stored else 1 << (fmt.bits - 1))
-        return q, zeros, whole(stored, f"{stem}.weight_scale").reshape(n, -1)[r0:r1]
+        return q, zeros, _scale_rows(stored, f"{stem}.weight_scale", count, r0, r1)
     return _integer_view((n, k), coded, _group_of(stored, stem, k, fmt.group, count), fmt,
                          tuple(f"{stem}.{p}" for p in ("weight_packed", "weight_scale", "weight_zero_point")))
 
@@ -150,15 +163,13 @@ def packed_view(stored: Stored, stem: str, fmt: SourceFormat) -> View:
 def integer_view(stored: Stored, stem: str, fmt: SourceFormat) -> View:
     """compressed-tensors' int-quantized: weight I8 [N, K], weight_scale [N, G] (or one), weight_zero_point."""
     n, k = stored.shape(f"{stem}.weight")
-    scale = whole(stored, f"{stem}.weight_scale")
-    count = scale.reshape(n, -1).shape[1] if scale.size > 1 else 1
+    count = _groups(stored, f"{stem}.weight_scale", n)
     groups = _group_of(stored, stem, k, fmt.group, count)
     zero_name = f"{stem}.weight_zero_point"
 
     def read(r0: int, r1: int) -> np.ndarray:
         q = stored.packed_rows(f"{stem}.weight", r0, r1).astype(np.int32)
-        spread = np.broadcast_to(scale.reshape(-1, count), (n, count))[r0:r1]
         zeros = (np.broadcast_to(ints(stored, zero_name, 0, (stored.shape(zero_name) or (1,))[0])
                                  .reshape(-1, count), (n, count))[r0:r1] if zero_name in stored else 0.0)
-        return _grid(q, zeros, spread, groups)
+        return _grid(q, zeros, _scale_rows(stored, f"{stem}.weight_scale", count, r0, r1), groups)
     return View((n, k), read, (f"{stem}.weight", f"{stem}.weight_scale", zero_name))

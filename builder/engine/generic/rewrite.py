@@ -14,6 +14,7 @@ from onnx import numpy_helper
 
 from builder.engine.checkpoint import Checkpoint
 from builder.engine.decoder_graph import GraphWriter, opened, save_decoder
+from builder.engine.dequant import Grid
 from builder.engine.generic import latent, ops
 from builder.engine.generic.experts import write_experts
 from builder.engine.generic.grown import save_grown
@@ -35,6 +36,10 @@ class _Transposed:
     def shape(self, name: str) -> tuple[int, ...]:
         found = self.checkpoint.shape(name)
         return tuple(reversed(found)) if name == self.name else found
+
+    def grid(self, name: str) -> Grid | None:
+        """A Conv1D weight is no pre-quantized grid: it is read transposed, as rows."""
+        return None if name == self.name else self.checkpoint.grid(name)
 
     def blocks(self, names: list[str], max_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
         first = 0
