@@ -3,13 +3,19 @@
     starting -> loading -> warming -> ready -> draining
                    \\----------\\-> failed
 
-Only `ready` answers 200 on /v1/health/ready. `failed` keeps its reason for the logs and the route.
+Only `ready` answers 200 on READY (/v1/health/ready). `failed` keeps its reason for the logs and the route.
 """
 
 from __future__ import annotations
 
 import threading
 from enum import StrEnum
+
+# The routes that report it, written here once: runtimes/api/probes.py serves them; the image's HEALTHCHECK, the
+# deploy manifests, `mbuild bench` and the benchmarks ask them.
+LIVE = "/v1/health/live"
+READY = "/v1/health/ready"
+METRICS = "/v1/metrics"
 
 
 class State(StrEnum):

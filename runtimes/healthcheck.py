@@ -7,6 +7,7 @@ import sys
 import urllib.error
 import urllib.request
 
+from runtimes.health import READY
 from runtimes.settings import Settings, SettingsError
 
 
@@ -22,7 +23,7 @@ def main() -> int:
     if settings.ssl_certfile:
         # The probe asks its own server on loopback: the certificate names the public host, not 127.0.0.1.
         scheme, context = "https", ssl._create_unverified_context()
-    return _ok(f"{scheme}://127.0.0.1:{port}/v1/health/ready", context)
+    return _ok(f"{scheme}://127.0.0.1:{port}{READY}", context)
 
 
 def _ok(url: str, context: ssl.SSLContext | None) -> int:

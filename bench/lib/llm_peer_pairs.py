@@ -22,6 +22,7 @@ from bench.lib.llm_peer_checks import PROMPT_TOKENS, Texts, greedy, prefix_ttft
 from bench.lib.llm_peer_shapes import Shape
 from bench.lib.mbuild import build_or_engine
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
+from runtimes.health import READY
 
 PREFIX_SEED = 10_000  # prefix texts never collide with the throughput prompts (seeds 0..)
 
@@ -78,7 +79,7 @@ def measure_pair(shape: Shape, pair: tuple[str, str], build: Path | str, gguf: P
     if isinstance(build, Path):
         ungated = pair[0] in results["ungated"].get(shape.key, {})
         command = mbuild_serve(build, ports["mbuild"]) + (["--allow-failed-gate"] if ungated else [])
-        starts[f"mbuild {pair[0]}"] = lambda stack: _up(stack, command, "/v1/health/ready", ports["mbuild"],
+        starts[f"mbuild {pair[0]}"] = lambda stack: _up(stack, command, READY, ports["mbuild"],
                                                         {"MBUILD_THREADS": "1"}, core)
     if gguf is not None:
         starts[f"llama.cpp {pair[1]}"] = lambda stack: _up(stack, llamacpp.serve(gguf, ports["llama"], context),

@@ -29,6 +29,7 @@ from bench.lib.llm_peer_checks import Texts
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
 from bench.lib.spec_prompts import LOOKUP_MAX, LOOKUP_MIN, NEW_TOKENS, Kind, prompts
 from runtimes.generation.speculative import DEFAULT_DRAFTS
+from runtimes.health import READY
 
 COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
             "vllm:spec_decode_num_accepted_tokens_total")
@@ -180,7 +181,7 @@ def _servers(stack: ExitStack, plan: Plan, peers: Peers) -> tuple[dict[str, str]
         for arm in plan.arms("mbuild"):
             port = free_port()
             command = mbuild_serve(build, port) + (["--allow-failed-gate"] if ungated else [])
-            stack.enter_context(server(command, "/v1/health/ready", port, mbuild_env(arm.split()[1]), cpus=core))
+            stack.enter_context(server(command, READY, port, mbuild_env(arm.split()[1]), cpus=core))
             bases[arm] = f"http://{HOST}:{port}"
     if gguf is not None:
         for arm in plan.arms("llama.cpp"):

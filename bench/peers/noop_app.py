@@ -7,6 +7,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from runtimes.health import LIVE
+
 ANSWER = {"object": "list", "data": [], "model": "none", "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 
 
@@ -19,4 +21,4 @@ async def live(request: Request) -> JSONResponse:
     return JSONResponse({"status": "live"})
 
 
-app = Starlette(routes=[Route("/v1/embeddings", embeddings, methods=["POST"]), Route("/v1/health/live", live)])
+app = Starlette(routes=[Route("/v1/embeddings", embeddings, methods=["POST"]), Route(LIVE, live)])

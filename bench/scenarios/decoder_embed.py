@@ -33,6 +33,7 @@ from bench.lib.loadgen import Load, post
 from bench.lib.mbuild import build_mbuild
 from bench.lib.rerank_model import workload
 from bench.lib.servers import HOST, free_port, mbuild_serve, server, split_cores, timed_rate
+from runtimes.health import READY
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
 MEASURES = "a decoder-body embedder served, against infinity-emb"
@@ -60,7 +61,7 @@ def arms(work: Path, model: Path, threads: int) -> list[Arm]:
     offline = {"HF_HUB_OFFLINE": "1"}
     build = build_mbuild(model, work / "mbuild-default", offline, precision=None).parent  # the default profile
     port = free_port()
-    found = [Arm("mbuild", mbuild_serve(build, port), port, "/v1/health/ready", "/v1/embeddings",
+    found = [Arm("mbuild", mbuild_serve(build, port), port, READY, "/v1/embeddings",
                  {**offline, "MBUILD_THREADS": str(threads)}, None)]
     infinity.ensure_venv()
     port = free_port()

@@ -36,6 +36,7 @@ from bench.lib.loadgen import Load, closed_loop, post
 from bench.lib.mbuild import MINILM, build_mbuild, minilm_home, minilm_path
 from bench.lib.plots import save_embedding_plot
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores, uvicorn_app
+from runtimes.health import READY
 from runtimes.tokenize import TextTokenizer
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
@@ -78,7 +79,7 @@ def arms(work: Path, threads: int, quick: bool) -> list[Arm]:
     for precision in ("fp32", "int8"):
         build = build_mbuild(MINILM, work / f"mbuild-{precision}", home, precision).parent
         port = free_port()
-        found.append(Arm(f"mbuild {precision}", mbuild_serve(build, port), port, "/v1/health/ready",
+        found.append(Arm(f"mbuild {precision}", mbuild_serve(build, port), port, READY,
                          {**home, "MBUILD_THREADS": str(threads)}))
     for name, backend in (("naive torch", "torch"), ("naive st-onnx", "onnx")):
         if backend == "onnx" and quick and not (work / "st-onnx-venv" / "ready").is_file():

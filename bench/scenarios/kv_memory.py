@@ -39,6 +39,7 @@ from bench.lib.mbuild import build_or_engine
 from bench.lib.rss import tree_memory
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
 from runtimes.bundle.engine import KV_BLOCK_TOKENS
+from runtimes.health import READY
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
 MEASURES = "server memory, ready and under a burst, beside llama.cpp"
@@ -82,7 +83,7 @@ def _measure(command: list[str], port: int, env: dict[str, str] | None, core: se
              texts: Texts, bursts: dict[str, list[str]]) -> dict[str, Any]:
     roots: list[int] = []
     with ExitStack() as stack:
-        stack.enter_context(server(command, "/v1/health/ready" if mbuild else "/health", port, env, cpus=core,
+        stack.enter_context(server(command, READY if mbuild else "/health", port, env, cpus=core,
                                    started=roots))
         time.sleep(SETTLE_S)
         root = psutil.Process(roots[0])

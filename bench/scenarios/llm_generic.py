@@ -34,6 +34,7 @@ from bench.lib.llm_peer_report import METRICS, arm_series
 from bench.lib.llm_peer_shapes import Shape, quick
 from bench.lib.mbuild import build_or_engine, build_record, build_row
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
+from runtimes.health import READY
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
 MEASURES = "the generic export against the fast lane, same weights, int8"
@@ -84,7 +85,7 @@ def measure(shape: Shape, work: Path, repeats: int, results: dict[str, Any]) -> 
                 port = free_port()
                 command = mbuild_serve(build, port) + (["--allow-failed-gate"] if arm in results["ungated"].get(
                     shape.key, {}) else [])
-                stack.enter_context(server(command, "/v1/health/ready", port, {"MBUILD_THREADS": "1"},
+                stack.enter_context(server(command, READY, port, {"MBUILD_THREADS": "1"},
                                            cpus={min(servers)}))
                 urls[arm], names[arm] = f"http://{HOST}:{port}/v1/completions", served_name(port)
         stack.enter_context(pinned(client))

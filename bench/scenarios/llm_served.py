@@ -27,6 +27,7 @@ from bench.lib.llm_models import make_llama_words, measured_shape, workload
 from bench.lib.mbuild import build_mbuild
 from bench.lib.plots import save_llm_plot
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores, uvicorn_app
+from runtimes.health import READY
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
 MEASURES = "a served language model against a naive transformers server"
@@ -75,7 +76,7 @@ def measure(build: Path, model: Path, cores: tuple[set[int], set[int]],
     threads = str(len(servers_cpus))
     ports = [free_port() for _ in ARMS]
     print(f"  servers on cores {sorted(servers_cpus)} with {threads} threads, client on {sorted(client_cpus)}")
-    with (server(mbuild_serve(build, ports[0]), "/v1/health/ready", ports[0], {"MBUILD_THREADS": threads},
+    with (server(mbuild_serve(build, ports[0]), READY, ports[0], {"MBUILD_THREADS": threads},
                  cpus=servers_cpus),
           server(uvicorn_app("bench.peers.naive_llm_app:app", ports[1]), "/health", ports[1],
                  {"BENCH_MODEL_DIR": str(model), "BENCH_THREADS": threads}, cpus=servers_cpus),

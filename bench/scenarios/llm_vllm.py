@@ -30,6 +30,7 @@ from bench.lib.llm_peer_report import METRICS, arm_series
 from bench.lib.llm_peer_shapes import QUICK, SHAPES, Shape
 from bench.lib.mbuild import context_of
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
+from runtimes.health import READY
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
 MEASURES = "language models served, against vLLM's CPU build"
@@ -50,7 +51,7 @@ def _servers(stack: ExitStack, shape: Shape, model: Path, builds: dict[str, Path
         if isinstance(build, Path):
             port = free_port()
             ungated = ["--allow-failed-gate"] if precision in results["ungated"].get(shape.key, {}) else []
-            stack.enter_context(server(mbuild_serve(build, port) + ungated, "/v1/health/ready", port,
+            stack.enter_context(server(mbuild_serve(build, port) + ungated, READY, port,
                                        {"MBUILD_THREADS": "1"}, cpus={core}))
             urls[f"mbuild {precision}"] = f"http://{HOST}:{port}/v1/completions"
             names[f"mbuild {precision}"] = served_name(port)

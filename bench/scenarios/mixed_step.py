@@ -35,6 +35,7 @@ from bench.lib.llm_models import make_llama_words, measured_shape
 from bench.lib.mbuild import ROOT, source_hash
 from bench.lib.mixed_load import Load, Round, measure, summary
 from bench.lib.servers import HOST, free_port, pinned, served_name, server, split_cores
+from runtimes.health import READY
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
 MEASURES = "running streams' token gaps while long prompts arrive"
@@ -140,7 +141,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
             port = free_port()
             command, env = cli(tree)
             stack.enter_context(server([*command, "serve", str(bundle), "--host", HOST, "--port", str(port)],
-                                       "/v1/health/ready", port, {**env, "MBUILD_THREADS": "1", **settings},
+                                       READY, port, {**env, "MBUILD_THREADS": "1", **settings},
                                        cpus={min(servers)}, cwd=tree))
             urls[arm], names[arm] = f"http://{HOST}:{port}/v1/completions", served_name(port)
         stack.enter_context(pinned(client_cpus))

@@ -35,6 +35,7 @@ from bench.lib.llm_peer_shapes import Shape
 from bench.lib.llm_peer_shapes import quick as smoke
 from bench.lib.mbuild import build_or_engine, build_record, build_row
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
+from runtimes.health import READY
 from tests.support import quantized_checkpoints as qc
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
@@ -86,7 +87,7 @@ def measure(shape: Shape, work: Path, repeats: int, results: dict[str, Any]) -> 
             if isinstance(build, Path):
                 port = free_port()
                 command = mbuild_serve(build, port) + (["--allow-failed-gate"] if arm in results["ungated"] else [])
-                stack.enter_context(server(command, "/v1/health/ready", port, {"MBUILD_THREADS": "1"},
+                stack.enter_context(server(command, READY, port, {"MBUILD_THREADS": "1"},
                                            cpus={min(servers)}))
                 urls[arm], names[arm] = f"http://{HOST}:{port}/v1/completions", served_name(port)
         if gguf is not None:

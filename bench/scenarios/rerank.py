@@ -41,6 +41,7 @@ from bench.lib.rerank_model import PASSAGE_TOKENS, Workload, head_facts, make_cr
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, server, split_cores, timed_rate
 from runtimes.bundle import load_engine_config
 from runtimes.engines.encoder import EncoderEngine
+from runtimes.health import READY
 from runtimes.tokenize import PairTokenizer
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
@@ -81,7 +82,7 @@ def arms(work: Path, model: Path, threads: int) -> list[Arm]:
     build = build_mbuild(model, work / "mbuild-default", offline, precision=None).parent  # no --precision: default
     engine = json.loads((build / "model" / "engine.json").read_text())
     port = free_port()
-    found = [Arm("mbuild", mbuild_serve(build, port), port, "/v1/health/ready", "/v1/rerank",
+    found = [Arm("mbuild", mbuild_serve(build, port), port, READY, "/v1/rerank",
                  {**offline, "MBUILD_THREADS": str(threads)}, int(engine["max_seq_length"]))]
     infinity.ensure_venv()
     home = work / "infinity-home"

@@ -35,6 +35,7 @@ from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY, make_llama_words
 from bench.lib.mbuild import MBUILD, build_mbuild, source_hash
 from bench.lib.routing_load import Workload, run, summarize
 from bench.lib.servers import HOST, dynamo_frontend, free_port, served_name, server, uvicorn_app
+from runtimes.health import METRICS, READY
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
 MEASURES = "Dynamo's KV router against round-robin, two replicas"
@@ -66,13 +67,13 @@ def _up(stack: ExitStack, arm: str, build: Path) -> tuple[str, list[str]]:
     for core in ([0, 1] if arm.startswith("proxy") else [1]):
         own = free_port()
         stack.enter_context(server([*MBUILD, "serve", str(build), "--host", HOST, "--port", str(own)],
-                                   "/v1/health/ready", own, {"MBUILD_THREADS": "1"}, cpus={core}))
+                                   READY, own, {"MBUILD_THREADS": "1"}, cpus={core}))
         backends.append(f"http://{HOST}:{own}")
     if arm == "one replica":
-        return f"{backends[0]}/v1/completions", [f"{backends[0]}/v1/metrics"]
+        return f"{backends[0]}/v1/completions", [backends[0] + METRICS]
     stack.enter_context(server(uvicorn_app("bench.lib.routing_load:app", port), "/v1/models", port,
                                {"ROUTING_BACKENDS": ",".join(backends)}))
-    return f"{base}/v1/completions", [f"{b}/v1/metrics" for b in backends]
+    return f"{base}/v1/completions", [b + METRICS for b in backends]
 
 
 def _hit_rate(arm: str, metrics: list[str], before: dict[str, float], prompt_tokens: int) -> float | None:

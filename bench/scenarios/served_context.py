@@ -30,6 +30,7 @@ from bench.lib.harness import OUT, Series, interleave, machine, read_rate_gbs, w
 from bench.lib.llm_models import make_llama_words
 from bench.lib.mbuild import build_or_engine
 from bench.lib.servers import HOST, free_port, mbuild_serve, served_name, server, split_cores
+from runtimes.health import READY
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
 MEASURES = "served TPOT against the context, with the cache's read rate"
@@ -82,7 +83,7 @@ def main(repeats: int = 5, quick: bool = False, out: Path = OUT, work: Path | No
             notes[precision] = f"served with --allow-failed-gate (random weights): {gate}"
         port = free_port()
         command = [*mbuild_serve(built, port), *(["--allow-failed-gate"] if gate else [])]
-        with server(command, "/v1/health/ready", port, {"MBUILD_THREADS": "1"}, cpus=core):
+        with server(command, READY, port, {"MBUILD_THREADS": "1"}, cpus=core):
             name = served_name(port)
             tpot_ms(port, name, CONTEXTS[-1])  # warm: the first long prompt commits the cache's pages
             cases: list[tuple[str, Callable[[], float]]] = [

@@ -22,6 +22,7 @@ from bench.lib.harness import OUT, interleave, machine, work_folder, write
 from bench.lib.loadgen import closed_loop, post
 from bench.lib.mbuild import MINILM, build_mbuild, minilm_home
 from bench.lib.servers import HOST, free_port, mbuild_serve, server, uvicorn_app
+from runtimes.health import LIVE, READY
 from tests.support.tiny_models import make_tiny_encoder
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
@@ -56,9 +57,9 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     tiny_ms = Engine(tiny).call_ms()
     engine = Engine(minilm)
     ports = [free_port() for _ in range(3)]
-    with (server(uvicorn_app("bench.peers.noop_app:app", ports[0]), "/v1/health/live", ports[0]) as bare,
-          server(mbuild_serve(tiny.parent, ports[1]), "/v1/health/ready", ports[1]) as small,
-          server(mbuild_serve(minilm.parent, ports[2]), "/v1/health/ready", ports[2], env) as served):
+    with (server(uvicorn_app("bench.peers.noop_app:app", ports[0]), LIVE, ports[0]) as bare,
+          server(mbuild_serve(tiny.parent, ports[1]), READY, ports[1]) as small,
+          server(mbuild_serve(minilm.parent, ports[2]), READY, ports[2], env) as served):
         for port in (bare, small, served):
             closed_loop(HOST, port, _request(port), CONCURRENCY, 1.0)  # warm connections, sessions, caches
         cases: list[tuple[str, Callable[[], float]]] = [

@@ -33,6 +33,7 @@ from bench.lib.llm_models import make_llama_spm, measured_shape
 from bench.lib.llm_peer_checks import PROMPT_TOKENS, Texts
 from bench.lib.mbuild import build_or_engine, context_of
 from bench.lib.servers import HOST, free_port, mbuild_serve, pinned, served_name, server, split_cores
+from runtimes.health import READY
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
 MEASURES = "what a JSON schema costs, beside llama.cpp's grammar"
@@ -94,7 +95,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     samples: dict[str, str] = {}
     with ExitStack() as stack:
         command = mbuild_serve(build, ports["mbuild"]) + (["--allow-failed-gate"] if ungated else [])
-        stack.enter_context(server(command, "/v1/health/ready", ports["mbuild"], {"MBUILD_THREADS": "1"},
+        stack.enter_context(server(command, READY, ports["mbuild"], {"MBUILD_THREADS": "1"},
                                    cpus={min(server_cpus)}))
         if peer:
             gguf = llamacpp.ggufs(llamacpp.spm_ready(model), work / "gguf")["q8_0"]

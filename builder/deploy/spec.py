@@ -18,11 +18,13 @@ from builder.oci.refs import parse_image_source, parse_ref
 from builder.plan_record import PLAN_FILE, REWRITE_HINT, PlanRecord
 from builder.planning.plan import DEPLOY_LABEL
 from runtimes.bundle.codec import ContractError
+from runtimes.health import LIVE as LIVE  # the runtime's routes, re-exported to manifests
+from runtimes.health import METRICS as METRICS
+from runtimes.health import READY as READY
 from runtimes.settings import DRAIN_SECONDS as DRAIN_SECONDS  # the container's own, re-exported to manifests
 from runtimes.settings import GRACE_SECONDS as GRACE_SECONDS
 from runtimes.settings import PORT as PORT
 
-LIVE, READY, METRICS = "/v1/health/live", "/v1/health/ready", "/v1/metrics"
 _NAME = re.compile(r"[^a-z0-9-]+")
 
 

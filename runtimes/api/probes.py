@@ -17,6 +17,7 @@ from runtimes.api.admission import check_model
 from runtimes.api.auth import require_key, require_key_for_metrics
 from runtimes.api.errors import OpenAIRoute
 from runtimes.bundle.codec import encode
+from runtimes.health import LIVE, METRICS, READY
 from runtimes.state import ServiceState
 
 health = APIRouter(route_class=OpenAIRoute)
@@ -30,12 +31,12 @@ def _state(request: Request) -> ServiceState:
     return state
 
 
-@health.get("/v1/health/live", tags=["health"])
+@health.get(LIVE, tags=["health"])
 async def live() -> dict[str, str]:
     return {"status": "live"}
 
 
-@health.get("/v1/health/ready", tags=["health"], responses={503: {"description": "not ready yet, or failed"}})
+@health.get(READY, tags=["health"], responses={503: {"description": "not ready yet, or failed"}})
 @health.get("/health", tags=["health"], responses={503: {"description": "not ready yet, or failed"}})
 async def ready(request: Request) -> JSONResponse:
     health = _state(request).health
@@ -92,7 +93,7 @@ async def metadata(request: Request) -> dict[str, Any]:
     }
 
 
-@metrics_router.get("/v1/metrics", tags=["health"], response_class=PlainTextResponse)
+@metrics_router.get(METRICS, tags=["health"], response_class=PlainTextResponse)
 @metrics_router.get("/metrics", tags=["health"], response_class=PlainTextResponse)  # Prometheus' default path
 async def metrics(request: Request) -> PlainTextResponse:
     state = _state(request)
