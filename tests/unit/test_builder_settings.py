@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from builder.cli import INTERNAL_ERROR, cli
 from builder.errors import InputError
+from builder.settings import HostSettings
 from tests.unit.test_plan import _plan
 
 
@@ -59,3 +60,14 @@ def test_the_build_check_is_off_for_every_off_word(off: str, tmp_path: Path, mon
     monkeypatch.setattr(host_fit.shutil, "disk_usage", lambda _: usage._replace(free=1000))
     monkeypatch.setenv("MBUILD_BUILD_CHECK", off)
     host_fit.check_disk(_plan(), tmp_path)  # builds anyway, as MBUILD_BUILD_CHECK=0 always did
+
+
+def test_a_folder_defaults_under_the_one_it_lives_in(tmp_path: Path) -> None:
+    """The caches follow XDG_CACHE_HOME, MBUILD_CACHE and HF_HOME as they are set, each read when the env is."""
+    settings = HostSettings.from_env({"XDG_CACHE_HOME": str(tmp_path), "HF_ENDPOINT": "https://mirror.example/"})
+    assert (settings.cache_dir, settings.engine_cache, settings.hub_cache) == (
+        tmp_path / "mbuild", tmp_path / "mbuild" / "engines", tmp_path / "huggingface" / "hub")
+    assert settings.hub_endpoint == "https://mirror.example"
+    moved = HostSettings.from_env({"XDG_CACHE_HOME": str(tmp_path), "MBUILD_CACHE": str(tmp_path / "m"),
+                                   "HF_HOME": str(tmp_path / "hf")})
+    assert (moved.engine_cache, moved.hub_cache) == (tmp_path / "m" / "engines", tmp_path / "hf" / "hub")
