@@ -87,7 +87,7 @@ class ServiceState:
         encoder = self.embedding or self.ranking
         if encoder is not None:
             return encoder.batcher.in_flight
-        return self.generation.scheduler.busy if self.generation is not None else 0
+        return self.generation.engine_loop.busy if self.generation is not None else 0
 
     def served_names(self) -> list[str]:
         """The name /v1/models lists first, then the other names a request may use for the model."""
@@ -130,7 +130,7 @@ class ServiceState:
             runtime.batcher.start()
             self.ranking = runtime
         else:
-            runtime.scheduler.start()
+            runtime.engine_loop.start()
             self.generation = runtime
         self.metrics.model_name = self.served_names()[0]
         self.health.move(State.READY)

@@ -91,12 +91,12 @@ class Mbuild:
         config = load_engine_config(engine_dir)
         settings = dataclasses.replace(Settings.from_env({}), model_dir=engine_dir, threads=threads, max_queue=1024)
         self.runtime = GenerationRuntime.load(engine_dir, config, settings, Metrics())
-        self.runtime.scheduler.start()
+        self.runtime.engine_loop.start()
 
     async def _one(self, prompt: list[int]) -> int:
         params = SamplingParams(max_tokens=self.new_tokens, temperature=0.0, min_tokens=self.new_tokens)
         request = Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue())
-        self.runtime.scheduler.submit([request])
+        self.runtime.engine_loop.submit([request])
         made = 0
         while True:
             event = await request.events.get()

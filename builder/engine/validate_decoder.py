@@ -48,8 +48,8 @@ async def _served(runtime: GenerationRuntime, prompts: list[list[int]]) -> tuple
     params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, min_tokens=NEW_TOKENS)
     requests = [Request(p, params, loop, asyncio.Queue()) for p in prompts]
     for request in requests:
-        runtime.scheduler.submit([request])
-    runtime.scheduler.start()
+        runtime.engine_loop.submit([request])
+    runtime.engine_loop.start()
     outputs: list[list[int]] = []
     for request in requests:
         tokens: list[int] = []
@@ -62,7 +62,7 @@ async def _served(runtime: GenerationRuntime, prompts: list[list[int]]) -> tuple
             if event.finish is not None:
                 break
         outputs.append(tokens)
-    runtime.scheduler.stop()
+    runtime.engine_loop.stop()
     return outputs, len(prompts)
 
 

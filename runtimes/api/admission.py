@@ -19,8 +19,8 @@ from starlette.requests import Request
 
 from runtimes.api.errors import ApiError, bad_request, client_closed, deadline_exceeded, overloaded, queue_timeout
 from runtimes.batcher import Batcher, QueueFull
+from runtimes.generation.requests import Inadmissible
 from runtimes.generation.runtime import GenerationRuntime
-from runtimes.generation.scheduler import Inadmissible, SchedulerFull
 from runtimes.state import EmbeddingRuntime, RerankRuntime, ServiceState
 from runtimes.tokenize import INLINE_CHARS, InputTooLong
 
@@ -150,7 +150,7 @@ def enter(submit: Callable[[], T]) -> T:
     """Reserve capacity for the whole request or refuse it whole, with the one status table."""
     try:
         return submit()
-    except (QueueFull, SchedulerFull) as exc:
+    except QueueFull as exc:
         raise overloaded() from exc
     except Inadmissible as exc:  # admission above should have caught it; the engine's own guard did
         raise bad_request(str(exc)) from exc

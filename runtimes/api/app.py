@@ -114,5 +114,5 @@ async def drain(state: ServiceState) -> None:
         if encoder is not None:
             await encoder.batcher.stop()
     if state.generation is not None:
-        state.generation.scheduler.stop()
+        state.generation.engine_loop.stop()
 

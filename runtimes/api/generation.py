@@ -104,7 +104,7 @@ class Run:
     def __init__(self, runtime: GenerationRuntime, jobs: list[tuple[list[int], SamplingParams]],
                  prompt_tokens: int) -> None:
         self.prompt_tokens = prompt_tokens  # OpenAI counts a prompt once, whatever n is
-        self.streams = enter(lambda: start(runtime.scheduler, runtime.tokenizer, jobs))
+        self.streams = enter(lambda: start(runtime.engine_loop, runtime.tokenizer, jobs))
         self.text = [""] * len(self.streams)
         self.token_ids: list[list[int]] = [[] for _ in self.streams]
         self.finish: list[str | None] = [None] * len(self.streams)
@@ -112,7 +112,7 @@ class Run:
         self.logprobs: list[list[TokenLogprob]] = [[] for _ in self.streams]
         self.ends: list[list[int]] = [[] for _ in self.streams]  # where each logprob's token ends in the text
         self.prompt_logprobs: list[tuple[TokenLogprob | None, ...] | None] = [None] * len(self.streams)
-        self.speculating = runtime.scheduler.batch.speculation.on
+        self.speculating = runtime.engine_loop.config.speculation.on
         self.drafted = self.accepted = 0  # over every sequence, as llama.cpp's timings count them
 
     def timings(self) -> dict[str, Any]:
@@ -147,7 +147,7 @@ class Run:
 
 def check_sequences(runtime: GenerationRuntime, sequences: int, what: str) -> None:
     """A request the queue can never hold whole is the caller's 400 (a 429 would ask for retries that never pass)."""
-    most = runtime.scheduler.max_queue
+    most = runtime.engine_loop.config.max_queue
     if sequences > most:
         raise ApiError(400, f"this request asks for {sequences} {what}; this server queues at most {most} sequences "
                             f"(MBUILD_MAX_QUEUE): send at most {most} a request", "too_many_sequences")

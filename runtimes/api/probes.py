@@ -99,7 +99,7 @@ async def metrics(request: Request) -> PlainTextResponse:
     state = _state(request)
     state.metrics.set("ready", 1.0 if state.health.ready else 0.0)
     if state.generation is not None:  # gauges read from the scheduler's state now, never stale
-        state.generation.scheduler.refresh_metrics()
+        state.generation.engine_loop.refresh_metrics()
     return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -31,15 +31,15 @@ from dynamo.common.backend.publisher import ComponentSnapshot, KvEventSource, Pu
 from dynamo.common.constants import DisaggregationMode
 from dynamo.llm.exceptions import InvalidArgument, Unknown
 
+from runtimes.batcher import QueueFull
 from runtimes.bundle import load_engine_config, load_metadata
 from runtimes.dynamo.card import write_card
 from runtimes.dynamo.kv_transfer import KvServer, TransferError, fetch
 from runtimes.dynamo.requests import Refused, chunk, guide_of, parsers, sampling_params
 from runtimes.generation.guided import GuideError
 from runtimes.generation.prefix_cache import BLOCK
-from runtimes.generation.requests import Event, Request
+from runtimes.generation.requests import Event, Inadmissible, Request
 from runtimes.generation.runtime import GenerationRuntime
-from runtimes.generation.scheduler import Inadmissible, SchedulerFull
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 
@@ -100,17 +100,18 @@ class MbuildEngine(LLMEngine):
         runtime = await asyncio.to_thread(GenerationRuntime.load, model_dir, config, self.settings, Metrics(),
                                           metadata)
         await asyncio.to_thread(runtime.engine.warm_up)
-        runtime.scheduler.prefix.journal = collections.deque()
-        runtime.scheduler.start()
+        runtime.engine_loop.scheduler.prefix.journal = collections.deque()
+        runtime.engine_loop.start()
         self.runtime = runtime
         engine = runtime.engine
         if self.role == DisaggregationMode.PREFILL:
-            self.kv_server = KvServer(self.kv_host, self.kv_port, runtime.scheduler.prefix.export, engine.context)
+            self.kv_server = KvServer(self.kv_host, self.kv_port, runtime.engine_loop.scheduler.prefix.export,
+                                      engine.context)
             log.info("serving prefilled KV at %s", self.kv_server.address)
         return EngineConfig(model=str(self.card), served_model_name=self.name, llm=LlmRegistration(
             context_length=engine.context, kv_cache_block_size=BLOCK,
-            total_kv_blocks=runtime.scheduler.pool.total, max_num_seqs=engine.slots,
-            max_num_batched_tokens=runtime.scheduler.batch.budget))
+            total_kv_blocks=runtime.engine_loop.scheduler.pool.total, max_num_seqs=engine.slots,
+            max_num_batched_tokens=runtime.engine_loop.config.prefill_chunk))
 
     async def generate(self, request: GenerateRequest, context: Context) -> AsyncGenerator[GenerateChunk, None]:
         runtime = self.runtime
@@ -128,11 +129,12 @@ class MbuildEngine(LLMEngine):
             if spec is not None:
                 params = replace(params, grammar=await asyncio.to_thread(runtime.grammars.compile, spec))
             job = Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue())
-            runtime.scheduler.submit([job])
+            runtime.engine_loop.submit([job])
         except (Refused, GuideError, Inadmissible) as exc:  # the request's own: a 400 with the reason
             raise InvalidArgument(str(exc)) from exc
-        except SchedulerFull as exc:
-            raise Unknown(f"this worker's queue is full ({runtime.scheduler.max_queue}, MBUILD_MAX_QUEUE)") from exc
+        except QueueFull as exc:
+            raise Unknown(f"this worker's queue is full ({runtime.engine_loop.config.max_queue}, "
+                          "MBUILD_MAX_QUEUE)") from exc
         made, held = 0, []
         try:
             while True:
@@ -164,7 +166,7 @@ class MbuildEngine(LLMEngine):
         if not isinstance(address, str):
             log.warning("a request reached this decode worker without a prefill worker's KV; prefilling it here")
             return
-        engine, prefix = self.runtime.engine, self.runtime.scheduler.prefix
+        engine, prefix = self.runtime.engine, self.runtime.engine_loop.scheduler.prefix
         # a grown-cache engine (TensorRT's) keeps no prefix cache to take it into; a held prompt needs none
         if not engine.in_place or prefix.lookup(prompt)[1] >= (len(prompt) - 1) // BLOCK * BLOCK:
             return
@@ -203,7 +205,7 @@ class MbuildEngine(LLMEngine):
             runtime = self.runtime
             if runtime is None:
                 continue
-            journal = runtime.scheduler.prefix.journal
+            journal = runtime.engine_loop.scheduler.prefix.journal
             while journal:
                 kind, tokens, keys, parent = journal.popleft()
                 try:
@@ -214,7 +216,7 @@ class MbuildEngine(LLMEngine):
                 except Exception:  # one lost event costs routing quality, never a request
                     log.exception("a KV event was not published")
             if self.snapshots is not None:
-                pool = runtime.scheduler.pool
+                pool = runtime.engine_loop.scheduler.pool
                 used, total = min(pool.used, pool.total), pool.total
                 self.snapshots.publish(0, ComponentSnapshot(used, total, used / total, 0))
 
@@ -223,4 +225,4 @@ class MbuildEngine(LLMEngine):
         if self.kv_server is not None:
             self.kv_server.close()
         if self.runtime is not None:
-            await asyncio.to_thread(self.runtime.scheduler.stop)
+            await asyncio.to_thread(self.runtime.engine_loop.stop)

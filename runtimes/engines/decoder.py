@@ -27,7 +27,7 @@ from runtimes.bundle import BundleError, EngineConfig
 from runtimes.engines.kv_memory import KvBuffer
 from runtimes.engines.sessions import open_session
 from runtimes.engines.states import States
-from runtimes.engines.step import Run, Work, one_at_a_time, pack, start
+from runtimes.engines.step import Run, StepOutput, Work, one_at_a_time, pack, start, unsupported
 
 # the graph's metadata entry that says its pasts are right-aligned (builder/engine/generic/grown.py)
 PAST_LAYOUT, RIGHT_ALIGNED = "mbuild.past_layout", "right_aligned"
@@ -127,16 +127,22 @@ class DecoderEngine:
     def bytes_per_token(self) -> int:
         return self._bytes_per_token
 
-    def step(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
+    @property
+    def recurrent(self) -> bool:
+        return bool(self.states)
+
+    def step(self, works: Sequence[Work]) -> StepOutput:
         """Append each work's tokens to its slot; per work, the logits [work.logits, vocab] of its last positions,
         or the error of the run it was in (which leaves that run's slots as they were: the others are unaffected,
         since a run writes only past its rows' lengths)."""
         for work in works:
             if work.slot >= self.slots:
                 raise ValueError(f"slot {work.slot}: there are {self.slots}")
+        refused = {work.slot: error for work in works if (error := unsupported(work)) is not None}
+        works = [work for work in works if work.slot not in refused]
         if self.one_token and any(len(work.tokens) > 1 for work in works):
-            return self._token_by_token(works)
-        got: dict[int, np.ndarray | Exception] = {}
+            return StepOutput.of({**self._token_by_token(works), **refused})
+        got: dict[int, np.ndarray | Exception] = dict(refused)
         for run in pack(works, self.lengths.tolist(), self.context, self.kept.tolist(), equal=bool(self.states)):
             span = slice(run.first, run.first + len(run.rows))
             # where each row writes, now: an earlier run of the step may have advanced a slot
@@ -147,21 +153,19 @@ class DecoderEngine:
                 got.update(self._run(run, at))
             except Exception as exc:  # the caller ends the run's requests with it
                 got.update({work.slot: exc for work in run.rows if work is not None})
-        return [got[work.slot] for work in works]
+        return StepOutput.of(got)
 
-    def _token_by_token(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
+    def _token_by_token(self, works: Sequence[Work]) -> dict[int, np.ndarray | Exception]:
         """The works as steps of one token each, for a graph that takes one a run; a work's logits joined, or the
         first error of its runs (it takes no more runs)."""
         logits: dict[int, list[np.ndarray]] = {work.slot: [] for work in works}
         failed: dict[int, Exception] = {}
         for tokens in one_at_a_time(works):
-            going = [work for work in tokens if work.slot not in failed]
-            for work, result in zip(going, self.step(going), strict=True):
-                if isinstance(result, Exception):
-                    failed[work.slot] = result
-                else:
-                    logits[work.slot].append(result)
-        return [failed[w.slot] if w.slot in failed else np.concatenate(logits[w.slot]) for w in works]
+            output = self.step([work for work in tokens if work.slot not in failed])
+            failed |= output.errors
+            for slot, got in output.logits.items():
+                logits[slot].append(got)
+        return {w.slot: failed[w.slot] if w.slot in failed else np.concatenate(logits[w.slot]) for w in works}
 
     def run(self, first: int, ids: np.ndarray) -> np.ndarray:
         """Append ids [B,S] to slots first..first+B-1; returns each row's logits after its last new token."""
@@ -169,12 +173,10 @@ class DecoderEngine:
             raise ValueError(f"rows {first}..{first + ids.shape[0] - 1}, tokens {ids.shape}: not within {self.slots} "
                              "slots")
         works = [Work(first + row, tuple(int(t) for t in ids[row])) for row in range(ids.shape[0])]
-        logits = []
-        for result in self.step(works):
-            if isinstance(result, Exception):
-                raise result
-            logits.append(result)
-        return np.concatenate(logits)
+        output = self.step(works)
+        if output.errors:
+            raise next(iter(output.errors.values()))
+        return np.concatenate([output.logits[work.slot] for work in works])
 
     def _run(self, run: Run, at: np.ndarray) -> dict[int, np.ndarray]:
         rows = slice(run.first, run.first + len(run.rows))

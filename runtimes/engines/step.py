@@ -26,8 +26,10 @@ the scheduler weighs before it speculates (generation/speculative.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
 
 # A pass over the weights, in padded tokens' compute: what one more run costs beside the tokens it carries. On this
 # design's CPU step a decode token reads the whole model once (docs/benchmarks/llm_peer.md), so a few padded rows
@@ -37,15 +39,51 @@ PASS_TOKENS = 16
 
 @dataclass(frozen=True)
 class Work:
-    """One slot's part of a step."""
+    """One slot's part of a step. `adapter` and `embeddings` are per-row inputs an engine may take (LoRA adapters,
+    a vision tower's image embeddings); one that takes neither fails such a row alone (`unsupported`)."""
 
     slot: int
     tokens: tuple[int, ...]
     logits: int = 1  # the last this-many new positions' logits come back
+    adapter: str | None = None  # the LoRA adapter the row runs with; None: the base model
+    # [len(tokens), hidden]: input embeddings in place of the tokens' own; None: the tokens' own
+    embeddings: np.ndarray | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.tokens or not 0 <= self.logits <= len(self.tokens) or self.slot < 0:
             raise ValueError(f"slot {self.slot}: {len(self.tokens)} tokens cannot give {self.logits} logits")
+        if self.embeddings is not None and self.embeddings.shape[:1] != (len(self.tokens),):
+            raise ValueError(f"slot {self.slot}: embeddings {self.embeddings.shape} for {len(self.tokens)} tokens")
+
+
+def unsupported(work: Work) -> Exception | None:
+    """The row's error for an engine that serves the base model on token ids only (every engine, so far)."""
+    if work.adapter is not None:
+        return ValueError(f"this engine serves no adapters (asked: {work.adapter!r})")
+    if work.embeddings is not None:
+        return ValueError("this engine takes no input embeddings")
+    return None
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """What a step gives back, by slot: each work's logits [work.logits, vocab], or the error of the run it was in
+    (that row alone ends; the others are unaffected)."""
+
+    logits: Mapping[int, np.ndarray]
+    errors: Mapping[int, Exception] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if both := set(self.logits) & set(self.errors):
+            raise ValueError(f"slots {sorted(both)} have logits and an error")
+
+    @classmethod
+    def of(cls, results: Mapping[int, np.ndarray | Exception]) -> StepOutput:
+        return cls({s: r for s, r in results.items() if not isinstance(r, Exception)},
+                   {s: r for s, r in results.items() if isinstance(r, Exception)})
+
+    def __getitem__(self, slot: int) -> np.ndarray | Exception:
+        return self.errors[slot] if slot in self.errors else self.logits[slot]
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,12 @@ import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
 from runtimes.bundle import BundleError, load_engine_config
 from runtimes.engines import decoder_for
+from runtimes.engines.contract import SlotEngine
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.engines.step import Work
 
@@ -37,24 +37,11 @@ log = logging.getLogger("mbuild.runtime")
 TIMED_STEPS = 7  # one-token steps timed on each engine at load; their median prices a draft step
 
 
-class StepEngine(Protocol):
-    """What the draft needs of an engine (runtimes/engines/decoder.py's DecoderEngine has it)."""
-
-    @property
-    def lengths(self) -> np.ndarray: ...
-
-    def step(self, works: Sequence[Work]) -> list[np.ndarray | Exception]: ...
-
-    def truncate(self, slot: int, length: int) -> None: ...
-
-    def release(self, row: int) -> None: ...
-
-
 class DraftModel:
     """A draft engine's proposals; `pass_cost` is a draft step's time as a fraction of a target step's; `rows`, the
     logits' rows it proposes from (the ones it shares with the target; None: all of its own)."""
 
-    def __init__(self, engine: StepEngine, context: int, pass_cost: float, rows: int | None = None) -> None:
+    def __init__(self, engine: SlotEngine, context: int, pass_cost: float, rows: int | None = None) -> None:
         self.engine, self.context, self.pass_cost, self.rows = engine, context, pass_cost, rows
 
     def room(self, tokens: int) -> int:
@@ -74,13 +61,13 @@ class DraftModel:
                 continue
             works.append(Work(slot, tuple(tokens[held:])))
         while works:
-            for work, result in zip(works, self.engine.step(works), strict=True):
-                if isinstance(result, Exception):
-                    log.warning("draft model failed on slot %d (no drafts for it): %s", work.slot, result)
-                    self.engine.release(work.slot)
-                    drafts.pop(work.slot)
-                else:
-                    drafts[work.slot].append(int(np.argmax(result[-1][:self.rows])))
+            output = self.engine.step(works)
+            for slot, error in output.errors.items():
+                log.warning("draft model failed on slot %d (no drafts for it): %s", slot, error)
+                self.engine.release(slot)
+                drafts.pop(slot)
+            for slot, logits in output.logits.items():
+                drafts[slot].append(int(np.argmax(logits[-1][:self.rows])))
             works = [Work(slot, (made[-1],)) for slot, made in drafts.items() if len(made) < wants[slot][1]]
         return {slot: tuple(made) for slot, made in drafts.items()}
 
@@ -93,7 +80,7 @@ class DraftModel:
         self.engine.release(slot)
 
 
-def step_seconds(engine: StepEngine, slot: int = 0) -> float:
+def step_seconds(engine: SlotEngine, slot: int = 0) -> float:
     """The median time of a one-token step on a slot holding a few tokens (the slot is released after)."""
     engine.step([Work(slot, (0, 1, 2))])
     times = []
@@ -105,7 +92,7 @@ def step_seconds(engine: StepEngine, slot: int = 0) -> float:
     return statistics.median(times)
 
 
-def draft_cost(draft: StepEngine, target: StepEngine) -> float:
+def draft_cost(draft: SlotEngine, target: SlotEngine) -> float:
     """A draft step's time as a fraction of a target step's, measured here (threads, cache and core decide it)."""
     return step_seconds(draft) / step_seconds(target)
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from tokenizers import Tokenizer
 
 from runtimes.generation.detokenize import Detokenizer
+from runtimes.generation.engine_loop import EngineLoop
 from runtimes.generation.logprobs import TokenLogprob
 from runtimes.generation.requests import Request
 from runtimes.generation.sampling import SamplingParams
-from runtimes.generation.scheduler import Scheduler
 
 
 class GenerationFailed(RuntimeError):
@@ -101,9 +101,9 @@ class Stream:
             self.cancel()
 
 
-def start(scheduler: Scheduler, tokenizer: Tokenizer, jobs: list[tuple[list[int], SamplingParams]]) -> list[Stream]:
-    """Queue every sequence of one API call together (SchedulerFull or Inadmissible: none of them)."""
+def start(engine_loop: EngineLoop, tokenizer: Tokenizer, jobs: list[tuple[list[int], SamplingParams]]) -> list[Stream]:
+    """Queue every sequence of one API call together (QueueFull or Inadmissible: none of them)."""
     loop = asyncio.get_running_loop()
     requests = [Request(prompt, params, loop, asyncio.Queue()) for prompt, params in jobs]
-    scheduler.submit(requests)
+    engine_loop.submit(requests)
     return [Stream(request, tokenizer) for request in requests]

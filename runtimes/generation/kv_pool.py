@@ -14,27 +14,10 @@ scheduler takes from the youngest sequence (preemption.py: it is preempted and r
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 
+from runtimes.engines.contract import SlotEngine
 from runtimes.generation.prefix_cache import BLOCK, PrefixCache
-
-
-class PoolEngine(Protocol):
-    """What the pool needs of the engine (runtimes/engines/decoder.py's DecoderEngine has it): per slot, the
-    positions it holds and those its pages reach."""
-
-    @property
-    def lengths(self) -> np.ndarray: ...
-
-    @property
-    def written(self) -> np.ndarray: ...
-
-    @property
-    def bytes_per_token(self) -> int: ...
-
-    def forget(self, slot: int, keep: int) -> None: ...
 
 
 def blocks(tokens: int) -> int:
@@ -42,7 +25,7 @@ def blocks(tokens: int) -> int:
 
 
 class KvPool:
-    def __init__(self, engine: PoolEngine, prefix: PrefixCache, context: int, capacity_bytes: int = 0) -> None:
+    def __init__(self, engine: SlotEngine, prefix: PrefixCache, context: int, capacity_bytes: int = 0) -> None:
         """capacity_bytes 0: every slot's whole context, where the prefix cache's entries take what the slots leave;
         a larger size gives them room of their own, up to the prefix cache's cap (no more could be used); never less
         than one block."""

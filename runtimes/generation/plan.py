@@ -1,7 +1,7 @@
 """A planned engine step as plain data: what each slot runs this step, and why.
 
-The scheduler's batch (batch.py) makes one with plan_step(), the engine runs its works as one step
-(runtimes/engines/step.py), and apply() takes the logits back; tests assert on plans, not on the engine's arrays.
+The scheduler (scheduler.py) makes one with plan_step(), the engine runs its works as one step
+(runtimes/engines/step.py), and apply() takes its output back; tests assert on plans, not on the engine's arrays.
 """
 
 from __future__ import annotations

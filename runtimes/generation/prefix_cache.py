@@ -4,7 +4,7 @@ Two kinds of entry share one index:
 - resident: a slot's own cache, positions 0..k (k a multiple of BLOCK), as a sequence left them. A prompt's whole
   blocks are pinned when its prefill ends, and its answer's when the sequence ends; the slot keeps them after its
   sequence leaves (its pages stay committed, counted by the KV pool), and the scheduler places a prompt that starts
-  the same way in that slot (batch.py), which goes on from there: a conversation's next turn copies nothing.
+  the same way in that slot (scheduler.py), which goes on from there: a conversation's next turn copies nothing.
 - copied: a copy of some slot's first k positions in arrays of its own, bounded in bytes (capacity): what a free
   slot's entry becomes when another prompt takes the slot and the pool has room to keep it (vacate), or what a
   Dynamo decode worker takes in from a prefill worker (adopt; runtimes/dynamo/kv_transfer.py).
@@ -29,29 +29,14 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
 from runtimes.bundle.engine import KV_BLOCK_TOKENS
+from runtimes.engines.contract import SlotEngine
 from runtimes.metrics import Metrics
 
 BLOCK = KV_BLOCK_TOKENS  # the reuse granularity (llama.cpp reuses per token)
-
-
-class SlotCache(Protocol):
-    """The engine's slots, as the prefix cache reads and fills them (runtimes/engines/decoder.py)."""
-
-    @property
-    def bytes_per_token(self) -> int: ...
-
-    def read(self, row: int, count: int) -> list[np.ndarray]: ...
-
-    def write(self, row: int, blocks: list[np.ndarray], count: int) -> None: ...
-
-    def copy(self, source: int, row: int, count: int) -> None: ...
-
-    def keep(self, row: int, count: int) -> None: ...
 
 
 @dataclass
@@ -85,7 +70,7 @@ def _common(held: tuple[int, ...], prompt: list[int]) -> int:
 
 
 class PrefixCache:
-    def __init__(self, capacity_bytes: int, slots: SlotCache | None = None) -> None:
+    def __init__(self, capacity_bytes: int, slots: SlotEngine | None = None) -> None:
         """capacity_bytes: the copied entries' bound (0: no prefix cache at all); slots: the engine whose slots hold
         resident entries (export reads them there)."""
         self.capacity, self.slots = capacity_bytes, slots
@@ -174,7 +159,7 @@ class PrefixCache:
             if ident is not None:
                 self._drop(ident)
 
-    def vacate(self, cache: SlotCache, slot: int, keep: int, room: Room) -> None:
+    def vacate(self, cache: SlotEngine, slot: int, keep: int, room: Room) -> None:
         """A new sequence takes the slot, keeping its first `keep` positions: what its resident entry holds past them
         becomes a copied entry first when that is a block or more and `room` holds it, else it is forgotten."""
         with self.lock:
@@ -198,7 +183,7 @@ class PrefixCache:
         with self.lock:
             self._pin(slot, held[:keep], block_keys(held, keep))
 
-    def restore(self, cache: SlotCache, slot: int, prompt: list[int], room: Room = lambda _: False) -> int:
+    def restore(self, cache: SlotEngine, slot: int, prompt: list[int], room: Room = lambda _: False) -> int:
         """Fill the slot with the longest cached prefix of the prompt (in place when the slot's own entry holds it);
         returns the tokens it now holds. The slot's entry past them is vacated first."""
         entry, length = self.lookup(prompt, prefer=slot)

@@ -9,7 +9,7 @@ drafts cost k of its steps, so its rows are chosen first, on k (best_k), and onl
 from __future__ import annotations
 
 from runtimes.generation.draft import DraftModel
-from runtimes.generation.requests import Row
+from runtimes.generation.rows import Row
 from runtimes.generation.speculative import RowSpeculation, Speculation, best_k, choose, may_pay, propose
 
 Hopeful = tuple[Row, RowSpeculation, int]  # a row that may speculate, its speculation, the most drafts it may take
@@ -42,5 +42,5 @@ def _lookups(hopeful: list[Hopeful], decoding: int, s: Speculation) -> dict[int,
                     decoding - len(found))
     for index, (row, spec, drafts) in enumerate(found):
         if index not in picked:  # it measures what it would have got instead of drifting back to the prior
-            spec.watch(drafts[0], len(row.state.generated))
+            spec.watch(drafts[0], len(row.sampler.generated))
     return {found[i][0].slot: found[i][2] for i in picked}

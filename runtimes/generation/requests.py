@@ -1,4 +1,4 @@
-"""What a generation request is to the scheduler, and the events it gets back."""
+"""What a generation request is to the scheduler, the events it gets back, and why one may not enter."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from runtimes.generation.logprobs import TokenLogprob
-from runtimes.generation.sampling import SamplerState, SamplingParams
-from runtimes.generation.speculative import RowSpeculation
+from runtimes.generation.sampling import SamplingParams
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 _ids = itertools.count()
+
+
+class Inadmissible(ValueError):
+    """A request that could never run here; admission upstream should have refused it with a 400."""
 
 
 @dataclass
@@ -79,29 +82,3 @@ class Request:
         event = await self.events.get()
         self.taken += 1
         return event
-
-
-@dataclass
-class Row:
-    """A request in its slot: its sampler, the cache it has filled, what it has emitted, and its speculation."""
-
-    request: Request
-    state: SamplerState
-    slot: int
-    speculation: RowSpeculation | None = None  # None: this sequence does not speculate
-    running: bool = False  # its prompt is in and it decodes; before, it is filling
-    last: int = 0
-    filled: int = 0  # prompt tokens in the slot's cache
-    last_time: float = field(default_factory=time.perf_counter)
-    prompt_logprobs: list[TokenLogprob | None] = field(default_factory=lambda: [None])  # the first has none
-
-    @property
-    def tokens(self) -> list[int]:
-        """The sequence so far: its prompt and what it has generated."""
-        return [*self.state.prompt, *self.state.generated]
-
-    @property
-    def source(self) -> list[int]:
-        """What the slot's cache holds before the sequence decodes: its prompt, or, refilling after a preemption,
-        its tokens but the last (which the next decode step feeds)."""
-        return self.tokens[:-1] if self.state.generated else self.request.prompt

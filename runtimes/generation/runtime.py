@@ -14,10 +14,11 @@ from runtimes.engines import decoder_for
 from runtimes.engines.decoder import DecoderEngine
 from runtimes.generation.chat_template import ChatTemplate, ChatTemplateError
 from runtimes.generation.draft import DraftModel, open_draft
+from runtimes.generation.engine_loop import EngineLoop
 from runtimes.generation.guided import Grammars
 from runtimes.generation.harmony import Harmony, detect_harmony, vocabulary_folder
 from runtimes.generation.reasoning import CLOSE, OPEN, detect_reasoning, opened_by
-from runtimes.generation.scheduler import Scheduler
+from runtimes.generation.scheduler import SchedulerConfig
 from runtimes.generation.speculative import Speculation
 from runtimes.generation.tools import ToolFormat, chosen_format
 from runtimes.metrics import Metrics
@@ -29,7 +30,7 @@ class GenerationRuntime:
     engine: DecoderEngine
     tokenizer: Tokenizer
     template: ChatTemplate | None
-    scheduler: Scheduler
+    engine_loop: EngineLoop
     context: int
     eos_ids: tuple[int, ...]
     grammars: Grammars
@@ -61,18 +62,18 @@ class GenerationRuntime:
         # A grown-cache graph (TensorRT's) is built for whole prompts on an empty cache: no chunks, no reuse, no
         # speculation; a budget of two contexts always holds a whole prompt beside the decode rows.
         chunk = settings.prefill_chunk if engine.in_place else 2 * engine.context
-        scheduler = Scheduler(engine, eos, engine.slots, settings.max_queue, metrics, context=engine.context,
-                              vocab=options.vocab_size, prefill_chunk=chunk, chunked=engine.in_place,
-                              prefix_cache_bytes=settings.prefix_cache_mb << 20 if engine.in_place else 0,
-                              speculation=Speculation(method, settings.num_speculative_tokens,
-                                                      settings.prompt_lookup_min, settings.prompt_lookup_max),
-                              draft=draft,
-                              kv_cache_bytes=settings.kv_cache_mb << 20 or config.batching.kv_cache_bytes)
+        scheduling = SchedulerConfig(
+            eos, engine.slots, settings.max_queue, engine.context, options.vocab_size, prefill_chunk=chunk,
+            prefix_cache_bytes=settings.prefix_cache_mb << 20 if engine.in_place else 0,
+            kv_cache_bytes=settings.kv_cache_mb << 20 or config.batching.kv_cache_bytes, chunked=engine.in_place,
+            speculation=Speculation(method, settings.num_speculative_tokens, settings.prompt_lookup_min,
+                                    settings.prompt_lookup_max))
+        engine_loop = EngineLoop(engine, scheduling, metrics, draft)
         tools = chosen_format(settings.tool_call_parser, template.source if template else None)
         harmony = None
         if template and detect_harmony(template.source):
             harmony = Harmony(vocabulary_folder(model_dir / config.tokenizer_file, settings.harmony_vocabulary))
-        return cls(engine, tokenizer, template, scheduler, config.max_seq_length, eos,
+        return cls(engine, tokenizer, template, engine_loop, config.max_seq_length, eos,
                    Grammars(tokenizer, options.vocab_size, eos), None if harmony else tools,
                    bool(template and not harmony and detect_reasoning(template.source)), harmony)
 

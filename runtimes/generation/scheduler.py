@@ -1,215 +1,309 @@
-"""Continuous (iteration-level) batching on one engine thread, over the engine's KV slots.
+"""The scheduler: the sequences in the engine's slots, and the two decisions of each step: plan it, then apply
+what the engine gave back. engine_loop.py runs it on the engine thread; tests drive it directly and assert on plans.
 
-Each iteration is one planned step (batch.py): plan_step() decides, under one token budget, what every slot runs
-(decode tokens, verify rows of speculative drafts, prompt chunks), the engine runs it as one step
-(runtimes/engines/step.py), and apply() emits what the logits give. Deciding and running are apart, so tests drive
-plans directly. There are never more than max_batch sequences, and `submit` refuses a request whose prompt plus
-max_tokens exceeds the context (or that breaks any other invariant), so each fits its slot. Results go back to
-each request's asyncio queue. Every request that enters ends with exactly one finishing event, whatever fails:
-one request's sampler or engine run ends that request alone; a shutdown ends everything left.
+plan_step() returns a StepPlan under one token budget: every running sequence's decode token or verify row first
+(never stalled by prompts), then prompt chunks in what is left, the prompts already filling first, then new ones
+in free slots, each new one taking what the prefix cache holds of it (in place, in the slot its prefix was left in,
+when there is one). A slot keeps its id from a sequence's first prompt token to its end; nothing moves when one
+ends. Each row's state (rows.py: filling, running, paused, preempted, ended) changes only through its transitions;
+a paused one (its reader MAX_UNREAD events behind) gets no work until it reads: it holds its slot, not more memory.
+
+Every step fits the KV pool (kv_pool.py): a new prompt enters only when the pool holds all of it (first come,
+first served: it waits first in the queue till then); which rows grow and which give their blocks up is
+preemption.py's.
+
+apply() takes the step's logits: prompts whose last chunk is in start decoding; a decode row emits a token; a verify
+row emits the tokens its drafts earn (speculative.py) and takes its cache, and the draft model's, back past the
+rejected ones. Every request ends with exactly one finishing event: its own sampling or engine failure ends it alone.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
-import threading
-from collections.abc import Callable
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from runtimes.engines.decoder import DecoderEngine
-from runtimes.generation.batch import Batch
+from runtimes.engines.contract import SlotEngine
+from runtimes.engines.step import StepOutput
 from runtimes.generation.draft import DraftModel
+from runtimes.generation.guided import GuideError
 from runtimes.generation.kv_pool import KvPool
-from runtimes.generation.plan import StepPlan
+from runtimes.generation.logprobs import token_logprob
+from runtimes.generation.plan import SlotPlan, StepPlan
+from runtimes.generation.preemption import Preemption
 from runtimes.generation.prefix_cache import PrefixCache
-from runtimes.generation.requests import Event, Request
-from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
-from runtimes.generation.speculative import Speculation
-from runtimes.metrics import BATCH_BUCKETS, Metrics
+from runtimes.generation.proposals import proposals
+from runtimes.generation.requests import Event, FinishReason, Request
+from runtimes.generation.rows import Row, RowStatus
+from runtimes.generation.sampling import SamplerState, next_token
+from runtimes.generation.speculative import RowSpeculation, Speculation
+from runtimes.generation.waiting import Bounds, Waiting
+from runtimes.metrics import Metrics
 from runtimes.settings import PREFILL_CHUNK
 
 log = logging.getLogger("mbuild.runtime")
-PAUSED_POLL = 0.02  # seconds between looks at sequences paused for their readers
+PROMPT_LOGPROB_CHUNK = 64  # a prompt whose logprobs are asked gets every position's logits: smaller chunks
 
 
-class SchedulerFull(Exception):
-    pass
-
-
-class Inadmissible(ValueError):
-    """A request that could never run here; admission upstream should have refused it with a 400."""
+@dataclass(frozen=True)
+class SchedulerConfig:
+    eos_ids: tuple[int, ...]
+    max_batch: int  # slots: sequences at once
+    max_queue: int  # requests waiting for a slot; beyond, QueueFull
+    context: int
+    vocab: int
+    prefill_chunk: int = PREFILL_CHUNK  # the step's token budget: decode and verify rows, then prompt chunks
+    prefix_cache_bytes: int = 0
+    kv_cache_bytes: int = 0  # the KV pool's size (0: every slot's whole context)
+    chunked: bool = True  # False: a prompt runs whole, in one step (an engine that takes no chunk on a past)
+    speculation: Speculation = field(default_factory=Speculation)
 
 
 class Scheduler:
-    def __init__(self, engine: DecoderEngine, eos_ids: tuple[int, ...], max_batch: int, max_queue: int,
-                 metrics: Metrics, context: int, vocab: int, prefill_chunk: int = PREFILL_CHUNK,
-                 prefix_cache_bytes: int = 0, speculation: Speculation | None = None, chunked: bool = True,
-                 draft: DraftModel | None = None, kv_cache_bytes: int = 0) -> None:
-        """kv_cache_bytes: the KV pool's size (0: every slot's whole context)."""
-        self.engine = engine
-        self.max_batch, self.max_queue, self.context, self.vocab = max_batch, max_queue, context, vocab
-        self.prefix = PrefixCache(prefix_cache_bytes, engine)
-        self.pool = KvPool(engine, self.prefix, context, kv_cache_bytes)
-        self._describe_pool(kv_cache_bytes, context)
-        self.metrics = metrics
-        self.waiting: collections.deque[Request] = collections.deque()
-        self._ready = threading.Condition()
-        speculation = speculation or Speculation()
-        if (speculation.method == "draft") != (draft is not None):
-            raise ValueError(f"speculation {speculation.method!r} with{'out' if draft is None else ''} a draft model")
-        self.batch = Batch(engine, eos_ids, max_batch, context, prefill_chunk, self.prefix, metrics, speculation,
-                           self.take_next, self.pool, chunked, draft)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="generation", daemon=True)
-        metrics.describe("batch_size", "Sequences per engine step", BATCH_BUCKETS)
-        metrics.describe("time_to_first_token_seconds", "Queue plus prefill time until the first token")
-        metrics.describe("time_per_output_token_seconds", "Time between a sequence's tokens")
-        metrics.describe("spec_decode_drafts_total", "Verify rows run (speculative decoding)")
-        metrics.describe("spec_decode_draft_tokens_total", "Draft tokens verified")
-        metrics.describe("spec_decode_accepted_tokens_total", "Draft tokens accepted")
-        metrics.describe("spec_decode_accepted_per_position_total", "Draft tokens accepted, by their position")
-        metrics.describe("preemptions_total", "Sequences that gave their KV blocks up for an older one's (recomputed)")
-        metrics.inc("preemptions_total", 0)  # read as a rate: present from the start
-
-    def _describe_pool(self, asked: int, context: int) -> None:
-        """The pool at start, in the log; a size that is capped, or too small for one whole sequence, said so."""
-        pool = self.pool
-        log.info("KV pool: %d tokens in %d blocks (%.0f MB)", pool.capacity_tokens, pool.total,
-                 pool.capacity_bytes / (1 << 20))
-        if asked > pool.capacity_bytes + pool.capacity_bytes // pool.total:
-            log.info("the KV pool asked (MBUILD_KV_CACHE_MB, else the plan's batching.kv_cache_bytes) is %.1f MB; the "
-                     "slots and the prefix cache can use no more than the pool's %.1f MB", asked / (1 << 20),
-                     pool.capacity_bytes / (1 << 20))
-        if pool.capacity_tokens < context:
-            log.warning("the KV pool holds %d tokens, less than one sequence's context (%d): a sequence that fills "
-                        "it alone ends early (finish_reason length); raise MBUILD_KV_CACHE_MB",
-                        pool.capacity_tokens, context)
-
-    # --- the asyncio side -----------------------------------------------------------------
-    def check(self, request: Request) -> None:
-        """The invariants every running request keeps; a breach is refused before it can enter."""
-        prompt, params = request.prompt, request.params
-        if not prompt:
-            raise Inadmissible("the prompt is empty")
-        if params.max_tokens < 1 or len(prompt) + params.max_tokens > self.context:
-            raise Inadmissible(f"{len(prompt)} prompt tokens plus max_tokens {params.max_tokens} exceed the "
-                               f"context of {self.context}")
-        if len(prompt) + 1 > self.pool.capacity_tokens:
-            raise Inadmissible(f"the prompt's {len(prompt)} tokens do not fit the KV cache pool of "
-                               f"{self.pool.capacity_tokens} tokens; shorten it, or serve with a larger "
-                               "MBUILD_KV_CACHE_MB")
-        if min(prompt) < 0 or max(prompt) >= self.vocab:
-            raise Inadmissible(f"prompt token ids must lie in 0..{self.vocab - 1}")
-        if len(params.stop_token_ids) > MAX_STOP_TOKEN_IDS or len(params.logit_bias) > MAX_LOGIT_BIAS:
-            raise Inadmissible(f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids and {MAX_LOGIT_BIAS} logit_bias entries")
-        if any(not 0 <= token < self.vocab for token, _ in params.logit_bias):
-            raise Inadmissible(f"logit_bias token ids must lie in 0..{self.vocab - 1}")
-
-    def submit(self, requests: list[Request]) -> None:
-        """All of them enter, or none does (Inadmissible, SchedulerFull): a request's prompts x n together."""
-        for request in requests:
-            self.check(request)
-        with self._ready:
-            if self._live_waiting() + len(requests) > self.max_queue:
-                raise SchedulerFull
-            self.waiting.extend(requests)
-            self._ready.notify()
-        self.refresh_metrics()
+    def __init__(self, engine: SlotEngine, config: SchedulerConfig, metrics: Metrics,
+                 draft: DraftModel | None = None) -> None:
+        if (config.speculation.method == "draft") != (draft is not None):
+            raise ValueError(f"speculation {config.speculation.method!r} with{'out' if draft is None else ''} a "
+                             "draft model")
+        self.engine, self.config, self.metrics = engine, config, metrics
+        self.eos_ids, self.context, self.budget = config.eos_ids, config.context, config.prefill_chunk
+        self.chunked, self.speculation = config.chunked, config.speculation
+        self.prefix = PrefixCache(config.prefix_cache_bytes, engine)
+        self.pool = KvPool(engine, self.prefix, config.context, config.kv_cache_bytes)
+        self.waiting = Waiting(Bounds(config.max_queue, config.context, self.pool.capacity_tokens, config.vocab))
+        self.slots: list[Row | None] = [None] * config.max_batch
+        self.draft = draft  # speculation's draft model, when it drafts with one (draft.py)
+        self.preemption = Preemption(engine, self.pool, self.prefix, metrics, draft)
 
     @property
-    def busy(self) -> int:
-        return len(self.batch.rows) + self._live_waiting()
+    def rows(self) -> list[Row]:
+        return [row for row in self.slots if row is not None]
 
-    def _live_waiting(self) -> int:
-        # Under the (reentrant) lock: the other thread may be adding to or taking from the deque right now.
-        with self._ready:
-            return sum(1 for r in self.waiting if not r.cancelled)
+    @property
+    def decoding(self) -> list[Row]:
+        return [row for row in self.rows if row.decoding]
 
-    def refresh_metrics(self) -> None:
-        """Gauges from the state itself, so cancellations can never leave them stale."""
-        pool = self.pool.describe()
-        self.metrics.set("queue_depth", self._live_waiting())
-        self.metrics.set("running_sequences", len(self.batch.running))
-        self.metrics.set("kv_cache_sequences", len(self.batch.rows))
-        self.metrics.set("kv_cache_capacity_sequences", self.max_batch)
-        self.metrics.set("kv_cache_tokens", int(self.engine.lengths.sum()))
-        self.metrics.set("kv_cache_capacity_tokens", pool["tokens_capacity"])
-        self.metrics.set("kv_cache_free_tokens", pool["tokens_free"])
-        self.metrics.set("kv_cache_blocks", pool["blocks_total"])
-        self.metrics.set("kv_cache_used_blocks", pool["blocks_used"])
-        self.metrics.set("kv_cache_block_tokens", pool["block_tokens"])
-        self.metrics.set("kv_cache_usage_ratio", min(pool["blocks_used"] / pool["blocks_total"], 1.0))
-        self.metrics.set("prefix_cache_bytes", self.prefix.bytes)
-        self.metrics.set("prefix_cache_capacity_bytes", self.prefix.capacity)
-        self.metrics.set("prefix_cache_entries", len(self.prefix.entries))
+    @property
+    def filling(self) -> list[Row]:
+        """Rows filling their slot's cache, or waiting to (preempted), oldest first."""
+        return sorted((row for row in self.rows if not row.decoding), key=lambda row: row.request.id)
 
-    # --- decisions (the engine thread calls them; tests may drive them directly) -----------
-    def take_next(self, fits: Callable[[Request], bool] = lambda _: True) -> Request | None:
-        """The next live waiting request, if it fits (the batch asks only when a slot is free; it fits when the KV
-        pool holds its prompt): else it stays first in the queue. Cancelled ones leave with their event. It never
-        waits: the engine loop waits for work itself."""
-        with self._ready:
-            while self.waiting:
-                request = self.waiting[0]
-                if request.cancelled:
-                    self.waiting.popleft()
-                    request.emit(Event(finish="cancelled"))
-                    continue
-                if not fits(request):
-                    return None
-                return self.waiting.popleft()
+    @property
+    def free(self) -> bool:
+        return None in self.slots
+
+    # --- planning ----------------------------------------------------------------------------
+    def plan_step(self) -> StepPlan:
+        for row in self.rows:
+            if row.request.cancelled:
+                self.end(row, Event(finish="cancelled"))
+            elif row.decoding:
+                row.read_or_pause()
+        running = [row for row in self.rows if row.status is RowStatus.RUNNING]
+        plans = self.preemption.grown(self._decodes(running), self.rows, self.end)
+        # prompts get what decoding leaves, and never less than a quarter, so they move however many rows decode
+        room = max(self.budget - sum(len(p.tokens) for p in plans), self.budget // 4)
+        for row in self.filling:
+            if room <= 0 or not self._may_run(row, room, plans) or not self.preemption.claimed(row):
+                break
+            plans.append(self._chunk(row, room))
+            room -= len(plans[-1].tokens)
+        while room > 0 and self.free and (new := self._start()) is not None:
+            if not self._may_run(new, room, plans):
+                break  # it waits in its slot for the next step
+            plans.append(self._chunk(new, room))
+            room -= len(plans[-1].tokens)
+        return StepPlan(tuple(plans), self.budget)
+
+    def _may_run(self, row: Row, room: int, plans: list[SlotPlan]) -> bool:
+        """Whether the row's next chunk may go this step: always when chunks may be cut; else whole, within the
+        room or as the step's one prompt past it (so it is never starved)."""
+        return self.chunked or len(row.request.prompt) - row.filled <= room or \
+            not any(plan.kind == "prefill" for plan in plans)
+
+    def _decodes(self, rows: list[Row]) -> list[SlotPlan]:
+        """Decode rows; those whose drafts are worth their cost (proposals.py) as verify rows."""
+        hopeful = [(row, row.speculation, k) for row in rows if row.speculation is not None and (k := self._k(row))]
+        drafts = proposals(hopeful, len(rows), self.speculation, self.draft)
+        plans = []
+        for row in rows:
+            made = drafts.get(row.slot, ())
+            plans.append(SlotPlan(row.slot, row.request.id, "verify" if made else "decode", (row.last, *made),
+                                  1 + len(made), made))
+        return plans
+
+    def _k(self, row: Row) -> int:
+        """How many drafts the row may take now: its speculation's k, within max_tokens and both contexts (the bonus
+        token is the one more)."""
+        spec, state = row.speculation, row.sampler
+        if spec is None:
+            return 0
+        held = int(self.engine.lengths[row.slot])
+        k = min(spec.k, state.params.max_tokens - len(state.generated) - 1, self.context - held - 1)
+        if self.draft is not None:
+            k = min(k, self.draft.room(len(state.prompt) + len(state.generated)))
+        return max(k, 0)
+
+    def _chunk(self, row: Row, room: int) -> SlotPlan:
+        """The row's next prompt chunk; a refill after a preemption takes no logits (its next token is known)."""
+        source, resumed = row.source, bool(row.sampler.generated)
+        each = None if resumed else row.request.params.prompt_logprobs
+        if each is not None and self.chunked:
+            room = min(room, PROMPT_LOGPROB_CHUNK)
+        piece = tuple(source[row.filled:row.filled + (room if self.chunked else len(source))])
+        last = row.filled + len(piece) == len(source) and not resumed
+        return SlotPlan(row.slot, row.request.id, "prefill", piece, len(piece) if each is not None else int(last))
+
+    def _start(self) -> Row | None:
+        """The next waiting request in a free slot (_slot_for), with what the prefix cache has of its prompt, when
+        the pool holds its whole prompt (else it waits, first in the queue)."""
+        chosen = [0]
+
+        def fits(request: Request) -> bool:
+            chosen[0] = self._slot_for(request)
+            return self.pool.make_room(chosen[0], len(request.prompt) + 1)
+
+        while (request := self.waiting.take(fits)) is not None:
+            slot = chosen[0]
+            try:  # one request's bad sampler settings end that request alone
+                state = SamplerState.start(request.params, request.prompt)
+            except Exception as exc:
+                log.error("request %d: sampler setup failed: %s", request.id, exc)
+                request.emit(Event(finish="error", error=f"sampler setup failed: {exc}"))
+                continue
+            s = self.speculation
+            spec = RowSpeculation(s.most) if s.on and request.params.speculative else None
+            row = Row(request, state, slot, spec)
+            self.slots[slot] = row
+            self.pool.reserve(slot, len(request.prompt) + 1)
+            row.filled = self.preemption.restore(row)
+            self.prefix.count(self.metrics, len(request.prompt), row.filled)
+            return row
         return None
 
-    def plan_step(self) -> StepPlan:
-        return self.batch.plan_step()
+    def _slot_for(self, request: Request) -> int:
+        """The free slot whose resident prefix holds most of the prompt (a conversation's next turn goes where its
+        last one ended), else an empty one, else the one whose resident prefix was used longest ago."""
+        free = [slot for slot, row in enumerate(self.slots) if row is None]
+        if request.params.prompt_logprobs is None:
+            best = self.prefix.best_slot(request.prompt, free)
+            if best is not None:
+                return best
+        return self.prefix.coldest(free)
 
-    def apply(self, plan: StepPlan, results: list[np.ndarray | Exception]) -> None:
-        self.batch.apply(plan, results)
-        self.refresh_metrics()
+    # --- applying ----------------------------------------------------------------------------
+    def apply(self, plan: StepPlan, output: StepOutput) -> None:
+        now = time.perf_counter()
+        for part in plan.rows:
+            row = self.slots[part.slot]
+            if row is None or row.request.id != part.request:
+                continue  # ended since it was planned (shutdown)
+            with row.request.together():
+                if (error := output.errors.get(part.slot)) is not None:  # its run failed: the others go on
+                    log.error("request %d: %s failed: %s", row.request.id, part.kind, error)
+                    self.end(row, Event(finish="error", error=f"{part.kind} failed: {error}"))
+                elif part.kind == "prefill":
+                    self._prefilled(row, part, output.logits[part.slot], now)
+                else:
+                    self._emit(row, list(output.logits[part.slot]), part.drafts, now)
 
-    def tick(self) -> StepPlan:
-        """One iteration: plan, run, apply. Returns the plan it ran."""
-        plan = self.plan_step()
-        if plan:
-            decoding = len(plan.of("decode")) + len(plan.of("verify"))
-            if decoding:
-                self.metrics.observe("batch_size", decoding)
-            self.apply(plan, self.engine.step([part.work for part in plan.rows]))
-        else:
-            self.refresh_metrics()
-        return plan
+    def _prefilled(self, row: Row, part: SlotPlan, logits: np.ndarray, now: float) -> None:
+        start, prompt = row.filled, row.request.prompt
+        row.filled += len(part.tokens)
+        if row.sampler.generated:  # a refill after a preemption: it decodes on from its last token
+            if row.filled == len(row.source):
+                row.filled_in()
+            return
+        each = row.request.params.prompt_logprobs
+        if each is not None:  # the logits at position j score the prompt token after it
+            row.prompt_logprobs += [token_logprob(logits[j], prompt[start + j + 1], each)
+                                    for j in range(len(part.tokens)) if start + j + 1 < len(prompt)]
+        if row.filled < len(prompt):
+            return
+        self.prefix.pin(row.slot, prompt)
+        row.filled_in()
+        row.request.admitted = True
+        self.metrics.observe("time_to_first_token_seconds", now - row.request.enqueued)
+        self.metrics.inc("tokens_total", len(prompt), kind="prompt")
+        if each is not None:
+            row.request.emit(Event(prompt_logprobs=tuple(row.prompt_logprobs)))
+        self._emit(row, [logits[-1]], (), now)
 
-    def fail_all(self, reason: str) -> None:
-        """Shutdown: every running and waiting request gets its final event."""
-        self.batch.fail(reason)
-        with self._ready:
-            left, self.waiting = list(self.waiting), collections.deque()
-        for request in left:
-            request.emit(Event(finish="error", error=reason))
-        self.refresh_metrics()
+    def _emit(self, row: Row, logits: list[np.ndarray], drafts: tuple[int, ...], now: float) -> None:
+        """Tokens from each position's logits while the drafts are matched; the cache keeps the accepted ones."""
+        held = int(self.engine.lengths[row.slot]) - len(drafts)  # the last token's position and before
+        made, accepted, ended = 0, 0, None
+        for j, position in enumerate(logits):
+            token, ended = self._advance(row, position)
+            made += 1
+            if ended or j == len(drafts) or token != drafts[j]:
+                break
+            accepted += 1
+        elapsed = (now - row.last_time) / made
+        for _ in range(made if row.sampler.generated[made:] else made - 1):  # the first token's time is TTFT
+            self.metrics.observe("time_per_output_token_seconds", elapsed)
+        row.last_time = now
+        if drafts:
+            self._count(row, len(drafts), accepted)
+        if row.speculation is not None:
+            row.speculation.check(row.sampler.generated, self.speculation.most)
+        if ended:
+            self.end(row, Event(finish=ended))
+        elif drafts:
+            self.engine.truncate(row.slot, held + accepted)
+            if self.draft is not None:
+                self.draft.keep(row.slot, held + accepted)
 
-    # --- running --------------------------------------------------------------------------
-    def start(self) -> None:
-        self._thread.start()
+    def _count(self, row: Row, drafted: int, accepted: int) -> None:
+        assert row.speculation is not None
+        row.speculation.record(drafted, accepted, self.speculation.most, self.draft is None)
+        self.metrics.inc("spec_decode_drafts_total")
+        self.metrics.inc("spec_decode_draft_tokens_total", drafted)
+        self.metrics.inc("spec_decode_accepted_tokens_total", accepted)
+        for position in range(accepted):
+            self.metrics.inc("spec_decode_accepted_per_position_total", position=str(position))
 
-    def stop(self) -> None:
-        self._stop.set()
-        with self._ready:
-            self._ready.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-        self.fail_all("the server is shutting down")
+    def _advance(self, row: Row, logits: np.ndarray) -> tuple[int | None, FinishReason | None]:
+        """One token from one position's logits and its event; the reason the sequence ended, if it did."""
+        request, params = row.request, row.request.params
+        if request.cancelled:
+            return None, "cancelled"
+        try:
+            token = next_token(logits, row.sampler, self.eos_ids)
+        except Exception as exc:  # one request's sampling failure ends that request only
+            log.error("request %d: sampling failed: %s", request.id, exc)
+            self.end(row, Event(finish="error", error=f"sampling failed: {exc}", refused=isinstance(exc, GuideError)))
+            return None, "error"
+        row.last = token
+        self.metrics.inc("tokens_total", 1, kind="completion")
+        # Sampling never picks these before min_tokens, so meeting one here always ends the sequence.
+        if token in params.stop_token_ids or (token in self.eos_ids and not params.ignore_eos):
+            return token, "stop"
+        chosen = None if params.logprobs is None else token_logprob(logits, token, params.logprobs)
+        request.emit(Event(token=token, logprob=chosen))  # stop strings are matched on text by the consumer
+        if row.sampler.complete:  # the grammar's output is whole
+            return token, "stop"
+        return token, "length" if len(row.sampler.generated) >= params.max_tokens else None
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if not self.batch.rows:  # idle: wait for a request rather than spin
-                    with self._ready:
-                        self._ready.wait_for(lambda: self.waiting or self._stop.is_set(), timeout=0.5)
-                if not self.tick() and self.batch.rows:
-                    self._stop.wait(PAUSED_POLL)  # every sequence waits for its reader
-            except Exception as exc:  # a bug in the decisions above: end what is running, keep serving
-                log.exception("generation loop failed")
-                self.batch.fail(f"internal error: {exc}")
+    def end(self, row: Row, event: Event) -> None:
+        """The sequence's one finishing event, and its slot free (once: a row already ended is left alone)."""
+        if self.slots[row.slot] is not row:
+            return
+        if row.speculation is not None:
+            event.drafted, event.accepted = row.speculation.drafted, row.speculation.accepted
+        row.end()
+        row.request.emit(event)
+        self.slots[row.slot] = None
+        # kept for a next turn: the positions that hold its tokens (not the last, never run; nor a verify row's
+        # rejected drafts, past it, when the sequence ended in one)
+        self.prefix.pin(row.slot, row.tokens[:min(int(self.engine.lengths[row.slot]), len(row.tokens) - 1)])
+        self.engine.release(row.slot)
+        self.pool.release(row.slot)
+        if self.draft is not None:
+            self.draft.release(row.slot)
+
+    def fail(self, reason: str) -> None:
+        for row in self.rows:
+            self.end(row, Event(finish="error", error=reason))

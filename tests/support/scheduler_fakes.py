@@ -12,10 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from runtimes.engines.step import Work, pack, start
+from runtimes.engines.step import StepOutput, Work, pack, start, unsupported
+from runtimes.generation.draft import DraftModel
+from runtimes.generation.engine_loop import EngineLoop
 from runtimes.generation.requests import Event, Request
 from runtimes.generation.sampling import SamplingParams
-from runtimes.generation.scheduler import Scheduler
+from runtimes.generation.scheduler import SchedulerConfig
 from runtimes.metrics import Metrics
 
 VOCAB, CONTEXT = 50, 64
@@ -34,6 +36,7 @@ class FakeEngine:
     or taken back wrong; reusing positions that were forgotten or never written fails an assertion."""
 
     bytes_per_token = 8
+    recurrent = False
 
     def __init__(self, slots: int = 16, rule: Callable[[list[int]], int] = by_sum) -> None:
         self.rule = rule
@@ -70,12 +73,13 @@ class FakeEngine:
         del self.buffers[slot][keep:]
         self.forgotten.append((slot, keep))
 
-    def step(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
+    def step(self, works: Sequence[Work]) -> StepOutput:
         """The works packed into runs as the real engine packs them (step.pack), each slot of a run without work
         padded where the real engine's padding writes (step.start), with PAD tokens: a cache that padding could
         overwrite is then lost here too."""
         self.steps += 1
-        results: dict[int, np.ndarray | Exception] = {}
+        results: dict[int, np.ndarray | Exception] = {w.slot: e for w in works if (e := unsupported(w)) is not None}
+        works = [work for work in works if work.slot not in results]
         for run in pack(works, self.lengths.tolist(), self.context, self.kept.tolist()):
             for offset, work in enumerate(run.rows):
                 if work is not None:
@@ -84,7 +88,7 @@ class FakeEngine:
                 slot = run.first + offset
                 at = start(int(self.held[slot]), int(self.kept[slot]), False)
                 self._write(slot, at, [PAD] * run.width)
-        return [results[work.slot] for work in works]
+        return StepOutput.of(results)
 
     def _work(self, work: Work) -> np.ndarray | Exception:
         length = int(self.held[work.slot])
@@ -140,9 +144,10 @@ class FakeEngine:
 
 
 def make(engine: FakeEngine | None = None, max_batch: int = 4, max_queue: int = 16, context: int = CONTEXT,
-         **options: Any) -> Scheduler:
-    return Scheduler(engine or FakeEngine(), (), max_batch, max_queue, Metrics(), context, VOCAB,  # type: ignore[arg-type]
-                     **options)
+         draft: DraftModel | None = None, **options: Any) -> EngineLoop:
+    """An engine loop over the fake (options: SchedulerConfig's), driven by tick() rather than its thread."""
+    return EngineLoop(engine or FakeEngine(), SchedulerConfig((), max_batch, max_queue, context, VOCAB, **options),
+                      Metrics(), draft)
 
 
 def request(prompt: list[int], max_tokens: int = 6, **params: Any) -> Request:
@@ -165,13 +170,13 @@ def tokens_and_finish(got: list[Event]) -> tuple[list[int], str | None]:
     return [e.token for e in got if e.token is not None], got[finishes[0]].finish if finishes else None
 
 
-async def run_until_idle(scheduler: Scheduler, requests: list[Request], limit: int = 100) -> dict[int, list[Event]]:
+async def run_until_idle(loop: EngineLoop, requests: list[Request], limit: int = 100) -> dict[int, list[Event]]:
     seen: dict[int, list[Event]] = {r.id: [] for r in requests}
     for _ in range(limit):
-        scheduler.tick()
+        loop.tick()
         for r in requests:
             seen[r.id] += await events(r)
-        if not scheduler.batch.rows and not scheduler.waiting:
+        if not loop.scheduler.rows and not loop.waiting.queue:
             break
     return seen
 

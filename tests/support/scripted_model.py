@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 
 from runtimes.bundle import EngineConfig
 from runtimes.bundle.engine import ENGINE_FILE, Batching, DecoderOptions
-from runtimes.engines.step import Work
+from runtimes.engines.step import StepOutput, Work
 from tests.support.tiny_models import TRAINING_TEXT
 from tests.unit.test_generation_service import serving
 
@@ -32,6 +32,7 @@ class ScriptedEngine:
 
     in_place = True
     bytes_per_token = 8
+    recurrent = False
 
     def __init__(self, config: EngineConfig, slots: int = 4) -> None:
         self.config, self.slots, self.context = config, slots, config.max_seq_length
@@ -68,8 +69,8 @@ class ScriptedEngine:
                 return self.reply[len(made)]
         return self.eos
 
-    def step(self, works: list[Work]) -> list[np.ndarray | Exception]:
-        out: list[np.ndarray | Exception] = []
+    def step(self, works: Sequence[Work]) -> StepOutput:
+        out: dict[int, np.ndarray] = {}
         for work in works:
             held = self.held[work.slot]
             held += work.tokens
@@ -79,12 +80,12 @@ class ScriptedEngine:
             logits = np.zeros((work.logits, self.vocab), np.float32)
             for row, end in enumerate(range(len(held) - work.logits + 1, len(held) + 1)):
                 logits[row, self.next_token(held[:end])] = 30.0
-            out.append(logits)
-        return out
+            out[work.slot] = logits
+        return StepOutput(out)
 
     def run(self, first: int, ids: np.ndarray) -> np.ndarray:
-        results = self.step([Work(first + row, tuple(tokens)) for row, tokens in enumerate(ids.tolist())])
-        return np.concatenate([r for r in results if isinstance(r, np.ndarray)])
+        output = self.step([Work(first + row, tuple(tokens)) for row, tokens in enumerate(ids.tolist())])
+        return np.concatenate(list(output.logits.values()))
 
     def truncate(self, slot: int, length: int) -> None:
         del self.held[slot][length:]

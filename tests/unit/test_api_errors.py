@@ -11,6 +11,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from runtimes.engines.step import StepOutput, Work
 from tests.unit.test_generation_service import client
 from tests.unit.test_structured_output import NESTED
 
@@ -49,8 +50,8 @@ def at_token(body: Any) -> Any:
 
 def test_an_engine_failure_reads_the_same_whole_or_streamed(client: TestClient,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(works: list[object]) -> list[Exception]:  # as the engine reports a failed run: per work
-        return [RuntimeError("the device went away") for _ in works]
+    def broken(works: list[Work]) -> StepOutput:  # as the engine reports a failed run: per work
+        return StepOutput({}, {work.slot: RuntimeError("the device went away") for work in works})
 
     app = client.app
     assert isinstance(app, FastAPI)

@@ -42,11 +42,10 @@ def _engine(folder: Path, out: Path, grown_cache: bool) -> DecoderEngine:
 
 
 def _step(engine: DecoderEngine, works: list[Work]) -> list[np.ndarray]:
-    results = engine.step(works)
-    for result in results:
-        if isinstance(result, Exception):
-            raise result
-    return [r for r in results if isinstance(r, np.ndarray)]
+    output = engine.step(works)
+    for error in output.errors.values():
+        raise error
+    return [output.logits[work.slot] for work in works]
 
 
 def _served(engine: DecoderEngine, expected: list[list[int]]) -> list[list[int]]:

@@ -81,12 +81,12 @@ def test_fields_not_implemented_or_out_of_range_are_refused_by_name(client: Test
 
 
 def test_a_request_that_could_never_fit_is_refused_whole(client: TestClient) -> None:
-    scheduler = client.app.state.service.generation.scheduler  # type: ignore[attr-defined]
+    loop = client.app.state.service.generation.engine_loop  # type: ignore[attr-defined]
     response = client.post("/v1/completions", json={"prompt": [PROMPT] * 9, "n": 8, "max_tokens": 4})
     assert response.status_code == 400 and response.json()["error"]["code"] == "too_many_sequences"
     bad = client.post("/v1/completions", json={"prompt": [PROMPT, [1, 99999]], "max_tokens": 4})
     assert bad.status_code == 400  # the second prompt is bad: the first never started either
-    assert scheduler.busy == 0
+    assert loop.busy == 0
 
 
 def _metric(text: str, name: str, labels: str = "") -> float:

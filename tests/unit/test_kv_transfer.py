@@ -15,21 +15,22 @@ import pytest
 
 from runtimes.dynamo.kv_transfer import KvServer, TransferError, fetch
 from runtimes.generation.prefix_cache import BLOCK, PrefixCache
+from tests.support.scheduler_fakes import FakeEngine
 
 HEADS, DIM, LAYERS, CONTEXT = 2, 4, 3, 256
 SHAPES = [(HEADS, DIM)] * (2 * LAYERS)
 
 
-class Slots:
-    """A slot cache as DecoderEngine keeps it: per buffer (slots, heads, context, head_dim), fp32."""
+class Slots(FakeEngine):
+    """The fake engine with its slots' caches as DecoderEngine keeps them: per buffer (slots, heads, context,
+    head_dim), fp32, which the prefix cache reads and writes."""
+
+    bytes_per_token = len(SHAPES) * HEADS * DIM * 4
 
     def __init__(self, seed: int) -> None:
+        super().__init__(slots=2)
         rng = np.random.default_rng(seed)
         self.cache = [rng.standard_normal((2, HEADS, CONTEXT, DIM)).astype(np.float32) for _ in SHAPES]
-
-    @property
-    def bytes_per_token(self) -> int:
-        return len(SHAPES) * HEADS * DIM * 4
 
     def read(self, row: int, count: int) -> list[np.ndarray]:
         return [buffer[row, :, :count].copy() for buffer in self.cache]

@@ -1,4 +1,4 @@
-"""Twelve streams whose clients never read, through the real app and scheduler (the scripted engine in the graph's
+"""Twelve streams whose clients never read, through the real app and loop (the scripted engine in the graph's
 place): the server stops generating for them, holds their slots and their bounded events, and each ends whole once
 read. The ASGI `send` is where a client that does not read makes the server wait (its transport's write buffer is
 full), so the test makes send wait; over real sockets the kernel's buffers (up to tcp_wmem's 4 MiB a socket here)
@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from runtimes.generation.batch import MAX_UNREAD
+from runtimes.generation.rows import MAX_UNREAD, RowStatus
 from tests.support.scripted_model import byte_level_tokenizer, serving_scripted, write_bundle
 
 STREAMS, TOKENS = 12, 1000
@@ -32,7 +32,7 @@ def test_twelve_streams_that_never_read_hold_their_slots_and_bounded_memory_and_
     with serving_scripted(folder, served_name="m", max_batch=STREAMS) as (client, engine):
         engine.marker = tuple(tokenizer.encode("Hello there").ids)
         engine.reply = tokenizer.encode("the quick brown fox " * 400).ids[:TOKENS]
-        scheduler = client.app.state.service.generation.scheduler  # type: ignore[attr-defined]
+        loop = client.app.state.service.generation.engine_loop  # type: ignore[attr-defined]
         portal = client.portal
         assert portal is not None
         resume = portal.call(_event)
@@ -40,15 +40,15 @@ def test_twelve_streams_that_never_read_hold_their_slots_and_bounded_memory_and_
         futures = [portal.start_task_soon(_unread_stream, client.app, body, resume, out) for out in outputs]
 
         made, deadline = -1, time.monotonic() + 30
-        while (now := _completion_tokens(scheduler)) != made and time.monotonic() < deadline:
+        while (now := _completion_tokens(loop)) != made and time.monotonic() < deadline:
             made = now
             time.sleep(0.5)  # until the server stops making tokens
-        rows = scheduler.batch.rows
+        rows = loop.scheduler.rows
         print(f"paused at {made} of {STREAMS * TOKENS} tokens; unread events {[r.request.unread for r in rows]}")
-        assert len(rows) == STREAMS and all(row.running for row in rows)  # each holds its slot
+        assert len(rows) == STREAMS and all(row.status is RowStatus.PAUSED for row in rows)  # each holds its slot
         assert made < STREAMS * TOKENS // 4  # paused long before the end
         assert all(row.request.unread <= MAX_UNREAD for row in rows)  # the bound: MAX_UNREAD events a stream
-        assert not scheduler.plan_step()  # and nothing is planned for them
+        assert not loop.scheduler.plan_step()  # and nothing is planned for them
 
         portal.call(resume.set)
         for future in futures:
@@ -65,8 +65,8 @@ async def _event() -> anyio.Event:
     return anyio.Event()
 
 
-def _completion_tokens(scheduler: Any) -> int:
-    return sum(len(row.state.generated) for row in scheduler.batch.rows)
+def _completion_tokens(loop: Any) -> int:
+    return sum(len(row.sampler.generated) for row in loop.scheduler.rows)
 
 
 async def _unread_stream(app: Any, body: bytes, resume: anyio.Event, out: list[dict[str, Any]]) -> None:

@@ -8,28 +8,28 @@ from __future__ import annotations
 
 import asyncio
 
-from runtimes.generation.batch import MAX_UNREAD
 from runtimes.generation.prefix_cache import BLOCK
+from runtimes.generation.rows import MAX_UNREAD
 from tests.support.scheduler_fakes import FakeEngine, events, expected, make, request, run_until_idle, tokens_and_finish
 
 
 def test_a_long_prompt_is_prefilled_in_chunks_under_the_budget_while_running_streams_keep_decoding() -> None:
     async def go() -> None:
-        scheduler = make(FakeEngine(), prefill_chunk=16)
+        loop = make(FakeEngine(), prefill_chunk=16)
         running = request([1, 2], max_tokens=20)
-        scheduler.submit([running])
-        assert scheduler.tick().of("prefill")[0].tokens == (1, 2)
+        loop.submit([running])
+        assert loop.tick().of("prefill")[0].tokens == (1, 2)
         long_prompt = [3] * 50
         joining = request(long_prompt, max_tokens=3)
-        scheduler.submit([joining])
-        plans = [scheduler.tick() for _ in range(4)]  # 50 tokens beside one decode token a step: 15 + 15 + 15 + 5
+        loop.submit([joining])
+        plans = [loop.tick() for _ in range(4)]  # 50 tokens beside one decode token a step: 15 + 15 + 15 + 5
         for plan in plans:
             assert [part.request for part in plan.of("decode")] == [running.id]  # never stalled by the prompt
             assert plan.tokens <= 16
         chunks = [part.tokens for plan in plans for part in plan.of("prefill")]
         assert [len(c) for c in chunks] == [15, 15, 15, 5] and sum(chunks, ()) == tuple(long_prompt)
         assert [part.logits for plan in plans for part in plan.of("prefill")] == [0, 0, 0, 1]  # the last gives one
-        seen = await run_until_idle(scheduler, [running, joining])
+        seen = await run_until_idle(loop, [running, joining])
         assert tokens_and_finish(seen[running.id]) == (expected([1, 2], 20), "length")
         assert tokens_and_finish(seen[joining.id]) == (expected(long_prompt, 3), "length")
     asyncio.run(go())
@@ -38,18 +38,18 @@ def test_a_long_prompt_is_prefilled_in_chunks_under_the_budget_while_running_str
 def test_a_shared_prefix_is_restored_instead_of_prefilled_and_the_output_is_unchanged() -> None:
     async def go() -> None:
         engine = FakeEngine()
-        scheduler = make(engine, prefix_cache_bytes=1 << 20, context=4 * BLOCK)
+        loop = make(engine, prefix_cache_bytes=1 << 20, context=4 * BLOCK)
         system = [5] * (2 * BLOCK + 10)
         first, second = request([*system, 1, 2], max_tokens=4), request([*system, 7], max_tokens=4)
-        scheduler.submit([first])
-        seen = await run_until_idle(scheduler, [first])
-        scheduler.submit([second])
-        seen.update(await run_until_idle(scheduler, [second]))
+        loop.submit([first])
+        seen = await run_until_idle(loop, [first])
+        loop.submit([second])
+        seen.update(await run_until_idle(loop, [second]))
         prefilled = [w.tokens for w in engine.works if len(w.tokens) > 1]
         assert prefilled[-1] == tuple(second.prompt[2 * BLOCK:])  # only the part past the cached blocks
         assert tokens_and_finish(seen[first.id]) == (expected(first.prompt, 4), "length")
         assert tokens_and_finish(seen[second.id]) == (expected(second.prompt, 4), "length")
-        metrics = scheduler.metrics.render()
+        metrics = loop.metrics.render()
         assert "mbuild_prefix_cache_hits_total 1" in metrics
         assert f"mbuild_prefix_cache_hit_tokens_total {2 * BLOCK}" in metrics
         rate = 2 * BLOCK / (len(first.prompt) + len(second.prompt))
@@ -62,21 +62,21 @@ def test_a_conversation_s_next_turn_goes_on_in_the_slot_its_last_turn_left_copyi
     free one) and holds turn 1's positions, answer included, as they were; the prefix cache copied nothing."""
     async def go() -> None:
         engine = FakeEngine()
-        scheduler = make(engine, max_batch=4, prefix_cache_bytes=1 << 20, context=8 * BLOCK)
+        loop = make(engine, max_batch=4, prefix_cache_bytes=1 << 20, context=8 * BLOCK)
         other = request([9] * 5, max_tokens=2 * BLOCK)  # keeps slot 0 busy: turn 1 goes to slot 1
-        scheduler.submit([other])
-        scheduler.tick()
+        loop.submit([other])
+        loop.tick()
         turn1 = request([4] * (2 * BLOCK + 3), max_tokens=BLOCK)
-        scheduler.submit([turn1])
-        seen = await run_until_idle(scheduler, [turn1])
+        loop.submit([turn1])
+        seen = await run_until_idle(loop, [turn1])
         answer, _ = tokens_and_finish(seen[turn1.id])
-        assert scheduler.prefix.resident_tokens(1) == 3 * BLOCK  # its prompt and answer, whole blocks
+        assert loop.scheduler.prefix.resident_tokens(1) == 3 * BLOCK  # its prompt and answer, whole blocks
         turn2 = request([*turn1.prompt, *answer, 6, 6, 6], max_tokens=4)
-        scheduler.submit([turn2])
-        seen.update(await run_until_idle(scheduler, [turn2, other]))
+        loop.submit([turn2])
+        seen.update(await run_until_idle(loop, [turn2, other]))
         assert tokens_and_finish(seen[turn2.id]) == (expected(turn2.prompt, 4), "length")
         assert tokens_and_finish(seen[other.id]) == (expected(other.prompt, 2 * BLOCK), "length")
-        assert engine.copies == [("keep", 1, 3 * BLOCK)] and scheduler.prefix.bytes == 0
+        assert engine.copies == [("keep", 1, 3 * BLOCK)] and loop.scheduler.prefix.bytes == 0
         assert [w.tokens for w in engine.works if len(w.tokens) > 1][-1] == tuple(turn2.prompt[3 * BLOCK:])
     asyncio.run(go())
 
@@ -86,20 +86,20 @@ def test_a_free_slot_s_prefix_survives_the_runs_that_pad_it() -> None:
     that slot keeps, so the conversation that left it goes on there with its positions intact."""
     async def go() -> None:
         engine = FakeEngine()
-        scheduler = make(engine, max_batch=3, prefix_cache_bytes=1 << 20, context=8 * BLOCK)
+        loop = make(engine, max_batch=3, prefix_cache_bytes=1 << 20, context=8 * BLOCK)
         outer = [request([1, 2], max_tokens=3 * BLOCK), None, request([3, 4], max_tokens=3 * BLOCK)]
         middle = request([5] * (2 * BLOCK + 3), max_tokens=4)
-        scheduler.submit([outer[0], middle, outer[2]])  # type: ignore[list-item]
+        loop.submit([outer[0], middle, outer[2]])  # type: ignore[list-item]
         for _ in range(8):
-            scheduler.tick()
-        await run_until_idle(scheduler, [middle], limit=1)
-        assert scheduler.batch.slots[1] is None and scheduler.prefix.resident_tokens(1) == 2 * BLOCK
-        padded = [part for part in [scheduler.tick() for _ in range(4)] if len(part.of("decode")) == 2]
+            loop.tick()
+        await run_until_idle(loop, [middle], limit=1)
+        assert loop.scheduler.slots[1] is None and loop.scheduler.prefix.resident_tokens(1) == 2 * BLOCK
+        padded = [part for part in [loop.tick() for _ in range(4)] if len(part.of("decode")) == 2]
         assert padded and engine.buffers[1][:2 * BLOCK] == [5] * (2 * BLOCK)  # the run spanned it; nothing lost
         answer = expected(middle.prompt, 4)
         turn2 = request([*middle.prompt, *answer, 7], max_tokens=4)
-        scheduler.submit([turn2])
-        seen = await run_until_idle(scheduler, [turn2, outer[0], outer[2]])  # type: ignore[list-item]
+        loop.submit([turn2])
+        seen = await run_until_idle(loop, [turn2, outer[0], outer[2]])  # type: ignore[list-item]
         assert tokens_and_finish(seen[turn2.id]) == (expected(turn2.prompt, 4), "length")
         assert ("keep", 1, 2 * BLOCK) in engine.copies
     asyncio.run(go())
@@ -108,15 +108,15 @@ def test_a_free_slot_s_prefix_survives_the_runs_that_pad_it() -> None:
 def test_a_prompt_sharing_a_running_sequence_s_prefix_copies_it_from_that_slot() -> None:
     async def go() -> None:
         engine = FakeEngine()
-        scheduler = make(engine, max_batch=4, prefix_cache_bytes=1 << 20, context=8 * BLOCK)
+        loop = make(engine, max_batch=4, prefix_cache_bytes=1 << 20, context=8 * BLOCK)
         system = [5] * (2 * BLOCK)
         first = request([*system, 1], max_tokens=3 * BLOCK)
-        scheduler.submit([first])
+        loop.submit([first])
         for _ in range(3):
-            scheduler.tick()  # its prompt is in: pinned where it runs
+            loop.tick()  # its prompt is in: pinned where it runs
         second = request([*system, 2, 3], max_tokens=4)
-        scheduler.submit([second])
-        seen = await run_until_idle(scheduler, [first, second])
+        loop.submit([second])
+        seen = await run_until_idle(loop, [first, second])
         assert ("copy", 1, 2 * BLOCK) in engine.copies
         for req in (first, second):
             assert tokens_and_finish(seen[req.id]) == (expected(req.prompt, req.params.max_tokens), "length")
@@ -129,16 +129,16 @@ def test_a_re_let_slot_s_prefix_becomes_a_copy_within_the_byte_bound_the_least_r
     async def go() -> None:
         engine = FakeEngine()
         one_entry = BLOCK * engine.bytes_per_token
-        scheduler = make(engine, max_batch=1, prefix_cache_bytes=one_entry, context=4 * BLOCK)
+        loop = make(engine, max_batch=1, prefix_cache_bytes=one_entry, context=4 * BLOCK)
         prompts = [[t] * (BLOCK + 1) for t in (1, 2, 3)]
         for prompt in prompts:
             req = request(prompt, max_tokens=1)
-            scheduler.submit([req])
-            await run_until_idle(scheduler, [req])
-        assert scheduler.prefix.bytes <= one_entry
-        assert scheduler.prefix.lookup(prompts[0])[1] == 0  # the oldest went
-        second, _ = scheduler.prefix.lookup(prompts[1])
-        third, _ = scheduler.prefix.lookup(prompts[2])
+            loop.submit([req])
+            await run_until_idle(loop, [req])
+        assert loop.scheduler.prefix.bytes <= one_entry
+        assert loop.scheduler.prefix.lookup(prompts[0])[1] == 0  # the oldest went
+        second, _ = loop.scheduler.prefix.lookup(prompts[1])
+        third, _ = loop.scheduler.prefix.lookup(prompts[2])
         assert second is not None and second.slot is None and len(second.blocks[0]) == BLOCK  # a copy
         assert third is not None and third.slot == 0 and not third.blocks  # in its slot, where it was left
     asyncio.run(go())
@@ -146,24 +146,24 @@ def test_a_re_let_slot_s_prefix_becomes_a_copy_within_the_byte_bound_the_least_r
 
 def test_slots_keep_their_ids_and_a_freed_one_is_refilled_without_moving_or_mixing_caches() -> None:
     async def go() -> None:
-        scheduler = make(FakeEngine(), max_batch=4, prefill_chunk=8)
+        loop = make(FakeEngine(), max_batch=4, prefill_chunk=8)
         short = [request([i + 1], max_tokens=2 + i) for i in range(3)]  # end one after another
-        scheduler.submit(short)
-        scheduler.tick()
-        assert [row.slot for row in scheduler.batch.rows] == [0, 1, 2]
+        loop.submit(short)
+        loop.tick()
+        assert [row.slot for row in loop.scheduler.rows] == [0, 1, 2]
         late = request([9] * 30, max_tokens=6)  # prefilled in chunks while the others finish
-        scheduler.submit([late])
+        loop.submit([late])
         slots_of_late = set()
         seen: dict[int, list] = {r.id: [] for r in [*short, late]}
-        while scheduler.batch.rows or scheduler.waiting:
-            plan = scheduler.tick()
+        while loop.scheduler.rows or loop.waiting.queue:
+            plan = loop.tick()
             slots_of_late |= {part.slot for part in plan.rows if part.request == late.id}
             for r in [*short, late]:
                 seen[r.id] += await events(r)
         assert slots_of_late == {3}  # the one free slot, kept to the end
         for r in [*short, late]:
             assert tokens_and_finish(seen[r.id]) == (expected(r.prompt, r.params.max_tokens), "length")
-        assert int(scheduler.engine.lengths.sum()) == 0  # every slot was freed
+        assert int(loop.engine.lengths.sum()) == 0  # every slot was freed
     asyncio.run(go())
 
 
@@ -172,18 +172,18 @@ def test_streams_that_never_read_pause_in_their_slots_and_resume_when_read() -> 
     stream holds is that many small events, not max_tokens of them), keeps its slot, and decodes on, to the same
     tokens, once read. The plan gives paused rows no work."""
     async def go() -> None:
-        scheduler = make(FakeEngine(), max_batch=12, context=1024)
+        loop = make(FakeEngine(), max_batch=12, context=1024)
         idle = [request([i + 1, 2], max_tokens=500) for i in range(12)]
-        scheduler.submit(idle)
+        loop.submit(idle)
         for _ in range(3 * MAX_UNREAD):
-            plan = scheduler.tick()
+            plan = loop.tick()
         await asyncio.sleep(0)
         assert not plan and all(r.unread == MAX_UNREAD for r in idle)  # nothing runs; none holds more
-        assert [row.slot for row in scheduler.batch.rows] == list(range(12))  # and each keeps its slot
+        assert [row.slot for row in loop.scheduler.rows] == list(range(12))  # and each keeps its slot
         seen = {r.id: await events(r) for r in idle}
-        assert len(scheduler.tick().of("decode")) == 12  # read: all twelve decode again
-        while scheduler.batch.rows:
-            scheduler.tick()
+        assert len(loop.tick().of("decode")) == 12  # read: all twelve decode again
+        while loop.scheduler.rows:
+            loop.tick()
             for r in idle:
                 seen[r.id] += await events(r)
         for r in idle:
@@ -194,16 +194,16 @@ def test_streams_that_never_read_pause_in_their_slots_and_resume_when_read() -> 
 def test_an_engine_that_takes_no_chunks_gets_every_prompt_whole() -> None:
     """A grown-cache (TensorRT) engine: a prompt goes in one step or waits in its slot for one, never cut."""
     async def go() -> None:
-        scheduler = make(FakeEngine(), max_batch=4, prefill_chunk=16, chunked=False)
+        loop = make(FakeEngine(), max_batch=4, prefill_chunk=16, chunked=False)
         running = request([1, 2], max_tokens=12)
-        scheduler.submit([running])
-        scheduler.tick()
+        loop.submit([running])
+        loop.tick()
         joining = [request([3] * 30, max_tokens=3), request([4] * 20, max_tokens=3)]
-        scheduler.submit(joining)
-        plans = [scheduler.tick() for _ in range(3)]
+        loop.submit(joining)
+        plans = [loop.tick() for _ in range(3)]
         chunks = [part.tokens for plan in plans for part in plan.of("prefill")]
         assert sorted(len(c) for c in chunks) == [20, 30]  # whole, past the budget, one a step beside the decode
-        seen = await run_until_idle(scheduler, [running, *joining])
+        seen = await run_until_idle(loop, [running, *joining])
         for r in [running, *joining]:
             assert tokens_and_finish(seen[r.id]) == (expected(r.prompt, r.params.max_tokens), "length")
     asyncio.run(go())

@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runtimes.engines.step import Work
-from runtimes.generation.batch import Batch
+from runtimes.engines.step import StepOutput, Work
 from runtimes.generation.draft import DraftModel
-from runtimes.generation.requests import Event, Request, Row
+from runtimes.generation.engine_loop import EngineLoop
+from runtimes.generation.requests import Event, Request
+from runtimes.generation.rows import Row
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.scheduler import Scheduler
 from runtimes.generation.speculative import RowSpeculation, Speculation, choose, may_pay, propose
@@ -57,10 +58,10 @@ class Spread(FakeEngine):
 
     PROBS = np.array([0.6, 0.3, 0.1])
 
-    def step(self, works: Sequence[Work]) -> list[np.ndarray | Exception]:
+    def step(self, works: Sequence[Work]) -> StepOutput:
         out = super().step(works)
-        for work, logits in zip(works, out, strict=True):
-            assert isinstance(logits, np.ndarray)
+        for work in works:
+            logits = out.logits[work.slot]
             held = self.slots[work.slot]
             for row, end in enumerate(range(len(held) - work.logits + 1, len(held) + 1)):
                 logits[row] = -1e9
@@ -80,19 +81,19 @@ def drafting(rule: Callable[[list[int]], int], pass_cost: float = 0.1) -> DraftM
 
 async def serve(engine: FakeEngine, prompts: list[list[int]], speculation: Speculation, max_batch: int,
                 prefix: bool = False, draft: DraftModel | None = None,
-                **params: object) -> tuple[list[tuple[list[int], str | None]], Scheduler]:
-    scheduler = make(engine, max_batch=max_batch, context=256, speculation=speculation,
+                **params: object) -> tuple[list[tuple[list[int], str | None]], EngineLoop]:
+    loop = make(engine, max_batch=max_batch, context=256, speculation=speculation,
                      prefix_cache_bytes=(1 << 20) if prefix else 0, draft=draft)
-    loop = asyncio.get_running_loop()
-    requests = [Request(p, SamplingParams(max_tokens=40, **params), loop, asyncio.Queue())  # type: ignore[arg-type]
+    aio = asyncio.get_running_loop()
+    requests = [Request(p, SamplingParams(max_tokens=40, **params), aio, asyncio.Queue())  # type: ignore[arg-type]
                 for p in prompts]
-    scheduler.submit(requests)
+    loop.submit(requests)
     seen: dict[int, list] = {r.id: [] for r in requests}
-    while scheduler.batch.rows or scheduler.waiting:
-        scheduler.tick()
+    while loop.scheduler.rows or loop.waiting.queue:
+        loop.tick()
         for r in requests:
             seen[r.id] += await events(r)
-    return [tokens_and_finish(seen[r.id]) for r in requests], scheduler
+    return [tokens_and_finish(seen[r.id]) for r in requests], loop
 
 
 PROMPTS = [[1, 4, 2], [5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 9], [7], [2, 7, 0, 1, 4, 2, 7, 0]]
@@ -110,12 +111,12 @@ def test_greedy_output_is_the_same_with_speculation_on_across_batch_sizes_and_pr
         off, _ = await serve(FakeEngine(rule=rule), prompts, Speculation(), max_batch, prefix=True, temperature=0.0)
         # the draft model knows the cycle but not the noise: its drafts are wrong where the target's rule shifts
         draft = drafting(cycle) if method == "draft" else None
-        on, scheduler = await serve(FakeEngine(rule=rule), prompts, DRAFT if draft else NGRAM, max_batch,
+        on, loop = await serve(FakeEngine(rule=rule), prompts, DRAFT if draft else NGRAM, max_batch,
                                     prefix=True, draft=draft, temperature=0.0)
         assert on == off
         assert off == [(expected(p, 40, rule), "length") for p in prompts]
-        assert "mbuild_prefix_cache_hits_total 1" in scheduler.metrics.render()
-        drafted, accepted = _counts(scheduler.metrics.render())
+        assert "mbuild_prefix_cache_hits_total 1" in loop.metrics.render()
+        drafted, accepted = _counts(loop.metrics.render())
         assert drafted > 0 and 0 < accepted <= drafted  # it did speculate, and drafts were taken
         if every:
             assert accepted < drafted  # and the noisy rule's were rejected, rolled back and corrected
@@ -141,15 +142,15 @@ def test_a_draft_that_agrees_everywhere_is_accepted_everywhere_and_one_that_fail
         prompts = PROMPTS
         off, _ = await serve(FakeEngine(), prompts, Speculation(), 1, temperature=0.0)
         draft = drafting(by_sum)
-        on, scheduler = await serve(FakeEngine(), prompts, DRAFT, 1, draft=draft, temperature=0.0)
+        on, loop = await serve(FakeEngine(), prompts, DRAFT, 1, draft=draft, temperature=0.0)
         assert on == off
-        drafted, accepted = _counts(scheduler.metrics.render())
+        drafted, accepted = _counts(loop.metrics.render())
         assert drafted > 0 and accepted == drafted
         assert not draft.engine.lengths.any()  # every ended sequence's draft cache is free
         failing = drafting(by_sum)
         assert isinstance(failing.engine, FakeEngine)
         failing.engine.fail_decode_at = 3
-        on, scheduler = await serve(FakeEngine(), prompts, DRAFT, 1, draft=failing, temperature=0.0)
+        on, loop = await serve(FakeEngine(), prompts, DRAFT, 1, draft=failing, temperature=0.0)
         assert on == off
     asyncio.run(go())
 
@@ -161,10 +162,10 @@ def test_seeded_sampling_gives_the_same_tokens_with_speculation_on(method: str) 
         prompts = [[1, 4, 2, 7, 0, 1, 4, 2]] * 3
         off, _ = await serve(Spread(), prompts, Speculation(), 1, temperature=0.8, seed=11)
         draft = drafting(cycle) if method == "draft" else None
-        on, scheduler = await serve(Spread(), prompts, DRAFT if draft else NGRAM, 1, draft=draft, temperature=0.8,
+        on, loop = await serve(Spread(), prompts, DRAFT if draft else NGRAM, 1, draft=draft, temperature=0.8,
                                     seed=11)
         assert on == off
-        drafted, accepted = _counts(scheduler.metrics.render())
+        drafted, accepted = _counts(loop.metrics.render())
         assert 0 < accepted < drafted
     asyncio.run(go())
 
@@ -179,20 +180,20 @@ def test_unseeded_sampling_keeps_its_distribution_with_speculation_on(method: st
 
     async def go() -> tuple[Counter[tuple[int, ...]], float, float]:
         draft = DraftModel(FakeEngine(slots=1, rule=cycle), 64, 0.1) if method == "draft" else None
-        scheduler = make(Spread(), max_batch=1, context=64, max_queue=runs, speculation=DRAFT if draft else NGRAM,
+        loop = make(Spread(), max_batch=1, context=64, max_queue=runs, speculation=DRAFT if draft else NGRAM,
                          draft=draft)
-        loop = asyncio.get_running_loop()
-        requests = [Request(prompt, SamplingParams(max_tokens=3, temperature=1.0), loop, asyncio.Queue())
+        aio = asyncio.get_running_loop()
+        requests = [Request(prompt, SamplingParams(max_tokens=3, temperature=1.0), aio, asyncio.Queue())
                     for _ in range(runs)]
-        scheduler.submit(requests)
-        while scheduler.batch.rows or scheduler.waiting:
-            scheduler.tick()
+        loop.submit(requests)
+        while loop.scheduler.rows or loop.waiting.queue:
+            loop.tick()
         got: Counter[tuple[int, ...]] = Counter()
         for r in requests:
             tokens, finish = tokens_and_finish(await events(r))
             assert finish == "length"
             got[tuple(tokens)] += 1
-        return got, *_counts(scheduler.metrics.render())
+        return got, *_counts(loop.metrics.render())
 
     got, drafted, accepted = asyncio.run(go())
     assert 0 < accepted < drafted
@@ -294,12 +295,12 @@ def test_a_full_batch_plans_no_verify_rows_and_a_lone_stream_does(monkeypatch: p
     monkeypatch.setattr("runtimes.generation.proposals.propose", counted)
 
     async def go() -> None:
-        scheduler = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)
-        scheduler.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=30) for _ in range(16)])
-        plans = [scheduler.tick() for _ in range(6)]
+        loop = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)
+        loop.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=30) for _ in range(16)])
+        plans = [loop.tick() for _ in range(6)]
         assert all(not plan.of("verify") for plan in plans) and len(plans[-1].of("decode")) == 16
         looked = len(lookups)
-        scheduler.tick()
+        loop.tick()
         assert len(lookups) == looked  # sixteen rows could not pay a verify row: none was looked up
         alone = make(FakeEngine(rule=cycle), max_batch=16, context=256, speculation=NGRAM)
         alone.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=30)])
@@ -315,10 +316,10 @@ def test_rows_that_begin_together_learn_their_acceptance_and_speculate() -> None
     drafts they watch while decoding plainly show lookup is right here, and they go on to speculate (at the
     server's default drafts for lookup: at 4, four rows never pay whatever the acceptance)."""
     async def go() -> None:
-        scheduler = make(FakeEngine(rule=cycle), max_batch=16, context=256,
+        loop = make(FakeEngine(rule=cycle), max_batch=16, context=256,
                          speculation=Speculation("ngram", prompt_lookup_min=1, prompt_lookup_max=3))
-        scheduler.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=80) for _ in range(4)])
-        plans = [scheduler.tick() for _ in range(40)]
+        loop.submit([request([2, 7, 0, 1, 4, 2, 7, 0, 1], max_tokens=80) for _ in range(4)])
+        plans = [loop.tick() for _ in range(40)]
         first = next(i for i, plan in enumerate(plans) if plan.of("verify"))
         assert len(plans[first - 1].of("decode")) == 4 and len(plans[first].of("verify")) >= 1
     asyncio.run(go())
@@ -332,41 +333,41 @@ def test_a_conversation_goes_on_from_a_sequence_that_ended_in_a_verify_row(monke
     it holds, and the real engine's padding is written into the fake's (scheduler_fakes.FakeEngine)."""
     rule, stop = noisy(3), 11  # the cycle never makes 11; its shifted positions do, after a 3, where lookup drafts 10
     ended: list[tuple[int, int]] = []  # (positions the slot holds, the sequence's tokens) as each ends
-    real_end = Batch.end
+    real_end = Scheduler.end
 
-    def end(batch: Batch, row: Row, event: Event) -> None:
-        if batch.slots[row.slot] is row:
-            ended.append((int(batch.engine.lengths[row.slot]), len(row.tokens)))
-        real_end(batch, row, event)
-    monkeypatch.setattr(Batch, "end", end)
+    def end(scheduler: Scheduler, row: Row, event: Event) -> None:
+        if scheduler.slots[row.slot] is row:
+            ended.append((int(scheduler.engine.lengths[row.slot]), len(row.tokens)))
+        real_end(scheduler, row, event)
+    monkeypatch.setattr(Scheduler, "end", end)
 
     def until_stop(prompt: list[int], count: int) -> list[int]:
         out = expected(prompt, count, rule)
         return out[:out.index(stop)] if stop in out else out
 
-    async def turns(scheduler: Scheduler, prompts: list[list[int]]) -> list[list[int]]:
+    async def turns(loop: EngineLoop, prompts: list[list[int]]) -> list[list[int]]:
         """One after another: a row alone drafts (the cost model weighs verify rows against the batch's)."""
         answers = []
         for prompt in prompts:
             alone = request(prompt, max_tokens=40, stop_token_ids=frozenset({stop}))
-            scheduler.submit([alone])
-            answers.append(tokens_and_finish((await run_until_idle(scheduler, [alone], limit=400))[alone.id])[0])
+            loop.submit([alone])
+            answers.append(tokens_and_finish((await run_until_idle(loop, [alone], limit=400))[alone.id])[0])
         return answers
 
     async def go() -> None:
         engine = FakeEngine(rule=rule)
-        scheduler = make(engine, max_batch=4, context=256, speculation=NGRAM, prefix_cache_bytes=1 << 20)
+        loop = make(engine, max_batch=4, context=256, speculation=NGRAM, prefix_cache_bytes=1 << 20)
         # each stops on a rejected draft with more past it; the first three at their 16th token, so a block would
         # hold a rejected draft's position if the prefix counted it
         firsts = [[3, 0] * 4, [3, 5] * 6, [5, 3] * 5 + [5], [0, 3] * 8]
-        answers = await turns(scheduler, firsts)
+        answers = await turns(loop, firsts)
         assert answers == [until_stop(p, 40) for p in firsts]
         assert all(held > tokens - 1 for held, tokens in ended)  # each ended with rejected drafts past its end
-        for slot, ident in scheduler.prefix.resident.items():  # what each slot's prefix claims is what it holds
-            claimed = list(scheduler.prefix.entries[ident].tokens)
+        for slot, ident in loop.scheduler.prefix.resident.items():  # what each slot's prefix claims is what it holds
+            claimed = list(loop.scheduler.prefix.entries[ident].tokens)
             assert engine.buffers[slot][:len(claimed)] == claimed, slot
         seconds = [[*p, *a, stop, 6, 6] for p, a in zip(firsts, answers, strict=True)]
-        assert await turns(scheduler, seconds) == [until_stop(p, 40) for p in seconds]
+        assert await turns(loop, seconds) == [until_stop(p, 40) for p in seconds]
         assert any(kind == "keep" for kind, _, _ in engine.copies)  # next turns went on in place
     asyncio.run(go())
 
