@@ -88,17 +88,6 @@ async def off_loop(function: Callable[..., T], *args: object, size: int = INLINE
     return await asyncio.to_thread(function, *args)
 
 
-def fit_context(prompt_tokens: int, asked: int | None, context: int, index: int | None = None) -> int:
-    """max_tokens for one prompt: what was asked if it fits, else a 400 that names the numbers."""
-    which = "" if index is None else f" (prompt {index})"
-    wanted = prompt_tokens + (asked or 1)
-    if wanted > context:
-        raise ApiError(400, f"This model's maximum context length is {context} tokens. However, you requested "
-                            f"{wanted} tokens{which} ({prompt_tokens} in the prompt, {asked or 1} in the "
-                            "completion). Shorten the prompt or lower max_tokens.", "context_length_exceeded")
-    return asked or context - prompt_tokens
-
-
 def _chunks(sizes: list[int]) -> Iterator[tuple[int, int]]:
     """(start, end) of consecutive inputs, at most TOKENIZE_CHUNK of them and TOKENIZE_CHARS characters (or one
     input) a chunk."""

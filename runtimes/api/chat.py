@@ -12,7 +12,7 @@ from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
 from runtimes.api.completion_shapes import ChatChunks, chat_logprobs, chat_message
 from runtimes.api.errors import ApiError, OpenAIRoute
-from runtimes.api.generation import admit_run, respond
+from runtimes.api.generation import admit_run, checked_sampling, respond
 from runtimes.api.schemas_generation import ChatCompletionRequest
 from runtimes.api.structured import check_tool_results, compile_constraint, guide_spec, tool_use, tools_for_template
 from runtimes.generation.chat_template import ChatTemplateError
@@ -30,6 +30,10 @@ async def chat_completions(request: Request) -> Any:
     runtime = generation_runtime(state, body.model)
     if body.top_logprobs is not None and not body.logprobs:
         raise ApiError(400, "'top_logprobs' needs 'logprobs': true", "invalid_request")
+    top = (body.top_logprobs or 0) if body.logprobs else None
+    # <|return|> and <|call|> end a harmony reply, whatever the bundle's eos ids are
+    sampling = checked_sampling(body, body.max_completion_tokens or body.max_tokens, (top, None),
+                                runtime.harmony.stops if runtime.harmony is not None else ())
     check_tool_results(body.messages)
     tools = tool_use(body, runtime)
     constraint: tuple[str, GuideSpec | str] | None = guide_spec(body)
@@ -47,8 +51,6 @@ async def chat_completions(request: Request) -> Any:
                             "would constrain all of it, which this server does not do for harmony yet: send the "
                             "request without it", "unsupported_parameter")
     grammar = await compile_constraint(runtime, constraint)
-    if runtime.harmony is not None:  # <|return|> and <|call|> end the reply, whatever the bundle's eos ids are
-        body.stop_token_ids = [*body.stop_token_ids, *runtime.harmony.stops]
     messages = [m.for_template() for m in body.messages]
     try:
         prompt, opened = await off_loop(runtime.chat_prompt, messages, tools_for_template(body),
@@ -56,11 +58,9 @@ async def chat_completions(request: Request) -> Any:
                                         size=sum(len(m["content"]) for m in messages))
     except ChatTemplateError as exc:
         raise ApiError(400, str(exc), "invalid_messages") from exc
-    top = (body.top_logprobs or 0) if body.logprobs else None
     # Markers may be special tokens ([TOOL_CALLS]): they stay in the text for the readers, no other special token does
     markers = runtime.marker_ids(tools is not None)
-    run = admit_run(body, runtime, [prompt], body.max_completion_tokens or body.max_tokens, (top, None), grammar,
-                    markers)
+    run = admit_run(runtime, sampling.serving(grammar, markers), body.n, [prompt])
     ident, created, model = f"chatcmpl-{hex_id()}", int(time.time()), state.served_names()[0]
     # A constrained reply is the answer the constraint asked for: no reasoning is read out of it.
     reply = ReplyFormat(tools.form if tools else None, runtime.thinks and grammar is None, opened, runtime.harmony,

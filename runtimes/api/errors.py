@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from runtimes.generation.generator import GenerationFailed
+from runtimes.generation.sampling_request import InvalidSampling
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           405: "invalid_request_error", 408: "timeout_error", 413: "invalid_request_error", 429: "rate_limit_error",
@@ -104,6 +105,8 @@ class OpenAIRoute(APIRoute):
                 return await handler(request)
             except ApiError as exc:  # dependencies (auth) raise inside the handler too
                 return exc.response(self.shape)
+            except InvalidSampling as exc:  # the sampling check every front door shares: the caller's 400
+                return bad_request(str(exc), exc.code).response(self.shape)
 
         return handle
 

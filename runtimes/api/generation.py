@@ -6,27 +6,29 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from dataclasses import fields
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from runtimes.api.admission import enter, fit_context, generation_runtime, off_loop, run_to_end, served
+from runtimes.api.admission import enter, generation_runtime, off_loop, run_to_end, served
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
 from runtimes.api.completion_shapes import CompletionChunks
 from runtimes.api.errors import ApiError, OpenAIRoute, generation_failed, stream_deadline_exceeded
-from runtimes.api.schemas_generation import MAX_PROMPTS, CompletionRequest, _Sampling
+from runtimes.api.schemas_generation import MAX_PROMPTS, CompletionRequest, SamplingFields
 from runtimes.api.structured import compile_constraint, guide_spec
 from runtimes.generation.generator import Delta, GenerationFailed, Stream, start
-from runtimes.generation.guided import Grammar
 from runtimes.generation.logprobs import TokenLogprob
 from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
+from runtimes.generation.sampling_request import Sampling, SamplingRequest, checked
 from runtimes.ids import hex_id
 
 router = APIRouter(route_class=OpenAIRoute, dependencies=[Depends(require_key)])
-Body = TypeVar("Body", bound=_Sampling)
+# The body's fields that the shared check takes as they are, under the same names
+SHARED = {f.name for f in fields(SamplingRequest)} & set(SamplingFields.model_fields)
 
 
 def refuse_unsupported(fields: dict[str, bool]) -> None:
@@ -45,22 +47,15 @@ def check_token_ids(runtime: GenerationRuntime, prompts: list[list[int]]) -> Non
             raise ApiError(400, f"prompt {index} holds token ids outside 0..{vocab - 1}", "invalid_token_id")
 
 
-def sampling(body: _Sampling, runtime: GenerationRuntime, prompt_tokens: int, asked: int | None, choice: int,
-             index: int | None = None, logprobs: tuple[int | None, int | None] = (None, None),
-             grammar: Grammar | None = None, keep: frozenset[int] = frozenset()) -> SamplingParams:
-    """logprobs: (alternatives per generated token, per prompt token); None where not asked. keep: special tokens
-    that stay in the text while skip_special_tokens skips the others."""
-    max_tokens = fit_context(prompt_tokens, asked, runtime.context, index)
-    if body.min_tokens > max_tokens:
-        raise ApiError(400, f"min_tokens ({body.min_tokens}) exceeds max_tokens ({max_tokens})", "invalid_request")
-    return SamplingParams(
-        max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=max(body.top_k, 0),
-        # n choices of one seeded request differ from each other and repeat run to run, as in vLLM
-        seed=None if body.seed is None else body.seed + choice, repetition_penalty=body.repetition_penalty,
-        presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty, stop=body.stops(),
-        stop_token_ids=frozenset(body.stop_token_ids), ignore_eos=body.ignore_eos, min_tokens=body.min_tokens,
-        logit_bias=body.bias(), logprobs=logprobs[0], prompt_logprobs=logprobs[1], grammar=grammar,
-        skip_special_tokens=body.skip_special_tokens, keep_special_tokens=keep, speculative=body.speculative)
+def checked_sampling(body: SamplingFields, asked: int | None, logprobs: tuple[int | None, int | None] = (None, None),
+                     stop_ids: tuple[int, ...] = ()) -> Sampling:
+    """The body's sampling fields through the check every front door shares (errors.py makes its refusal a 400),
+    before any prompt is tokenized. logprobs: (alternatives per generated token, per prompt token); None where not
+    asked. stop_ids: the server's own, besides the body's."""
+    sent = body.model_dump(include=SHARED)
+    return checked(SamplingRequest(**{**sent, "max_tokens": asked, "logprobs": logprobs[0],
+                                      "prompt_logprobs": logprobs[1],
+                                      "stop_token_ids": [*body.stop_token_ids, *stop_ids]}))
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -153,14 +148,12 @@ def check_sequences(runtime: GenerationRuntime, sequences: int, what: str) -> No
                             f"(MBUILD_MAX_QUEUE): send at most {most} a request", "too_many_sequences")
 
 
-def admit_run(body: _Sampling, runtime: GenerationRuntime, prompts: list[list[int]], asked: int | None,
-              logprobs: tuple[int | None, int | None] = (None, None), grammar: Grammar | None = None,
-              keep: frozenset[int] = frozenset()) -> Run:
+def admit_run(runtime: GenerationRuntime, sampling: Sampling, n: int, prompts: list[list[int]]) -> Run:
     """Context fit for every prompt x n, the request's size against the queue, then all of it or none."""
-    check_sequences(runtime, len(prompts) * body.n, "sequences (prompts x n)")
+    check_sequences(runtime, len(prompts) * n, "sequences (prompts x n)")
     indexed = len(prompts) > 1
-    jobs = [(p, sampling(body, runtime, len(p), asked, c, i if indexed else None, logprobs, grammar, keep))
-            for i, p in enumerate(prompts) for c in range(body.n)]
+    jobs = [(p, sampling.fit(runtime.context, len(p), i if indexed else None, c))
+            for i, p in enumerate(prompts) for c in range(n)]
     return Run(runtime, jobs, sum(len(p) for p in prompts))
 
 
@@ -195,7 +188,7 @@ def _stream(run: Run, chunk: Any, include_usage: bool, timeout: float) -> Stream
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def respond(request: Request, body: _Sampling, run: Run, chunks: Any,
+async def respond(request: Request, body: SamplingFields, run: Run, chunks: Any,
                   whole: Callable[[], dict[str, Any]]) -> Any:
     """Stream the run as SSE chunks when asked; else wait for all of it and answer once, usage added."""
     settings = served(request).settings
@@ -235,13 +228,13 @@ async def completions(request: Request) -> Any:
     body = await parse_body(request, CompletionRequest)
     runtime = generation_runtime(state, body.model)
     refuse_unsupported({"suffix": bool(body.suffix)})
+    sampling = checked_sampling(body, body.max_tokens, (body.logprobs, body.logprobs if body.echo else None))
     grammar = await compile_constraint(runtime, guide_spec(body))
     size = len(body.prompt) if isinstance(body.prompt, str) else sum(len(p) for p in body.prompt
                                                                       if isinstance(p, str))
     prompts = await off_loop(_prompts, runtime, body.prompt, size=size)
     check_token_ids(runtime, prompts)
-    run = admit_run(body, runtime, prompts, body.max_tokens,
-                    (body.logprobs, body.logprobs if body.echo else None), grammar)
+    run = admit_run(runtime, sampling.serving(grammar), body.n, prompts)
     ident, created, model = f"cmpl-{hex_id()}", int(time.time()), state.served_names()[0]
     # With echo, each choice (prompts x n) starts with its prompt: as sent when it was text, else decoded.
     texts = [item if isinstance(item, str) else runtime.tokenizer.decode(ids, skip_special_tokens=False)

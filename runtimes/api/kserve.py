@@ -32,7 +32,7 @@ from runtimes.api.auth import require_key
 from runtimes.api.bodies import describe, read_body
 from runtimes.api.embeddings import check_texts, embed
 from runtimes.api.errors import ApiError, V2Route, generation_failed
-from runtimes.api.generation import Run, check_sequences, sampling
+from runtimes.api.generation import Run, check_sequences, checked_sampling
 from runtimes.api.kserve_codec import HEADER, InferRequest, TensorError, encode_response, parse_infer
 from runtimes.api.rerank import relevance, score_pairs
 from runtimes.api.schemas import MAX_INPUTS
@@ -206,9 +206,9 @@ async def _generate(request: Request, state: ServiceState, parsed: InferRequest,
             {"prompt": "", **{k: v for k, v in parsed.parameters.items() if k in ("temperature", "top_p")}})
     except ValidationError as exc:
         raise _error(400, describe(exc)) from exc
+    checks = [checked_sampling(body, limit) for limit in limits]
     prompts = await off_loop(lambda: [runtime.encode(text) for text in texts], size=sum(map(len, texts)))
-    jobs = [(prompt, sampling(body, runtime, len(prompt), limits[i % len(limits)], 0, i))
-            for i, prompt in enumerate(prompts)]
+    jobs = [(prompt, checks[i % len(checks)].fit(runtime.context, len(prompt), i)) for i, prompt in enumerate(prompts)]
     run = Run(runtime, jobs, sum(map(len, prompts)))  # every prompt enters, or none does
     try:
         await run_to_end(request, run.drain(), state.settings.request_timeout, run.started)

@@ -11,6 +11,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
+from annotated_types import Interval
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from runtimes.api.schemas import EXTRAS_IGNORED, STRICT, TEXTS_OR_IDS
@@ -18,17 +19,13 @@ from runtimes.generation.chat_template import TEMPLATE_GLOBALS, server_name
 from runtimes.generation.guided import MAX_CHOICES
 from runtimes.generation.harmony import Effort
 from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
+from runtimes.generation.sampling_request import BOUNDS, MAX_CHOICE_CHARS, MAX_GRAMMAR
 
-MAX_STOP = 8
-MAX_STOP_CHARS = 256
 MAX_PROMPTS = 64
 MAX_MESSAGES = 4096
 MAX_NAME = 256
-MAX_TOKENS = 1 << 20
-INT64 = 1 << 63
 MAX_TOOLS = 128
 MAX_DESCRIPTION = 4096
-MAX_GRAMMAR = 16384
 MAX_TEMPLATE_KWARGS = 16  # a few switches (enable_thinking), not a second body
 MAX_TEMPLATE_TEXT = 1024
 TEMPLATE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # a jinja variable's name
@@ -98,7 +95,7 @@ class Guided(BaseModel):
     model_config = STRICT
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = Field(None, max_length=MAX_GRAMMAR)
-    guided_choice: list[Annotated[str, Field(min_length=1, max_length=MAX_NAME)]] | None = Field(
+    guided_choice: list[Annotated[str, Field(min_length=1, max_length=MAX_CHOICE_CHARS)]] | None = Field(
         None, min_length=1, max_length=MAX_CHOICES)
     guided_grammar: str | None = Field(None, max_length=MAX_GRAMMAR)  # llguidance's Lark syntax
 
@@ -145,75 +142,47 @@ def _object(arguments: str) -> Any:
         return arguments  # a template shows it as sent
 
 
-class _Sampling(Guided):
-    """Fields both routes share."""
+def _within(field: str) -> Interval:
+    """The shared check's bounds for a field (sampling_request.BOUNDS): documented in the schema, refused early."""
+    bound = BOUNDS[field]
+    return Interval(gt=bound.low, le=bound.high) if bound.above else Interval(ge=bound.low, le=bound.high)
+
+
+class SamplingFields(Guided):
+    """Fields both routes share. Their values are checked again, with every front door's, by sampling_request."""
 
     model_config = STRICT
 
     model: str | None = Field(None, max_length=MAX_NAME)
-    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    temperature: float = Field(1.0, ge=0, le=2)
-    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: Annotated[int, _within("max_tokens")] | None = None
+    temperature: Annotated[float, _within("temperature")] = 1.0
+    top_p: Annotated[float, _within("top_p")] = 1.0
     n: int = Field(1, ge=1, le=8)
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = Field(None, ge=-INT64, lt=2 * INT64)  # any 64-bit seed, signed or not
-    presence_penalty: float = Field(0.0, ge=-2, le=2)
-    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    seed: Annotated[int, _within("seed")] | None = None
+    presence_penalty: Annotated[float, _within("presence_penalty")] = 0.0
+    frequency_penalty: Annotated[float, _within("frequency_penalty")] = 0.0
     logit_bias: dict[str, float] | None = Field(None, max_length=MAX_LOGIT_BIAS)
     user: str | None = Field(None, max_length=MAX_NAME)
     # vLLM's extras, which benchmark clients send
-    top_k: int = Field(0, ge=-1, le=MAX_TOKENS)
-    min_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
+    top_k: Annotated[int, _within("top_k")] = 0
+    min_tokens: Annotated[int, _within("min_tokens")] = 0
     ignore_eos: bool = False
-    repetition_penalty: float = Field(1.0, ge=0.01, le=10)
+    repetition_penalty: Annotated[float, _within("repetition_penalty")] = 1.0
     stop_token_ids: list[int] = Field(default_factory=list, max_length=MAX_STOP_TOKEN_IDS)
     skip_special_tokens: bool = True
     speculative: bool = True  # false: no speculative decoding for this request, whatever the server's setting
     response_format: ResponseFormat | None = None
     nvext: Guided | None = None  # NIM's extension object
 
-    @field_validator("stop_token_ids")
-    @classmethod
-    def _token_ids(cls, value: list[int]) -> list[int]:
-        if any(not 0 <= t < INT64 for t in value):
-            raise ValueError("token ids are non-negative 64-bit integers")
-        return value
 
-    @field_validator("logit_bias")
-    @classmethod
-    def _bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        for key, bias in (value or {}).items():
-            if not (key.isascii() and key.isdigit() and len(key) < 19):
-                raise ValueError(f"keys are token ids as strings, not {key[:20]!r}")
-            if not -100 <= bias <= 100:
-                raise ValueError("values lie in -100..100")
-        return value
-
-    def bias(self) -> tuple[tuple[int, float], ...]:
-        return tuple((int(k), float(v)) for k, v in (self.logit_bias or {}).items())
-
-    @field_validator("stop")
-    @classmethod
-    def _stops(cls, value: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(value, list) and len(value) > MAX_STOP:
-            raise ValueError(f"at most {MAX_STOP} stop sequences")
-        if any(len(s) > MAX_STOP_CHARS for s in ([value] if isinstance(value, str) else value or [])):
-            raise ValueError(f"a stop sequence has at most {MAX_STOP_CHARS} characters")
-        return value
-
-    def stops(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        return tuple(s for s in ([self.stop] if isinstance(self.stop, str) else self.stop) if s)
-
-
-class ChatCompletionRequest(_Sampling):
+class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
-    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    max_completion_tokens: Annotated[int, _within("max_tokens")] | None = None
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: Annotated[int, _within("logprobs")] | None = None
     tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
@@ -248,9 +217,9 @@ class ChatCompletionRequest(_Sampling):
         return self
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(SamplingFields):
     prompt: Annotated[str | list[str] | list[int] | list[list[int]], TEXTS_OR_IDS]
-    max_tokens: int | None = Field(16, ge=1, le=MAX_TOKENS)  # OpenAI's default for this route
+    max_tokens: Annotated[int, _within("max_tokens")] | None = 16  # OpenAI's default for this route
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=5)
     suffix: str | None = Field(None, max_length=1)  # only the empty suffix: insertion is not implemented

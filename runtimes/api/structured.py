@@ -4,15 +4,15 @@ grammar, or a 400 that names the field and says what is wrong."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from runtimes.api.admission import off_loop
 from runtimes.api.errors import ApiError
-from runtimes.api.schemas_generation import ChatCompletionRequest, ChatMessage, Guided, NamedToolChoice, _Sampling
-from runtimes.generation.guided import Grammar, GuideError, GuideSpec
+from runtimes.api.schemas_generation import ChatCompletionRequest, ChatMessage, Guided, NamedToolChoice, SamplingFields
+from runtimes.generation.guided import Grammar, GuideSpec
 from runtimes.generation.runtime import GenerationRuntime
+from runtimes.generation.sampling_request import check_guide, compile_guide
 from runtimes.generation.tools import ToolFormat
 from runtimes.settings import TOOL_PARSERS
 
@@ -20,23 +20,17 @@ from runtimes.settings import TOOL_PARSERS
 def _guided_fields(prefix: str, fields: Guided) -> list[tuple[str, GuideSpec]]:
     found: list[tuple[str, GuideSpec]] = []
     if fields.guided_json is not None:
-        schema = fields.guided_json
-        if isinstance(schema, str):
-            try:
-                schema = json.loads(schema)
-            except ValueError as exc:
-                raise ApiError(400, f"'{prefix}guided_json' is not JSON: {exc}", "invalid_guided_json") from exc
-        found.append((f"{prefix}guided_json", GuideSpec("json_schema", schema)))
+        found.append((f"{prefix}guided_json", GuideSpec("json_schema", fields.guided_json)))
     if fields.guided_regex is not None:
         found.append((f"{prefix}guided_regex", GuideSpec("regex", fields.guided_regex)))
     if fields.guided_choice is not None:
         found.append((f"{prefix}guided_choice", GuideSpec("choice", fields.guided_choice)))
     if fields.guided_grammar is not None:
         found.append((f"{prefix}guided_grammar", GuideSpec("lark", fields.guided_grammar)))
-    return found
+    return [(name, check_guide(name, spec)) for name, spec in found]
 
 
-def guide_spec(body: _Sampling) -> tuple[str, GuideSpec] | None:
+def guide_spec(body: SamplingFields) -> tuple[str, GuideSpec] | None:
     """The one output constraint a request sets, with the field that set it."""
     found = _guided_fields("", body) + (_guided_fields("nvext.", body.nvext) if body.nvext else [])
     form = body.response_format
@@ -117,11 +111,7 @@ async def compile_constraint(runtime: GenerationRuntime, spec: tuple[str, GuideS
     """The compiled grammar, off the event loop (a large schema takes milliseconds); a 400 naming the field."""
     if spec is None:
         return None
-    field, value = spec
-    try:
-        return await off_loop(runtime.grammars.compile, value)
-    except (GuideError, RecursionError) as exc:
-        raise ApiError(400, f"'{field}' cannot be compiled: {exc}", "invalid_constraint") from exc
+    return await off_loop(compile_guide, runtime.grammars, *spec)
 
 
 def tools_for_template(body: ChatCompletionRequest) -> list[dict[str, Any]] | None:

@@ -18,6 +18,7 @@ from runtimes.api import schemas, schemas_generation, tokenize_routes
 MINIMAL: dict[type[BaseModel], dict[str, Any]] = {
     schemas_generation.ChatCompletionRequest: {"messages": [{"role": "user", "content": "hi"}]},
     schemas_generation.CompletionRequest: {"prompt": "hi"},
+    schemas_generation.SamplingFields: {},
     schemas_generation.StreamOptions: {},
     schemas_generation.FunctionDef: {"name": "f"},
     schemas_generation.JsonSchemaFormat: {},
@@ -39,7 +40,7 @@ def _fields(kind: type) -> list[tuple[type[BaseModel], str]]:
     found = []
     for module in MODULES:
         for _, model in inspect.getmembers(module, inspect.isclass):
-            # _Sampling's fields are its two routes' (their bodies are tested); responses are not read.
+            # Private models are parts of the bodies above (tested through them); responses are not read.
             if (issubclass(model, BaseModel) and model.__module__ == module.__name__
                     and not model.__name__.startswith("_") and not model.__name__.endswith(("Response", "Data"))
                     and model is not schemas.Usage):
