@@ -35,11 +35,11 @@ from runtimes.batcher import QueueFull
 from runtimes.bundle import load_engine_config, load_metadata
 from runtimes.dynamo.card import write_card
 from runtimes.dynamo.kv_transfer import KvServer, TransferError, fetch
-from runtimes.dynamo.requests import Refused, chunk, guide_of, parsers, sampling_params
-from runtimes.generation.guided import GuideError
+from runtimes.dynamo.requests import GUIDED, chunk, guide_of, parsers, sampling_params
 from runtimes.generation.prefix_cache import BLOCK
 from runtimes.generation.requests import Event, Inadmissible, Request
 from runtimes.generation.runtime import GenerationRuntime
+from runtimes.generation.sampling_request import InvalidSampling, compile_guide
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 
@@ -127,10 +127,10 @@ class MbuildEngine(LLMEngine):
             params = sampling_params(dict(request), runtime.context, len(prompt))
             spec = guide_of(request.get("sampling_options") or {})
             if spec is not None:
-                params = replace(params, grammar=await asyncio.to_thread(runtime.grammars.compile, spec))
+                params = replace(params, grammar=await asyncio.to_thread(compile_guide, runtime.grammars, GUIDED, spec))
             job = Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue())
             runtime.engine_loop.submit([job])
-        except (Refused, GuideError, Inadmissible) as exc:  # the request's own: a 400 with the reason
+        except (InvalidSampling, Inadmissible) as exc:  # the request's own: a 400 with the reason
             raise InvalidArgument(str(exc)) from exc
         except QueueFull as exc:
             raise Unknown(f"this worker's queue is full ({runtime.engine_loop.config.max_queue}, "

@@ -16,10 +16,11 @@ import pytest
 from runtimes.bundle import load_engine_config
 from runtimes.dynamo.card import write_card
 from runtimes.dynamo.frontend import CPU_PREFILL_LOAD_SCALE, router_defaults
-from runtimes.dynamo.requests import TOOL_PARSERS, Refused, chunk, guide_of, parsers, sampling_params
+from runtimes.dynamo.requests import TOOL_PARSERS, chunk, guide_of, parsers, sampling_params
 from runtimes.generation.logprobs import TokenLogprob
 from runtimes.generation.prefix_cache import BLOCK, PrefixCache
 from runtimes.generation.requests import Event
+from runtimes.generation.sampling_request import InvalidSampling
 from runtimes.settings import export_default
 from tests.support.tiny_models import CHAT_TEMPLATE
 
@@ -43,7 +44,7 @@ def test_the_fields_a_client_sends_reach_the_scheduler() -> None:
     ({"sampling_options": {"mirostat": 1}}, "sampling_options.mirostat"),
     ({"sampling_options": {"temperature": float("nan")}}, "sampling_options.temperature"),
     ({"sampling_options": {"temperature": True}}, "sampling_options.temperature"),
-    ({"sampling_options": {"seed": -1}}, "sampling_options.seed"),
+    ({"sampling_options": {"seed": 2**64}}, "sampling_options.seed"),  # past 64 bits, as the HTTP API refuses
     ({"stop_conditions": {"max_tokens": 60}}, "stop_conditions.max_tokens"),
     ({"stop_conditions": {"stop_token_ids": list(range(5000))}}, "stop_token_ids"),
     ({"stop_conditions": {"stop_token_ids_visible": [3]}}, "stop_conditions.stop_token_ids_visible"),
@@ -54,13 +55,13 @@ def test_the_fields_a_client_sends_reach_the_scheduler() -> None:
     ({"sampling_options": {"guided_decoding": {"json": {}, "regex": "a"}}}, "guided_decoding"),
 ])
 def test_what_mbuild_cannot_honour_is_refused_by_name(request_: dict[str, Any], named: str) -> None:
-    with pytest.raises(Refused, match=named.replace(".", r"\.")):
+    with pytest.raises(InvalidSampling, match=named.replace(".", r"\.")):
         sampling_params(request_, context=64, prompt=10)
         guide_of(request_.get("sampling_options") or {})
 
 
 def test_a_prompt_that_fills_the_context_is_refused() -> None:
-    with pytest.raises(Refused, match="fill the context"):
+    with pytest.raises(InvalidSampling, match="fill the context"):
         sampling_params({}, context=16, prompt=16)
 
 
