@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from builder.benchmark.output import SERVER_LOG, TOKENIZER, Output
 from builder.engine.report import REPORT_FILE, read_report
 from builder.errors import BenchFailed, InputError
 from builder.resources import runtime_env
-from runtimes.bundle import ENGINE_FILE, BundleError, EngineConfig, load_engine_config
+from runtimes.api.schemas import Metadata
+from runtimes.bundle import ENGINE_FILE, BundleError, DecoderOptions, EngineConfig, load_engine_config
 from runtimes.settings import MODEL_DIR
 
 ENGINES = ("docker", "podman")
@@ -76,21 +78,34 @@ def _wait_ready(url: str, seconds: float, api_key: str | None, alive: Any, log: 
                       hint=f"{where}a larger --ready-timeout if it loads slowly; nothing was measured")
 
 
+def _metadata(response: httpx.Response) -> Metadata | None:
+    """mbuild's /v1/metadata; None from a server without it, or whose route of that name is another's (NIM's)."""
+    if response.status_code != 200:
+        return None
+    try:
+        return Metadata.model_validate_json(response.content)
+    except ValidationError:
+        return None
+
+
+def _served(meta: Metadata, engine: EngineConfig, kind: str, target: str, url: str, tokenizer: str,
+            cores: int | None, local: bool) -> Served:
+    profile = meta.profile
+    return Served(kind, target, url, meta.name, engine.task, profile.id if profile else "",
+                  profile.name if profile else "", tokenizer, cores, local,
+                  chat=isinstance(engine.options, DecoderOptions) and bool(engine.options.chat_template),
+                  context=engine.max_seq_length)
+
+
 def describe(kind: str, target: str, url: str, api_key: str | None, tokenizer: str, cores: int | None,
              local: bool) -> Served:
     """What the server says it serves: mbuild's /v1/metadata, else the first of /v1/models (task from --task)."""
     try:
-        meta = _get(f"{url}/v1/metadata", api_key)
-        if meta.status_code == 200 and isinstance(meta.json(), dict) and meta.json().get("engine"):
-            body = meta.json()
-            profile, options = body.get("profile") or {}, body["engine"].get("options") or {}
-            context = body["engine"].get("max_seq_length")
-            return Served(kind, target, url, str(body["name"]), str(body["engine"].get("task", "")),
-                          str(profile.get("id", "")), str(profile.get("name", "")), tokenizer, cores, local,
-                          chat=bool(options.get("chat_template")),
-                          context=context if type(context) is int and context > 0 else None)
+        meta = _metadata(_get(f"{url}/v1/metadata", api_key))
+        if meta is not None and meta.engine is not None:
+            return _served(meta, meta.engine, kind, target, url, tokenizer, cores, local)
         listed = _get(f"{url}/v1/models", api_key)
-    except (httpx.HTTPError, ValueError) as exc:
+    except httpx.HTTPError as exc:
         raise BenchFailed(f"cannot reach {url}: {exc}", hint="check the URL and that the server is up; nothing "
                           "was measured") from exc
     if listed.status_code in (401, 403):

@@ -16,6 +16,7 @@ from runtimes import __version__
 from runtimes.api.admission import check_model
 from runtimes.api.auth import require_key, require_key_for_metrics
 from runtimes.api.errors import OpenAIRoute
+from runtimes.api.schemas import Metadata
 from runtimes.bundle.codec import encode
 from runtimes.health import LIVE, METRICS, READY
 from runtimes.state import ServiceState
@@ -79,18 +80,14 @@ async def manifest(request: Request) -> dict[str, Any]:
 
 
 @router.get("/v1/metadata", tags=["models"])
-async def metadata(request: Request) -> dict[str, Any]:
+async def metadata(request: Request) -> Metadata:
     state = _state(request)
     meta = state.metadata
-    return {
-        "name": state.served_names()[0],
-        "model": encode(meta.model) if meta else {},
-        "profile": encode(meta.profile) if meta else {},
-        "engine": state.config.to_dict() if state.config else None,
-        "validation": state.report.headline() if state.report else {},
-        "versions": {**(meta.versions if meta else {}), "runtime": __version__},
-        "status": state.health.state.value,
-    }
+    return Metadata(name=state.served_names()[0], model=meta.model if meta else None,
+                    profile=meta.profile if meta else None, engine=state.config,
+                    validation=state.report.headline() if state.report else {},
+                    versions={**(meta.versions if meta else {}), "runtime": __version__},
+                    status=state.health.state.value)
 
 
 @metrics_router.get(METRICS, tags=["health"], response_class=PlainTextResponse)

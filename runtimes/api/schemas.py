@@ -1,10 +1,23 @@
-"""Request and response bodies of the OpenAI-compatible routes."""
+"""Request and response bodies of the OpenAI-compatible routes, and of /v1/metadata (which `mbuild bench` reads)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+
+from runtimes.bundle.codec import ContractError, decode, encode
+from runtimes.bundle.engine import EngineConfig
+from runtimes.bundle.metadata import ModelInfo, ProfileInfo
 
 MAX_INPUTS = 2048  # OpenAI's own limit on inputs per embeddings request
 # Every request body: a field the server does not implement is a 400 that names it, never silently ignored; and
@@ -94,3 +107,38 @@ class EmbeddingResponse(BaseModel):
     data: list[EmbeddingData]
     model: str
     usage: Usage
+
+
+def _contract(cls: type, read: Callable[[Any], Any]) -> PlainValidator:
+    """A bundle file's dataclass inside a body, read by its own decoder (runtimes/bundle/codec.py) so there is no
+    second reading of the file's fields to drift; an instance (what the route builds from) passes as it is."""
+    def validate(raw: Any) -> Any:
+        if raw is None or raw == {} or isinstance(raw, cls):
+            return raw or None
+        try:
+            return read(raw)
+        except ContractError as exc:
+            raise ValueError(str(exc)) from exc
+    return PlainValidator(validate)
+
+
+def _encoded(absent: dict[str, Any] | None) -> PlainSerializer:
+    """Served as the file's JSON form; `absent` where the bundle has none."""
+    return PlainSerializer(lambda value: absent if value is None else encode(value),
+                           return_type=dict[str, Any] if absent is not None else dict[str, Any] | None)
+
+
+class Metadata(BaseModel):
+    """GET /v1/metadata: what this runtime serves. runtimes/api/probes.py builds it and `mbuild bench`
+    (builder/benchmark/target.py) parses it, one type for both; a field a newer runtime adds is ignored."""
+
+    name: str  # the first served name
+    model: Annotated[ModelInfo | None, _contract(ModelInfo, lambda raw: decode(ModelInfo, raw, "metadata model")),
+                     _encoded({})] = None  # metadata.json's; {} where the bundle has none (the gate's)
+    profile: Annotated[ProfileInfo | None,
+                       _contract(ProfileInfo, lambda raw: decode(ProfileInfo, raw, "metadata profile")),
+                       _encoded({})] = None
+    engine: Annotated[EngineConfig | None, _contract(EngineConfig, EngineConfig.from_dict), _encoded(None)] = None
+    validation: dict[str, Any]  # the gate's headline (runtimes/bundle/report.py); {} where it never ran
+    versions: dict[str, str]  # the build's tools and the runtime's release
+    status: str  # runtimes/health.py's State; a string, so a reader of another release still parses it
