@@ -23,6 +23,7 @@ import psutil
 from bench.lib.mbuild import MBUILD
 from bench.lib.rss import tree_memory
 from bench.lib.servers import HOST, free_port
+from builder.serving.ready import Outcome, wait_ready
 from runtimes.bundle import load_engine_config
 
 READY_WITHIN_S = 1800  # an 8B engine loads from disk and prepacks its weights on two cores
@@ -71,16 +72,10 @@ def serve_arm(build: Path, env: dict[str, str]) -> dict[str, Any]:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        while time.perf_counter() - started < READY_WITHIN_S:
-            if proc.poll() is not None:
-                return {"error": f"mbuild serve exited {proc.returncode}: {log.read_text()[-600:]}"}
-            try:
-                if httpx.get(f"{base}/v1/health/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        else:
+        found = wait_ready(base, READY_WITHIN_S, watch=[proc.poll], every_s=1, ask_s=5)
+        if found.outcome is Outcome.ENDED:
+            return {"error": f"mbuild serve exited {found.returncode}: {log.read_text()[-600:]}"}
+        if found.outcome is Outcome.TIMED_OUT:
             return {"error": f"not ready within {READY_WITHIN_S}s"}
         ready_s = time.perf_counter() - started
         at_ready = tree_memory(root)[0]

@@ -6,7 +6,6 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +14,7 @@ import httpx
 
 from bench.lib.loadgen import Load, closed_loop
 from bench.lib.mbuild import MBUILD
+from builder.serving.ready import MODELS, Outcome, lists_model, wait_ready
 
 HOST = "127.0.0.1"
 
@@ -54,17 +54,10 @@ def server(command: list[str], ready_path: str, port: int, env: dict[str, str] |
     if cpus:
         os.sched_setaffinity(proc.pid, cpus)
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://{HOST}:{port}{ready_path}", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                raise RuntimeError(f"{command} exited with {proc.returncode}")
-            time.sleep(0.5)
-        else:
+        found = wait_ready(f"http://{HOST}:{port}", 180, watch=[proc.poll], paths=(ready_path,))
+        if found.outcome is Outcome.ENDED:
+            raise RuntimeError(f"{command} exited with {found.returncode}")
+        if found.outcome is Outcome.TIMED_OUT:
             raise RuntimeError(f"{command} was not ready within 180s")
         yield port
     finally:
@@ -97,12 +90,10 @@ def dynamo_frontend(stack: contextlib.ExitStack, build: Path, *args: str, ready_
     model (the frontend answers before they do); its base URL."""
     port = free_port()
     stack.enter_context(server([*MBUILD, "serve", str(build), "--host", HOST, "--port", str(port), *args],
-                               "/v1/models", port, env))
-    base, deadline = f"http://{HOST}:{port}", time.monotonic() + ready_seconds
-    while not httpx.get(f"{base}/v1/models", timeout=10).json()["data"]:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no worker registered the model within {ready_seconds:g} s")
-        time.sleep(0.5)
+                               MODELS, port, env))
+    base = f"http://{HOST}:{port}"
+    if wait_ready(base, ready_seconds, paths=(MODELS,), check=lists_model(), ask_s=10).outcome is not Outcome.READY:
+        raise RuntimeError(f"no worker registered the model within {ready_seconds:g} s")
     return base
 
 

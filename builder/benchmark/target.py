@@ -10,12 +10,10 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 from pydantic import ValidationError
@@ -24,8 +22,10 @@ from builder.benchmark.output import SERVER_LOG, TOKENIZER, Output
 from builder.engine.report import REPORT_FILE, read_report
 from builder.errors import BenchFailed, InputError
 from builder.resources import runtime_env
+from builder.serving.ready import MODELS, Outcome, Poll, wait_ready
 from runtimes.api.schemas import Metadata
 from runtimes.bundle import ENGINE_FILE, BundleError, DecoderOptions, EngineConfig, load_engine_config
+from runtimes.health import READY
 from runtimes.settings import MODEL_DIR
 
 ENGINES = ("docker", "podman")
@@ -60,22 +60,16 @@ def _get(url: str, api_key: str | None, timeout: float = 5) -> httpx.Response:
     return httpx.get(url, timeout=timeout, headers=headers)
 
 
-def _wait_ready(url: str, seconds: float, api_key: str | None, alive: Any, log: Path | None, what: str) -> None:
-    """Until /v1/health/ready answers 200 (a server without it: /v1/models), the process lives, or time runs out."""
+def _wait_ready(url: str, seconds: float, api_key: str | None, watch: Sequence[Poll], log: Path | None,
+                what: str) -> None:
+    """Until READY answers 200 (a server without it: /v1/models), the process lives, or time runs out."""
     where = f"its log: {log}; " if log else ""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not alive():
-            raise BenchFailed(f"{what} ended before it was ready", hint=f"{where}nothing was measured")
-        try:
-            ready = _get(url + "/v1/health/ready", api_key, timeout=2).status_code
-            if ready == 200 or (ready == 404 and _get(url + "/v1/models", api_key, timeout=2).status_code == 200):
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise BenchFailed(f"{what} was not ready within {seconds:.0f} s",
-                      hint=f"{where}a larger --ready-timeout if it loads slowly; nothing was measured")
+    found = wait_ready(url, seconds, watch=watch, paths=(READY, MODELS), api_key=api_key)
+    if found.outcome is Outcome.ENDED:
+        raise BenchFailed(f"{what} ended before it was ready", hint=f"{where}nothing was measured")
+    if found.outcome is Outcome.TIMED_OUT:
+        raise BenchFailed(f"{what} was not ready within {seconds:.0f} s",
+                          hint=f"{where}a larger --ready-timeout if it loads slowly; nothing was measured")
 
 
 def _metadata(response: httpx.Response) -> Metadata | None:
@@ -153,7 +147,7 @@ def _build(build_dir: Path, out: Output, cores: int | None, ready_s: float) -> I
                                 preexec_fn=lambda: os.sched_setaffinity(0, share))
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(url, ready_s, None, lambda: proc.poll() is None, log, f"the server of {build_dir}")
+        _wait_ready(url, ready_s, None, [proc.poll], log, f"the server of {build_dir}")
         found = describe("build", str(build_dir), url, None, str((build_dir / "model").resolve()), len(share), True)
         # a passed gate's report is in model/; a failed build leaves its report beside model/
         report = read_report(build_dir / "model" / REPORT_FILE) or read_report(build_dir / REPORT_FILE)
@@ -196,13 +190,15 @@ def _image(image: str, out: Output, cores: int | None, ready_s: float, engine: s
     container = started.stdout.strip()
     log = out.path(SERVER_LOG)
 
-    def alive() -> bool:
-        state = subprocess.run([tool, "inspect", "-f", "{{.State.Running}}", container], capture_output=True,
-                               text=True, timeout=30, check=False)
-        return state.stdout.strip() == "true"
+    def exited() -> int | None:
+        """The container's exit status once it has stopped (1 where the engine does not say)."""
+        state = subprocess.run([tool, "inspect", "-f", "{{.State.Running}} {{.State.ExitCode}}", container],
+                               capture_output=True, text=True, timeout=30, check=False)
+        running, _, code = state.stdout.strip().partition(" ")
+        return None if running == "true" else int(code) if code.isdigit() else 1
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_ready(url, ready_s, None, alive, log, f"the container of {image}")
+        _wait_ready(url, ready_s, None, [exited], log, f"the container of {image}")
         tokenizer = out.path(TOKENIZER)
         tokenizer.mkdir(exist_ok=True)
         copied = subprocess.run([tool, "cp", f"{container}:{MODEL_DIR}/tokenizer.json", str(tokenizer)],
@@ -221,7 +217,7 @@ def serving(target: str, out: Output, *, cores: int | None = None, ready_s: floa
     if target.startswith(("http://", "https://")):
         url = target.rstrip("/")
         served = describe("url", target, url, api_key, tokenizer or "builtin", cores, False)  # reachable at all
-        _wait_ready(url, ready_s, api_key, lambda: True, None, f"the server at {url}")
+        _wait_ready(url, ready_s, api_key, (), None, f"the server at {url}")
         yield served
     elif Path(target).is_dir():
         with _build(Path(target), out, cores, ready_s) as served:

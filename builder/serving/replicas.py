@@ -22,10 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from builder.errors import InputError, MbuildError
 from builder.serving.event_broker import event_broker
+from builder.serving.ready import MODELS, Outcome, lists_model, wait_ready
 from runtimes.dynamo import FRONTEND_MODULE, PLANES, WORKER_MODULE
 
 ROUTERS = ("kv", "round-robin")
@@ -83,21 +82,14 @@ def _start(argv: list[str], env: dict[str, str], cores: list[int] | None) -> sub
 
 
 def _ready(url: str, name: str, children: list[subprocess.Popen[bytes]], key: str | None) -> None:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    deadline = time.monotonic() + READY_SECONDS
-    while time.monotonic() < deadline:
-        ended = [child for child in children if child.poll() is not None]
-        if ended:
-            raise MbuildError(f"a serving process ended while starting (exit {ended[0].returncode}): "
-                              f"{ended[0].args!r}", hint="its log is above")
-        try:
-            listed = httpx.get(f"{url}/v1/models", timeout=2, headers=headers).json().get("data", [])
-            if any(model.get("id") == name for model in listed):
-                return
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.5)
-    raise MbuildError(f"the model did not come up behind Dynamo's frontend within {READY_SECONDS} s")
+    """Until the frontend lists the model (its workers have registered it), or any process ends."""
+    found = wait_ready(url, READY_SECONDS, watch=[child.poll for child in children], paths=(MODELS,),
+                       check=lists_model(name), api_key=key)
+    if found.outcome is Outcome.ENDED and found.ended is not None:
+        raise MbuildError(f"a serving process ended while starting (exit {found.returncode}): "
+                          f"{children[found.ended].args!r}", hint="its log is above")
+    if found.outcome is Outcome.TIMED_OUT:
+        raise MbuildError(f"the model did not come up behind Dynamo's frontend within {READY_SECONDS} s")
 
 
 def _stop(children: list[subprocess.Popen[bytes]]) -> None:
