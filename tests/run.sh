@@ -152,4 +152,9 @@ fi
 
 .venv/bin/ruff check builder runtimes tests bench
 .venv/bin/mypy builder runtimes tests bench
-.venv/bin/python -m pytest --basetemp="$STATE/pytest" "$@"
+# Two workers (pytest-xdist): the integration tier in order on one, the unit tests spread beside it
+# (tests/conftest.py groups them); MBUILD_TEST_WORKERS=0 runs everything in this one process.
+WORKERS="${MBUILD_TEST_WORKERS:-2}"
+PARALLEL=()
+[ "$WORKERS" -gt 0 ] && PARALLEL=(-n "$WORKERS" --dist loadgroup)
+.venv/bin/python -m pytest "${PARALLEL[@]}" --basetemp="$STATE/pytest" "$@"
