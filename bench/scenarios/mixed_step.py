@@ -20,12 +20,7 @@ end between the first long prompt's arrival and the last one's answer are "durin
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import os
-import subprocess
-import sys
-import tarfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -34,8 +29,8 @@ from bench.lib.harness import OUT, machine, work_folder, write
 from bench.lib.llm_models import make_llama_words, measured_shape
 from bench.lib.mbuild import ROOT, source_hash
 from bench.lib.mixed_load import Load, Round, measure, summary
-from bench.lib.servers import HOST, free_port, pinned, served_name, server, split_cores
-from runtimes.health import READY
+from bench.lib.servers import pinned, split_cores
+from bench.lib.trees import build, serve, tree_at
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
 MEASURES = "running streams' token gaps while long prompts arrive"
@@ -43,35 +38,6 @@ MEASURES = "running streams' token gaps while long prompts arrive"
 BEFORE = "cecfc19"  # the parent of "engine: one step of works" (51eab35): the scheduler that prefilled apart
 SMALL_CHUNK = 128  # the third arm's MBUILD_PREFILL_CHUNK
 QUICK_LOAD = Load(streams=2, new_tokens=1024, long_prompts=1, long_tokens=256, spacing=0.3)
-
-
-def tree_at(ref: str, work: Path) -> tuple[Path, str]:
-    """The checkout's files at `ref` (what `git archive` writes), unpacked once under `work`; and its commit."""
-    commit = subprocess.run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True,
-                            text=True, check=True).stdout.strip()
-    folder = work / f"tree-{commit[:12]}"
-    if not (folder / "builder").is_dir():
-        archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True, check=True)
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(folder, filter="data")
-    return folder, commit
-
-
-def cli(tree: Path) -> tuple[list[str], dict[str, str]]:
-    """mbuild's CLI from `tree`'s own code, run in `tree` (BentoML's workers import the service from the working
-    directory): its folder first on the path, and -P so that `-m` puts no other folder before it."""
-    return [sys.executable, "-P", "-m", "builder.cli"], {"PYTHONPATH": str(tree)}
-
-
-def build(tree: Path, stamp: str, model: Path, work: Path) -> Path:
-    """`mbuild package` of `model` by `tree`'s code at its default profile, cached per tree version."""
-    out = work / f"mbuild-{model.name}-{stamp}"
-    if not (out / "model" / "engine.json").is_file():
-        command, env = cli(tree)
-        print(f"  building with {stamp}'s mbuild", flush=True)
-        subprocess.run([*command, "package", str(model), "--backend", "none", "--gpu", "cpu", "--output", str(out)],
-                       check=True, env={**os.environ, **env}, cwd=tree, stdout=subprocess.DEVNULL)
-    return out
 
 
 def parse_options(argv: list[str]) -> dict[str, Any]:
@@ -138,12 +104,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     with ExitStack() as stack:
         urls, names = {}, {}
         for arm, (tree, bundle, settings) in arms.items():
-            port = free_port()
-            command, env = cli(tree)
-            stack.enter_context(server([*command, "serve", str(bundle), "--host", HOST, "--port", str(port)],
-                                       READY, port, {**env, "MBUILD_THREADS": "1", **settings},
-                                       cpus={min(servers)}, cwd=tree))
-            urls[arm], names[arm] = f"http://{HOST}:{port}/v1/completions", served_name(port)
+            urls[arm], names[arm] = serve(stack, tree, bundle, {"MBUILD_THREADS": "1", **settings}, {min(servers)})
         stack.enter_context(pinned(client_cpus))
         for arm in arms:  # first-call costs
             measure(urls[arm], names[arm], load, seed=99)
