@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from runtimes.batcher import Batcher, T
 from runtimes.bundle import BundleMetadata, EngineConfig, GateReport, load_engine_config, load_metadata, load_report
+from runtimes.encoder_batcher import Batcher, T
 from runtimes.engines import Encoder, encoder_for
 from runtimes.engines.encoder import EncoderEngine
-from runtimes.generation.runtime import GenerationRuntime
+from runtimes.generation.loader import GenerationRuntime
 from runtimes.health import Health, State
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings

@@ -29,8 +29,8 @@ from bench.lib.harness import OUT, interleave, machine, skipped, work_folder, wr
 from bench.lib.llm_models import build_genai, make_llama_words, measured_shape, workload
 from bench.lib.mbuild import build_mbuild
 from runtimes.bundle import load_engine_config
+from runtimes.generation.loader import GenerationRuntime
 from runtimes.generation.requests import Request
-from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings

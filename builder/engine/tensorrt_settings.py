@@ -13,7 +13,7 @@ Shapes:
   embeddings          one optimization profile over batch x sequence
   language models     two: prefill (no past, up to the context) and decode (one new token, past up to
                       the context): the runs a step packs for such an engine, which is served unchunked, without
-                      the prefix cache or speculation (runtimes/generation/runtime.py)
+                      the prefix cache or speculation (runtimes/generation/loader.py)
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from builder.planning.profiles import Tolerance
 from runtimes.bundle import load_engine_config
 from runtimes.bundle.codec import write_contract
 from runtimes.bundle.report import DecoderReport, GateTolerance, PromptCheck
+from runtimes.generation.loader import GenerationRuntime
 from runtimes.generation.requests import Request
-from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings

@@ -18,9 +18,9 @@ import numpy as np
 from starlette.requests import Request
 
 from runtimes.api.errors import ApiError, bad_request, client_closed, deadline_exceeded, overloaded, queue_timeout
-from runtimes.batcher import Batcher, QueueFull
+from runtimes.encoder_batcher import Batcher, QueueFull
+from runtimes.generation.loader import GenerationRuntime
 from runtimes.generation.requests import Inadmissible
-from runtimes.generation.runtime import GenerationRuntime
 from runtimes.state import EmbeddingRuntime, RerankRuntime, ServiceState
 from runtimes.tokenize import INLINE_CHARS, InputTooLong
 

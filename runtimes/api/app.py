@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Match
 
 from runtimes import __version__
-from runtimes.api import chat, embeddings, generation, kserve, probes, rerank, tokenize_routes
+from runtimes.api import chat, completions, embeddings, kserve, probes, rerank, tokenize_routes
 from runtimes.api.bodies import add_request_components, describe_errors
 from runtimes.api.errors import ApiError, shape_of
 from runtimes.api.middleware import RequestContext
@@ -43,7 +43,7 @@ def create_app(settings: Settings) -> FastAPI:
                   docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = state
     routers = (probes.health, probes.metrics_router, probes.router, embeddings.router, rerank.router, chat.router,
-               generation.router, tokenize_routes.router, kserve.probes, kserve.router)
+               completions.router, tokenize_routes.router, kserve.probes, kserve.router)
     for router in routers:
         app.include_router(router)
 

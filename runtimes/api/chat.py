@@ -11,8 +11,8 @@ from runtimes.api.admission import generation_runtime, off_loop, served
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
 from runtimes.api.completion_shapes import ChatChunks, chat_logprobs, chat_message
+from runtimes.api.completions import admit_run, checked_sampling, respond
 from runtimes.api.errors import ApiError, OpenAIRoute
-from runtimes.api.generation import admit_run, checked_sampling, respond
 from runtimes.api.schemas_generation import ChatCompletionRequest
 from runtimes.api.structured import check_tool_results, compile_constraint, guide_spec, tool_use, tools_for_template
 from runtimes.generation.chat_template import ChatTemplateError

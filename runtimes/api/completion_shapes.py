@@ -9,9 +9,9 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from runtimes.generation.generator import Delta
 from runtimes.generation.logprobs import TokenLogprob
 from runtimes.generation.reply import Reply, ReplyFormat
+from runtimes.generation.stream import Delta
 from runtimes.generation.tools import ToolCall
 
 

@@ -15,8 +15,8 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from runtimes.generation.generator import GenerationFailed
 from runtimes.generation.sampling_request import InvalidSampling
+from runtimes.generation.stream import GenerationFailed
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           405: "invalid_request_error", 408: "timeout_error", 413: "invalid_request_error", 429: "rate_limit_error",

@@ -30,14 +30,14 @@ from runtimes.api.admission import (
 )
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import describe, read_body
+from runtimes.api.completions import Run, check_sequences, checked_sampling
 from runtimes.api.embeddings import check_texts, embed
 from runtimes.api.errors import ApiError, V2Route, generation_failed
-from runtimes.api.generation import Run, check_sequences, checked_sampling
 from runtimes.api.kserve_codec import HEADER, InferRequest, TensorError, encode_response, parse_infer
 from runtimes.api.rerank import relevance, score_pairs
 from runtimes.api.schemas import MAX_INPUTS
 from runtimes.api.schemas_generation import CompletionRequest
-from runtimes.generation.generator import GenerationFailed
+from runtimes.generation.stream import GenerationFailed
 from runtimes.state import ServiceState
 from runtimes.tokenize import Truncate
 

@@ -11,7 +11,7 @@ from runtimes.api.admission import off_loop
 from runtimes.api.errors import ApiError
 from runtimes.api.schemas_generation import ChatCompletionRequest, ChatMessage, Guided, NamedToolChoice, SamplingFields
 from runtimes.generation.guided import Grammar, GuideSpec
-from runtimes.generation.runtime import GenerationRuntime
+from runtimes.generation.loader import GenerationRuntime
 from runtimes.generation.sampling_request import check_guide, compile_guide
 from runtimes.generation.tools import ToolFormat
 from runtimes.settings import TOOL_PARSERS

@@ -11,8 +11,8 @@ from pydantic import BaseModel, Field, model_validator
 from runtimes.api.admission import generation_runtime, off_loop, served
 from runtimes.api.auth import require_key
 from runtimes.api.bodies import openapi_body, parse_body
+from runtimes.api.completions import check_token_ids
 from runtimes.api.errors import ApiError, OpenAIRoute
-from runtimes.api.generation import check_token_ids
 from runtimes.api.schemas_generation import MAX_MESSAGES, MAX_NAME, STRICT, ChatMessage
 from runtimes.generation.chat_template import ChatTemplateError
 

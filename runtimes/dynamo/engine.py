@@ -31,14 +31,14 @@ from dynamo.common.backend.publisher import ComponentSnapshot, KvEventSource, Pu
 from dynamo.common.constants import DisaggregationMode
 from dynamo.llm.exceptions import InvalidArgument, Unknown
 
-from runtimes.batcher import QueueFull
 from runtimes.bundle import load_engine_config, load_metadata
 from runtimes.dynamo.card import write_card
 from runtimes.dynamo.kv_transfer import KvServer, TransferError, fetch
 from runtimes.dynamo.requests import GUIDED, chunk, guide_of, parsers, sampling_params
+from runtimes.encoder_batcher import QueueFull
+from runtimes.generation.loader import GenerationRuntime
 from runtimes.generation.prefix_cache import BLOCK
 from runtimes.generation.requests import Event, Inadmissible, Request
-from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling_request import InvalidSampling, compile_guide
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from runtimes.batcher import QueueFull
+from runtimes.encoder_batcher import QueueFull
 from runtimes.generation.requests import Event, Inadmissible, Request
 from runtimes.generation.sampling import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
 

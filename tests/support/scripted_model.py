@@ -136,7 +136,7 @@ def serving_scripted(folder: Path, **settings: Any) -> Iterator[tuple[TestClient
         return engines[-1]
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("runtimes.generation.runtime.decoder_for", scripted)
+        patch.setattr("runtimes.generation.loader.decoder_for", scripted)
         with serving(folder, **settings) as client:
             yield client, engines[-1]
 

@@ -63,8 +63,8 @@ RUNTIME_PLACES = {
     "__main__": "process", "supervisor": "process", "service": "process", "healthcheck": "process",
     "dynamo": "process",  # the image as a Dynamo worker: another way the container runs
     "api": "api", "state": "state", "generation": "generation", "engines": "engines",
-    **dict.fromkeys(("settings", "bundle", "metrics", "health", "batcher", "tokenize", "hardware", "fit", "exits",
-                     "ids", "logs", "envparse", "kernels"), "shared"),
+    **dict.fromkeys(("settings", "bundle", "metrics", "health", "encoder_batcher", "tokenize", "hardware", "fit",
+                     "exits", "ids", "logs", "envparse", "kernels"), "shared"),
 }
 
 

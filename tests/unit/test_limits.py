@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from runtimes.api.app import create_app
-from runtimes.batcher import Batcher, QueueFull
+from runtimes.encoder_batcher import Batcher, QueueFull
 from runtimes.logs import JsonFormatter
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtimes.batcher import QueueFull
+from runtimes.encoder_batcher import QueueFull
 from runtimes.generation import scheduler as scheduler_module
 from runtimes.generation.requests import Inadmissible, Request
 from runtimes.generation.sampling import SamplingParams

@@ -27,7 +27,7 @@ from builder.progress import Reporter
 from runtimes.bundle import BundleError, load_engine_config, load_metadata
 from runtimes.bundle.metadata import DRAFT_DIR, METADATA_FILE
 from runtimes.generation import draft as draft_module
-from runtimes.generation.runtime import GenerationRuntime
+from runtimes.generation.loader import GenerationRuntime
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 from tests.support.tiny_models import TRAINING_TEXT, make_tiny_llama

@@ -10,7 +10,7 @@ import json
 import httpx
 
 from bench.lib.llm_client import sse_data, sse_lines
-from runtimes.api.generation import sse_event
+from runtimes.api.completions import sse_event
 
 TEXT = "a\u2028b\x85c\u2029d é"
 

@@ -19,11 +19,11 @@ from runtimes.api.completion_shapes import CompletionChunks
 from runtimes.api.errors import ApiError, OpenAIRoute, generation_failed, stream_deadline_exceeded
 from runtimes.api.schemas_generation import MAX_PROMPTS, CompletionRequest, SamplingFields
 from runtimes.api.structured import compile_constraint, guide_spec
-from runtimes.generation.generator import Delta, GenerationFailed, Stream, start
+from runtimes.generation.loader import GenerationRuntime
 from runtimes.generation.logprobs import TokenLogprob
-from runtimes.generation.runtime import GenerationRuntime
 from runtimes.generation.sampling import SamplingParams
 from runtimes.generation.sampling_request import Sampling, SamplingRequest, checked
+from runtimes.generation.stream import Delta, GenerationFailed, Stream, start
 from runtimes.ids import hex_id
 
 router = APIRouter(route_class=OpenAIRoute, dependencies=[Depends(require_key)])
