@@ -75,7 +75,8 @@ HOST_VARIABLES = (
 
 @dataclass(frozen=True)
 class HostSettings:
-    """One field per declared variable that fills one (tests/unit/test_env_reads.py holds the two to each other)."""
+    """One field per declared variable that fills one (tests/unit/tree/test_env_reads.py holds the two to each
+    other)."""
 
     debug: bool
     build_check: bool

@@ -1,6 +1,6 @@
 """docs/settings.md's table of variables, written from their declarations (runtimes/settings.py's IMAGE_VARIABLES,
 builder/settings.py's HOST_VARIABLES) between two markers; the prose around it is the page's own.
-`python -m builder.settings_doc` rewrites it; tests/unit/test_env_reads.py fails while the page differs."""
+`python -m builder.settings_doc` rewrites it; tests/unit/tree/test_env_reads.py fails while the page differs."""
 
 from __future__ import annotations
 

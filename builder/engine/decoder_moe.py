@@ -5,7 +5,8 @@ logit can pick another expert) and one MoE node (fp32 profile) or QMoE node (int
 run the chosen experts and mix them. The experts are streamed from the checkpoint into the external-data file
 a block of rows at a time (one expert at most), so the build holds one expert, never the layer.
 
-What ONNX Runtime 1.32's CPU kernels accept, measured (tests/unit/test_decoder_moe.py checks the outcome):
+What ONNX Runtime 1.32's CPU kernels accept, measured (tests/unit/builder/engine/test_decoder_moe.py checks the
+outcome):
 - router_probs are the router's logits [tokens, E]: the kernel takes softmax over all E, then the top k, then
   renormalises them when normalize_routing_weights=1. gpt-oss's softmax over its top-k logits is the same.
 - MoE (fp32) runs only SwiGLU with gate and up fused and interleaved (swiglu_fusion=1): a separate fc3 is

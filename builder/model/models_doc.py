@@ -1,6 +1,7 @@
 """docs/models.md, written from the family registry (builder/model/families/), the model-type sweep's table
 (profiles/model_sweep.json, which tests/integration/test_model_sweep.py measures) and the catalog, never by hand:
-`python -m builder.model.models_doc > docs/models.md`; tests/unit/test_models_doc.py keeps the two equal."""
+`python -m builder.model.models_doc > docs/models.md`; tests/unit/builder/model/test_models_doc.py keeps the two
+equal."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The scheduler (runtimes/generation/), its KV pool, prefix cache and draft model all take a SlotEngine; the real one
 is runtimes/engines/decoder.py's DecoderEngine, and the tests' fakes (tests/support/scheduler_fakes.py,
-scripted_model.py) are checked against this Protocol by mypy and by tests/unit/test_engine_contract.py.
+scripted_model.py) are checked against this Protocol by mypy and by tests/unit/runtimes/engines/test_engine_contract.py.
 Per-row inputs the engine may take later (a LoRA adapter, input embeddings) travel in each Work (step.py);
 recurrent state lives in the engine, per slot, and says so through `recurrent`.
 """

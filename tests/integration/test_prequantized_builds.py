@@ -97,8 +97,9 @@ def test_a_gptq_build_serves_transformers_greedy_tokens(tmp_path: Path) -> None:
 
 
 def test_an_int4_build_of_a_gptq_checkpoint_keeps_its_codes(tmp_path: Path) -> None:
-    """Groups of 128 are the int4 profile's blocks: engine.json says the weights were not rounded again (the writer's
-    exactness is tests/unit/test_prequantized.py's), and the gate passes against the dequantized source."""
+    """Groups of 128 are the int4 profile's blocks: engine.json says the weights were not rounded again (the
+    writer's exactness is tests/unit/builder/engine/test_prequantized.py's), and the gate passes against the
+    dequantized source."""
     config = family_configs()["qwen3"]
     config.hidden_size, config.intermediate_size = 128, 256
     source = save_random_decoder(config, tmp_path / "fp32")

@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 from runtimes.api.errors import Shape, shape_of
 
 KEY = "reliability-key"
-# A served model, or the app in-process (tests/unit/test_hostile_corpus.py): starlette's TestClient is httpx2's.
+# A served model, or the app in-process (tests/unit/runtimes/api/test_hostile_corpus.py): starlette's TestClient
+# is httpx2's.
 Client = httpx.Client | TestClient
 Response = httpx.Response | httpx2.Response
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -150,7 +150,8 @@ STRUCTURED_AND_TOOL_CASES = [
     Case("cmpl: echo 'true'", COMPLETIONS, j(prompt="a", max_tokens=4, echo="true"), 400, names="echo"),
     Case("cmpl: logprobs true", COMPLETIONS, j(prompt="a", max_tokens=4, logprobs=True), 400, names="logprobs"),
 ]
-# The reasoning fields (tests/unit/test_reasoning.py): bounded, of their JSON type, and refused with their name.
+# The reasoning fields (tests/unit/runtimes/generation/test_reasoning.py): bounded, of their JSON type, and refused
+# with their name.
 THOUGHT_BACK = {"role": "assistant", "content": "Hi", "reasoning_content": "I greet back."}
 REASONING_CASES = [
     Case("chat: include_reasoning 'no'", CHAT, j(messages=MSG, max_tokens=4, include_reasoning="no"), 400,

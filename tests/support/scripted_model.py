@@ -24,7 +24,7 @@ from runtimes.bundle import EngineConfig
 from runtimes.bundle.engine import ENGINE_FILE, Batching, DecoderOptions
 from runtimes.engines.step import StepOutput, Work
 from tests.support.tiny_models import TRAINING_TEXT
-from tests.unit.test_generation_service import serving
+from tests.unit.runtimes.api.test_generation_service import serving
 
 
 class ScriptedEngine:

@@ -4,9 +4,10 @@ export, planning, the refusal of other models and docs/models.md read.
 Each family is one module of this package, named by its model_type, whose RECORD (builder/model/family_record.py)
 holds every fact about it that its config.json does not (a multimodal wrapper's RECORD is a Wrapper); this
 registry finds them all, so adding a family is adding its module. Nothing outside these modules tests a family's
-name (tests/unit/test_family_records.py). A family here is one the streamed export
+name (tests/unit/builder/model/test_family_records.py). A family here is one the streamed export
 (builder/engine/decoder_graph.py) writes and the family test matrix (tests/support/family_configs.py) checks
-against transformers (tests/unit/test_decoder_graph.py); a test keeps the two equal (tests/unit/test_models_doc.py).
+against transformers (tests/unit/builder/engine/test_decoder_graph.py); a test keeps the two equal
+(tests/unit/builder/model/test_models_doc.py).
 """
 
 from __future__ import annotations
