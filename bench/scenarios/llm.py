@@ -31,7 +31,7 @@ from bench.lib.mbuild import build_mbuild
 from runtimes.bundle import load_engine_config
 from runtimes.generation.loader import GenerationRuntime
 from runtimes.generation.requests import Request
-from runtimes.generation.sampling import SamplingParams
+from runtimes.generation.sampling_request import exactly
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 
@@ -94,7 +94,7 @@ class Mbuild:
         self.runtime.engine_loop.start()
 
     async def _one(self, prompt: list[int]) -> int:
-        params = SamplingParams(max_tokens=self.new_tokens, temperature=0.0, min_tokens=self.new_tokens)
+        params = exactly(self.new_tokens)
         request = Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue())
         self.runtime.engine_loop.submit([request])
         made = 0

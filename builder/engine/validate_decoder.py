@@ -28,7 +28,7 @@ from runtimes.bundle.codec import write_contract
 from runtimes.bundle.report import DecoderReport, GateTolerance, PromptCheck
 from runtimes.generation.loader import GenerationRuntime
 from runtimes.generation.requests import Request
-from runtimes.generation.sampling import SamplingParams
+from runtimes.generation.sampling_request import exactly
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 
@@ -45,7 +45,7 @@ PROMPTS = (
 async def _served(runtime: GenerationRuntime, prompts: list[list[int]]) -> tuple[list[list[int]], int]:
     """Greedy decode through the serving scheduler, all prompts at once; returns tokens and max batch."""
     loop = asyncio.get_running_loop()
-    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, min_tokens=NEW_TOKENS)
+    params = exactly(NEW_TOKENS)
     requests = [Request(p, params, loop, asyncio.Queue()) for p in prompts]
     for request in requests:
         runtime.engine_loop.submit([request])

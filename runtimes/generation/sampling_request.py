@@ -205,6 +205,12 @@ def checked(request: SamplingRequest) -> Sampling:
         speculative=_flag(request, "speculative", True)), request)
 
 
+def exactly(tokens: int) -> SamplingParams:
+    """Greedy, and exactly `tokens` new tokens: what the build's gate and the in-process benchmark ask, through the
+    same check as any request."""
+    return checked(SamplingRequest(max_tokens=tokens, temperature=0.0, min_tokens=tokens)).base
+
+
 def check_guide(name: str, spec: GuideSpec) -> GuideSpec:
     """An output constraint's own bounds (a JSON schema sent as text parsed); InvalidSampling naming the field."""
     value = spec.value
