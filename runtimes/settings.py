@@ -161,7 +161,7 @@ _DEFAULT = {var.name: var.default for var in IMAGE_VARIABLES if var.name}
 
 @dataclass(frozen=True)
 class Settings:
-    """One field per declared variable that fills one (tests/unit/test_env_reads.py holds the two to each other),
+    """One field per declared variable that fills one (tests/unit/tree/test_env_reads.py holds the two to each other),
     its default the declaration's."""
 
     model_dir: Path = _DEFAULT["model_dir"]
