@@ -102,6 +102,12 @@ echo "fresh state for this run in $STATE:"
 echo "  HOME=$HOME  MBUILD_CACHE=$MBUILD_CACHE  pytest --basetemp=$STATE/pytest"
 echo "  reused: base image cache $MBUILD_CI_CACHE, pip cache $PIP_CACHE_DIR"
 
+# ruff and mypy (a minute on 2 cores) run while the Docker engine, the registry and the base image come up;
+# pytest starts only once they have passed.
+LINT_LOG="$STATE/lint.log"
+(.venv/bin/ruff check builder runtimes tests bench && .venv/bin/mypy builder runtimes tests bench) >"$LINT_LOG" 2>&1 &
+LINT=$!
+
 # podman and buildah: one storage.conf (driver, graph root, run root) and one containers.conf for every
 # call, so the first probe cannot set up the storage database with another driver than later builds use.
 CS="$STATE/containers"
@@ -150,8 +156,8 @@ if docker info >/dev/null 2>&1; then
   export MBUILD_REQUIRE_CONTAINERS=1
 fi
 
-.venv/bin/ruff check builder runtimes tests bench
-.venv/bin/mypy builder runtimes tests bench
+if ! wait "$LINT"; then cat "$LINT_LOG"; echo "ruff or mypy failed (above)"; exit 1; fi
+cat "$LINT_LOG"
 # Two workers (pytest-xdist): the integration tier in order on one, the unit tests spread beside it
 # (tests/conftest.py groups them); MBUILD_TEST_WORKERS=0 runs everything in this one process.
 WORKERS="${MBUILD_TEST_WORKERS:-2}"

@@ -4,7 +4,7 @@ which docs/models.md shows.
 
 The whole sweep costs about 11 minutes on 2 cores (a generic export is ~6 s of torch.export a type), too much for
 every run. A run re-measures every type the record refuses or could not make tiny (a second each), every fast-lane
-type, and a quarter of the generic ones, the quarter turning with the day; MBUILD_SWEEP=all (or 0-3, a quarter)
+type, and an eighth of the generic ones, the eighth turning with the day; MBUILD_SWEEP=all (or 0-7, an eighth)
 chooses. A transformers other than the record's gets the whole sweep. The first test holds the measured rows equal
 to the record, with no type ending in an mbuild bug or a refusal of more than one line; the second holds issue 58's
 bar, at least 85% of the decoder-only types transformers can make tiny pass, over the record with these rows in."""
@@ -27,19 +27,19 @@ RECORDED = json.loads(record_path().read_text())
 CURRENT = RECORDED["transformers"] == transformers.__version__
 REGENERATE = ("python -m tests.support.model_sweep profiles/model_sweep.json && "
               "python -m builder.model.models_doc > docs/models.md")
-QUARTERS = 4
+SHARES = 8  # the generic types measured a run: one share of them, by a hash of the type's name
 
 
 def _chosen(types: list[str]) -> list[str]:
-    """The types this run measures (printed, so a failure names its quarter)."""
+    """The types this run measures (printed, so a failure names its share)."""
     asked = os.environ.get("MBUILD_SWEEP", "")
     if asked == "all" or not CURRENT:
         return types
-    quarter = int(asked) if asked else datetime.date.today().toordinal() % QUARTERS
+    share = int(asked) if asked else datetime.date.today().toordinal() % SHARES
     record = {r["model_type"]: r for r in RECORDED["rows"]}
-    print(f"model sweep: quarter {quarter} of the generic types (MBUILD_SWEEP=all measures every type)")
+    print(f"model sweep: share {share} of {SHARES} of the generic types (MBUILD_SWEEP=all measures every type)")
     return [t for t in types if t not in record or record[t]["outcome"] != PASSED
-            or record[t]["path"] != "generic" or zlib.crc32(t.encode()) % QUARTERS == quarter]
+            or record[t]["path"] != "generic" or zlib.crc32(t.encode()) % SHARES == share]
 
 
 @pytest.fixture(scope="module")
