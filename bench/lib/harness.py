@@ -113,7 +113,8 @@ def read_rate_gbs(size: int = 1 << 30, repeats: int = 5) -> float:
     return size / best / 1e9
 
 
-def _best_gflops(call: Callable[[], object], flops: float, reps: int) -> float:
+def best_gflops(call: Callable[[], object], flops: float, reps: int) -> float:
+    """`flops` over the best of 3 timings of `reps` calls, in GFLOP/s, after one call to warm up."""
     call()
     best = 0.0
     for _ in range(3):
@@ -159,8 +160,8 @@ def fp32_peak_gflops(threads: int = 1, shapes: tuple[tuple[int, int, int], ...] 
         a, b = torch.randn(m, k), torch.randn(k, n)
         model = matmul_model(b.numpy(), m).SerializeToString()
         session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-        best = max(best, _best_gflops(partial(torch.mm, a, b), 2 * m * k * n, reps),
-                   _best_gflops(partial(session.run, None, {"x": a.numpy()}), 2 * m * k * n, reps))
+        best = max(best, best_gflops(partial(torch.mm, a, b), 2 * m * k * n, reps),
+                   best_gflops(partial(session.run, None, {"x": a.numpy()}), 2 * m * k * n, reps))
     torch.set_num_threads(before)
     return best
 

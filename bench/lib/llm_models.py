@@ -41,18 +41,32 @@ def make_llama_words(folder: Path, shape: dict[str, Any]) -> Path:
     if (folder / "model.safetensors").is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    special = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    tok = Tokenizer(models.WordLevel(vocab={**special, **{f"w{i}": i for i in range(3, VOCAB)}}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<unk>",
-                            unk_token="<unk>",
-                            model_max_length=2048).save_pretrained(folder)
+    save_words_tokenizer(folder)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, **shape)
     LlamaForCausalLM(config).eval().save_pretrained(folder)
     GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
     return folder
+
+
+def save_words_tokenizer(folder: Path, vocab: int = VOCAB) -> None:
+    """A word-level tokenizer in `folder`: <unk>, <s> and </s> (ids 0-2), then made-up words "w3" to "w{vocab - 1}"."""
+    special = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    tok = Tokenizer(models.WordLevel(vocab={**special, **{f"w{i}": i for i in range(3, vocab)}}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<unk>",
+                            unk_token="<unk>",
+                            model_max_length=2048).save_pretrained(folder)
+
+
+def make_words_decoder(folder: Path, model_type: str, shape: dict[str, Any], vocab: int = VOCAB) -> Path:
+    """A random decoder of any family (`model_type`: llama, qwen3_moe, ...) of `shape` and `vocab` rows, fp32, on a
+    word-level tokenizer of as many made-up words (save_words_tokenizer): a shape of our own choosing, with no
+    tokenizer to fetch. Its weights drawn as transformers initializes a Llama (save_random_weights)."""
+    config = _config(model_type, vocab_size=vocab, bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype="float32",
+                     **shape)
+    return _make_decoder(folder, config, partial(save_words_tokenizer, vocab=vocab), torch.float32, SHARD_BYTES)
 
 
 def workload(count: int) -> list[list[int]]:
@@ -229,13 +243,19 @@ def qwen_tokenizer(folder: Path, gguf_vocab: Path) -> Path:
     return folder
 
 
+def _config(model_type: str, **values: Any) -> PreTrainedConfig:
+    """transformers' config of `model_type` with `values`, naming its ForCausalLM class as a checkpoint's does."""
+    config = AutoConfig.for_model(model_type, **values)
+    config.architectures = [f"{type(config).__name__.removesuffix('Config')}ForCausalLM"]
+    return config
+
+
 def make_qwen(folder: Path, model_type: str, shape: dict[str, Any], tokenizer: Path,
               dtype: torch.dtype = torch.bfloat16, shard_bytes: int = SHARD_BYTES) -> Path:
     """A random decoder of a Qwen family (`model_type` qwen3 or qwen3_moe) of `shape` with Qwen's tokenizer (from
     qwen_tokenizer), stored in `dtype` (bf16, as the published checkpoints), experts one tensor each as published."""
-    config = AutoConfig.for_model(model_type, vocab_size=QWEN_VOCAB, bos_token_id=QWEN_EOS, eos_token_id=QWEN_EOS,
-                                  pad_token_id=QWEN_EOS, dtype=str(dtype).removeprefix("torch."), **shape)
-    config.architectures = [f"{type(config).__name__.removesuffix('Config')}ForCausalLM"]
+    config = _config(model_type, vocab_size=QWEN_VOCAB, bos_token_id=QWEN_EOS, eos_token_id=QWEN_EOS,
+                     pad_token_id=QWEN_EOS, dtype=str(dtype).removeprefix("torch."), **shape)
 
     def save_tokenizer(to: Path) -> None:
         for path in tokenizer.iterdir():

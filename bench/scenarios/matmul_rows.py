@@ -31,16 +31,13 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
 
 from bench.lib.harness import OUT, interleave, machine, write
 from bench.lib.llm_models import LLAMA_100M, LLAMA_TINY
+from bench.lib.matmul_kernels import kernel_session
 from bench.lib.servers import pinned, split_cores
 from bench.lib.verify_cost import macs_per_token, matrices
-from builder.engine import int8_tiles
-from builder.engine.native_kernels import build_library
 from runtimes.hardware import read_cpu_flags
-from runtimes.kernels import DOMAIN, NO_AMX_ENTRY
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
 MEASURES = "a step's weight matrices at 1 to 64 rows, per kernel"
@@ -51,49 +48,6 @@ QUICK_ROWS = (1, 2)
 CALLS = 20
 ARMS = ("int8 mbuild tiles b128", "int8 mbuild tiles VNNI", "int8 MatMulNBits b128", "int4 MatMulNBits b128",
         "int8 dynamic", "fp32 ONNX Runtime", "fp32 torch", "bf16 torch")
-
-
-def _graph(shapes: list[tuple[int, int]], arm: str, rng: np.random.Generator) -> ort.InferenceSession:
-    nodes, weights, outputs = [], [], []
-    for i, (k, n) in enumerate(shapes):
-        if arm.startswith("fp32"):
-            weights.append(numpy_helper.from_array(rng.standard_normal((k, n), dtype=np.float32) * 0.02, f"w{i}"))
-            nodes.append(helper.make_node("MatMul", [f"x{k}", f"w{i}"], [f"y{i}"]))
-        elif arm == "int8 dynamic":
-            weights += [numpy_helper.from_array(rng.integers(-127, 128, (k, n), dtype=np.int8), f"w{i}"),
-                        numpy_helper.from_array(rng.random(n, dtype=np.float32) * 0.01, f"s{i}")]
-            nodes.append(helper.make_node("DynamicQuantizeMatMul", [f"x{k}", f"w{i}", f"s{i}"], [f"y{i}"],
-                                          domain="com.microsoft"))
-        elif "tiles" in arm:
-            blocks = -(-k // int8_tiles.BLOCK)
-            tiles, scales = int8_tiles.tile_weights(rng.integers(0, 256, (n, blocks, int8_tiles.BLOCK), dtype=np.uint8),
-                                                    rng.random(n * blocks, dtype=np.float32) * 0.01)
-            weights += [numpy_helper.from_array(tiles, f"w{i}"), numpy_helper.from_array(scales, f"s{i}")]
-            nodes.append(helper.make_node(int8_tiles.OP, [f"x{k}", f"w{i}", f"s{i}"], [f"y{i}"],
-                                          **int8_tiles.attributes(k, n)))
-        else:
-            bits, block = (8 if arm.startswith("int8") else 4), 128
-            blocks = -(-k // block)
-            weights += [numpy_helper.from_array(rng.integers(0, 256, (n, blocks, block * bits // 8), dtype=np.uint8),
-                                                f"w{i}"),
-                        numpy_helper.from_array(rng.random(n * blocks, dtype=np.float32) * 0.01, f"s{i}")]
-            nodes.append(helper.make_node("MatMulNBits", [f"x{k}", f"w{i}", f"s{i}"], [f"y{i}"],
-                                          domain="com.microsoft", K=k, N=n, bits=bits, block_size=block,
-                                          accuracy_level=4))
-        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, ["rows", n]))
-    widths = sorted({k for k, _ in shapes})
-    inputs = [helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, ["rows", k]) for k in widths]
-    model = helper.make_model(helper.make_graph(nodes, "step", inputs, outputs, weights),
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1),
-                                             helper.make_opsetid(DOMAIN, 1)])
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
-    if "tiles" not in arm:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    if arm.endswith("VNNI"):
-        options.add_session_config_entry(NO_AMX_ENTRY, "1")
-    options.register_custom_ops_library(str(build_library()))
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def _arm(shapes: list[tuple[int, int]], arm: str, rng: np.random.Generator) -> Callable[[int], Callable[[], object]]:
@@ -115,7 +69,7 @@ def _arm(shapes: list[tuple[int, int]], arm: str, rng: np.random.Generator) -> C
                         torch.nn.functional.linear(xs[k], w)
             return run
         return torch_pass
-    session = _graph(shapes, arm, rng)
+    session = kernel_session(shapes, arm, rng)
 
     def ort_pass(rows: int) -> Callable[[], object]:
         feeds = {f"x{k}": x for k, x in inputs(rows).items()}
