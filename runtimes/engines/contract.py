@@ -4,7 +4,8 @@ The scheduler (runtimes/generation/), its KV pool, prefix cache and draft model 
 is runtimes/engines/decoder.py's DecoderEngine, and the tests' fakes (tests/support/scheduler_fakes.py,
 scripted_model.py) are checked against this Protocol by mypy and by tests/unit/runtimes/engines/test_engine_contract.py.
 Per-row inputs the engine may take later (a LoRA adapter, input embeddings) travel in each Work (step.py);
-recurrent state lives in the engine, per slot, and says so through `recurrent`.
+recurrent state lives in the engine, per slot: `truncate` and `keep` refuse what it cannot take back, and a slot
+starts from zeros after `release`.
 """
 
 from __future__ import annotations
@@ -30,11 +31,6 @@ class SlotEngine(Protocol):
 
     @property
     def bytes_per_token(self) -> int: ...
-
-    @property
-    def recurrent(self) -> bool:
-        """A slot keeps a state that cannot be taken back: no truncate to an earlier position, no prefix kept."""
-        ...
 
     def step(self, works: Sequence[Work]) -> StepOutput:
         """Append each work's tokens to its slot, all in one step."""

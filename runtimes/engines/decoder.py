@@ -127,10 +127,6 @@ class DecoderEngine:
     def bytes_per_token(self) -> int:
         return self._bytes_per_token
 
-    @property
-    def recurrent(self) -> bool:
-        return bool(self.states)
-
     def step(self, works: Sequence[Work]) -> StepOutput:
         """Append each work's tokens to its slot; per work, the logits [work.logits, vocab] of its last positions,
         or the error of the run it was in (which leaves that run's slots as they were: the others are unaffected,

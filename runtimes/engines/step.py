@@ -82,9 +82,6 @@ class StepOutput:
         return cls({s: r for s, r in results.items() if not isinstance(r, Exception)},
                    {s: r for s, r in results.items() if isinstance(r, Exception)})
 
-    def __getitem__(self, slot: int) -> np.ndarray | Exception:
-        return self.errors[slot] if slot in self.errors else self.logits[slot]
-
 
 @dataclass(frozen=True)
 class Run:

@@ -68,8 +68,6 @@ class Scheduler:
             raise ValueError(f"speculation {config.speculation.method!r} with{'out' if draft is None else ''} a "
                              "draft model")
         self.engine, self.config, self.metrics = engine, config, metrics
-        self.eos_ids, self.context, self.budget = config.eos_ids, config.context, config.prefill_chunk
-        self.chunked, self.speculation = config.chunked, config.speculation
         self.prefix = PrefixCache(config.prefix_cache_bytes, engine)
         self.pool = KvPool(engine, self.prefix, config.context, config.kv_cache_bytes)
         self.waiting = Waiting(Bounds(config.max_queue, config.context, self.pool.capacity_tokens, config.vocab))
@@ -104,7 +102,7 @@ class Scheduler:
         running = [row for row in self.rows if row.status is RowStatus.RUNNING]
         plans = self.preemption.grown(self._decodes(running), self.rows, self.end)
         # prompts get what decoding leaves, and never less than a quarter, so they move however many rows decode
-        room = max(self.budget - sum(len(p.tokens) for p in plans), self.budget // 4)
+        room = max(self.config.prefill_chunk - sum(len(p.tokens) for p in plans), self.config.prefill_chunk // 4)
         for row in self.filling:
             if room <= 0 or not self._may_run(row, room, plans) or not self.preemption.claimed(row):
                 break
@@ -115,18 +113,18 @@ class Scheduler:
                 break  # it waits in its slot for the next step
             plans.append(self._chunk(new, room))
             room -= len(plans[-1].tokens)
-        return StepPlan(tuple(plans), self.budget)
+        return StepPlan(tuple(plans), self.config.prefill_chunk)
 
     def _may_run(self, row: Row, room: int, plans: list[SlotPlan]) -> bool:
         """Whether the row's next chunk may go this step: always when chunks may be cut; else whole, within the
         room or as the step's one prompt past it (so it is never starved)."""
-        return self.chunked or len(row.request.prompt) - row.filled <= room or \
+        return self.config.chunked or len(row.request.prompt) - row.filled <= room or \
             not any(plan.kind == "prefill" for plan in plans)
 
     def _decodes(self, rows: list[Row]) -> list[SlotPlan]:
         """Decode rows; those whose drafts are worth their cost (proposals.py) as verify rows."""
         hopeful = [(row, row.speculation, k) for row in rows if row.speculation is not None and (k := self._k(row))]
-        drafts = proposals(hopeful, len(rows), self.speculation, self.draft)
+        drafts = proposals(hopeful, len(rows), self.config.speculation, self.draft)
         plans = []
         for row in rows:
             made = drafts.get(row.slot, ())
@@ -141,7 +139,7 @@ class Scheduler:
         if spec is None:
             return 0
         held = int(self.engine.lengths[row.slot])
-        k = min(spec.k, state.params.max_tokens - len(state.generated) - 1, self.context - held - 1)
+        k = min(spec.k, state.params.max_tokens - len(state.generated) - 1, self.config.context - held - 1)
         if self.draft is not None:
             k = min(k, self.draft.room(len(state.prompt) + len(state.generated)))
         return max(k, 0)
@@ -150,9 +148,9 @@ class Scheduler:
         """The row's next prompt chunk; a refill after a preemption takes no logits (its next token is known)."""
         source, resumed = row.source, bool(row.sampler.generated)
         each = None if resumed else row.request.params.prompt_logprobs
-        if each is not None and self.chunked:
+        if each is not None and self.config.chunked:
             room = min(room, PROMPT_LOGPROB_CHUNK)
-        piece = tuple(source[row.filled:row.filled + (room if self.chunked else len(source))])
+        piece = tuple(source[row.filled:row.filled + (room if self.config.chunked else len(source))])
         last = row.filled + len(piece) == len(source) and not resumed
         return SlotPlan(row.slot, row.request.id, "prefill", piece, len(piece) if each is not None else int(last))
 
@@ -173,7 +171,7 @@ class Scheduler:
                 log.error("request %d: sampler setup failed: %s", request.id, exc)
                 request.emit(Event(finish="error", error=f"sampler setup failed: {exc}"))
                 continue
-            s = self.speculation
+            s = self.config.speculation
             spec = RowSpeculation(s.most) if s.on and request.params.speculative else None
             row = Row(request, state, slot, spec)
             self.slots[slot] = row
@@ -248,7 +246,7 @@ class Scheduler:
         if drafts:
             self._count(row, len(drafts), accepted)
         if row.speculation is not None:
-            row.speculation.check(row.sampler.generated, self.speculation.most)
+            row.speculation.check(row.sampler.generated, self.config.speculation.most)
         if ended:
             self.end(row, Event(finish=ended))
         elif drafts:
@@ -258,7 +256,7 @@ class Scheduler:
 
     def _count(self, row: Row, drafted: int, accepted: int) -> None:
         assert row.speculation is not None
-        row.speculation.record(drafted, accepted, self.speculation.most, self.draft is None)
+        row.speculation.record(drafted, accepted, self.config.speculation.most, self.draft is None)
         self.metrics.inc("spec_decode_drafts_total")
         self.metrics.inc("spec_decode_draft_tokens_total", drafted)
         self.metrics.inc("spec_decode_accepted_tokens_total", accepted)
@@ -271,7 +269,7 @@ class Scheduler:
         if request.cancelled:
             return None, "cancelled"
         try:
-            token = next_token(logits, row.sampler, self.eos_ids)
+            token = next_token(logits, row.sampler, self.config.eos_ids)
         except Exception as exc:  # one request's sampling failure ends that request only
             log.error("request %d: sampling failed: %s", request.id, exc)
             self.end(row, Event(finish="error", error=f"sampling failed: {exc}", refused=isinstance(exc, GuideError)))
@@ -279,7 +277,7 @@ class Scheduler:
         row.last = token
         self.metrics.inc("tokens_total", 1, kind="completion")
         # Sampling never picks these before min_tokens, so meeting one here always ends the sequence.
-        if token in params.stop_token_ids or (token in self.eos_ids and not params.ignore_eos):
+        if token in params.stop_token_ids or (token in self.config.eos_ids and not params.ignore_eos):
             return token, "stop"
         chosen = None if params.logprobs is None else token_logprob(logits, token, params.logprobs)
         request.emit(Event(token=token, logprob=chosen))  # stop strings are matched on text by the consumer

@@ -36,7 +36,6 @@ class FakeEngine:
     or taken back wrong; reusing positions that were forgotten or never written fails an assertion."""
 
     bytes_per_token = 8
-    recurrent = False
 
     def __init__(self, slots: int = 16, rule: Callable[[list[int]], int] = by_sum) -> None:
         self.rule = rule

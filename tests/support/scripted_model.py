@@ -32,7 +32,6 @@ class ScriptedEngine:
 
     in_place = True
     bytes_per_token = 8
-    recurrent = False
 
     def __init__(self, config: EngineConfig, slots: int = 4) -> None:
         self.config, self.slots, self.context = config, slots, config.max_seq_length
