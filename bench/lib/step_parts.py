@@ -39,14 +39,14 @@ from runtimes.generation.engine_loop import EngineLoop
 from runtimes.generation.loader import GenerationRuntime
 from runtimes.generation.requests import Request
 from runtimes.generation.sampling_request import exactly
-from runtimes.kernels import ATTENTION_INT8_OP, ATTENTION_OP
+from runtimes.kernels import ATTENTION_INT8_OP, ATTENTION_OP, EXPERTS_OP
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
 
 LM_HEAD = "LM head"  # step_profile's line for the LM head's node
-MATMULS = ("MatMul", "MatMulNBits", int8_tiles.OP, "DynamicQuantizeMatMul", "MoE", "QMoE")
+MATMULS = ("MatMul", "MatMulNBits", int8_tiles.OP, "DynamicQuantizeMatMul", "MoE", "QMoE", EXPERTS_OP)
 ATTENTION = ("GroupQueryAttention", ATTENTION_OP, ATTENTION_INT8_OP, "MultiHeadAttention", "Attention")
-EXPERTS = ("MoE", "QMoE")
+EXPERTS = ("MoE", "QMoE", EXPERTS_OP)
 TIMED = ("scheduling", "engine step", "ONNX Runtime", "apply", "sampling")  # what loop_steps wraps
 WARM = 3  # decode ticks a batch runs before the timed ones
 SPARE = 16  # tokens a request may still make after the timed ticks: rows start decoding a few ticks apart
@@ -157,7 +157,7 @@ def _precision(node: onnx.NodeProto) -> str:
     bits = found.get("bits", found.get("expert_weight_bits"))
     if bits is not None:
         return f"int{bits}"
-    return "int8" if node.op_type in (int8_tiles.OP, "DynamicQuantizeMatMul") else "fp32"
+    return "int8" if node.op_type in (int8_tiles.OP, "DynamicQuantizeMatMul", EXPERTS_OP) else "fp32"
 
 
 def _node_flops(node: onnx.NodeProto, shapes: dict[str, list[int]]) -> float:
@@ -165,6 +165,10 @@ def _node_flops(node: onnx.NodeProto, shapes: dict[str, list[int]]) -> float:
     found = _attributes(node)
     if "K" in found and "N" in found:
         return 2.0 * found["K"] * found["N"]
+    if node.op_type == EXPERTS_OP:  # [E, groups, blocks, 32, 64, 4]: 64 columns by 128 k a group's block, padding in
+        each = sum(group * block * int8_tiles.GROUP * int8_tiles.BLOCK
+                   for _, group, block, *_ in (shapes[node.input[2]], shapes[node.input[5]]))
+        return 2.0 * found["k"] * each
     if node.op_type in EXPERTS:
         unpacked = 8 // found.get("expert_weight_bits", 8)  # QMoE's [E, N, K x bits / 8] bytes; MoE's [E, N, K]
         fc1, fc2 = shapes[node.input[2]], shapes[node.input[5 if node.op_type == "QMoE" else 4]]

@@ -14,11 +14,11 @@ import onnx
 
 from bench.lib import llamacpp
 from bench.lib.llm_models import gguf_module
-from runtimes.kernels import ATTENTION_INT8_OP, ATTENTION_OP
+from runtimes.kernels import ATTENTION_INT8_OP, ATTENTION_OP, EXPERTS_OP
 
 # Read a row a step (the embedding table, plain or quantized; the rotary tables) or the cached positions only
 NOT_STREAMED = {"Gather", "GatherBlockQuantized", "GroupQueryAttention", ATTENTION_OP, ATTENTION_INT8_OP}
-EXPERTS = {"MoE", "QMoE"}  # a step reads the experts its tokens are routed to
+EXPERTS = {"MoE", "QMoE", EXPERTS_OP}  # a step reads the experts its tokens are routed to
 
 
 def _tensor_bytes(tensor: onnx.TensorProto) -> int:
@@ -35,7 +35,7 @@ def _tensor_bytes(tensor: onnx.TensorProto) -> int:
 
 def onnx_step_bytes(model: Path, experts_read: float = 1.0) -> int:
     """Initializers an mbuild engine graph reads whole each step: its weights, scales and norms; of a mixture of
-    experts' weights (the MoE and QMoE nodes' initializers, [E, ...] each) the share `experts_read` of them."""
+    experts' weights (the experts nodes' initializers, [E, ...] each) the share `experts_read` of them."""
     graph = onnx.load(str(model), load_external_data=False).graph
     streamed = {name for node in graph.node if node.op_type not in NOT_STREAMED for name in node.input}
     experts = {name for node in graph.node if node.op_type in EXPERTS for name in node.input}

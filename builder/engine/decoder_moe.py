@@ -36,12 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from builder.engine import mxfp4
+from builder.engine import int8_tiles, mxfp4
 from builder.engine.checkpoint import Checkpoint
 from builder.engine.decoder_graph import GraphWriter
 from builder.engine.weight_writer import BLOCK_BYTES, LinearFormat, LinearWriter, int8_rows, int8_scales, pack_rows
 from builder.errors import UnsupportedModel
 from builder.model.families import family
+from runtimes.kernels import DOMAIN as KERNELS_DOMAIN
+from runtimes.kernels import EXPERTS_OP
 
 Rows = Iterator[tuple[int, np.ndarray]]  # (first row, fp32 rows [n, K]) of one expert's projection
 BLOCKS = (256, 128, 64, 32, 16)  # the block sizes ONNX Runtime's packing kernels take
@@ -139,6 +141,7 @@ class Scheme:
 
     bits: int | None = None
     block: int | None = None
+    tiles: bool = False  # 8-bit blocks of 128 in MatMulInt8Tiles' layout, run by mbuild's ExpertsInt8Tiles
 
     @classmethod
     def of(cls, form: LinearFormat, hidden: int, inter: int) -> Scheme:
@@ -147,6 +150,8 @@ class Scheme:
         its linear layers' choices, blocks are finer than either."""
         if form.kind == "fp32":
             return cls()
+        if form.tiles:  # its blocks of 128 need no divisor: K is padded to whole blocks, as a linear layer's is
+            return cls(8, int8_tiles.BLOCK, tiles=True)
         bits = 8 if form.kind == "int8" else form.bits
         if bits not in (4, 8):
             raise UnsupportedModel(f"{bits}-bit experts are not supported (4 and 8 are)")
@@ -169,6 +174,16 @@ class ProjectionWriter:
             self.names = [f"{name}.weight"]
             self.offset = g.weights.reserve(self.names[0], shape, np.dtype(np.float32))
             return
+        if scheme.tiles:
+            groups, blocks = -(-self.n // int8_tiles.GROUP), -(-self.k // int8_tiles.BLOCK)
+            self.names = [f"{name}.weight_tiles", f"{name}.weight_tile_scales"]
+            self.offset = g.weights.reserve(self.names[0], (experts, groups, blocks, int8_tiles.QUADS,
+                                                            int8_tiles.GROUP, 4), np.dtype(np.uint8))
+            self.scales = g.weights.reserve(self.names[1], (experts, groups, blocks, int8_tiles.GROUP),
+                                            np.dtype(np.float32))
+            self.width = groups * blocks * int8_tiles.BLOCK * int8_tiles.GROUP  # an expert's bytes of each
+            self.scale_width = 4 * groups * blocks * int8_tiles.GROUP
+            return
         self.width = self.k * scheme.bits // 8
         scales = self.k // scheme.block if scheme.block else 1
         self.names = [f"{name}.weight_q{scheme.bits}", f"{name}.scales"]
@@ -178,6 +193,12 @@ class ProjectionWriter:
         self.scale_width = 4 * scales
 
     def write(self, expert: int, rows: Rows) -> None:
+        if self.scheme.tiles:  # the layout groups 64 whole rows: the expert's rows at once (one expert in memory)
+            tiles, scales = int8_tiles.tile_weights(*pack_rows(np.concatenate([r for _, r in rows]), 8,
+                                                               int8_tiles.BLOCK))
+            self.g.weights.put(self.offset + expert * self.width, tiles)
+            self.g.weights.put(self.scales + expert * self.scale_width, scales)
+            return
         for first, block in rows:
             at = expert * self.n + first
             if self.scheme.bits is None:
@@ -213,16 +234,28 @@ def moe_block(g: GraphWriter, config: Any, layer: int, x: str) -> str:
     for e in range(found.count):
         fc1.write(e, found.fc1(e))
         fc2.write(e, found.fc2(e))
+    return expert_node(g, name, [x, logits], (fc1, fc2), biases, found.attributes, found.inter)
+
+
+def expert_node(g: GraphWriter, name: str, inputs: list[str], projections: tuple[ProjectionWriter, ProjectionWriter],
+                biases: tuple[str, str], attributes: dict[str, Any], inter: int) -> str:
+    """The node that routes and runs a layer's written experts, from x and the router's logits [tokens, E]: MoE
+    (fp32), mbuild's ExpertsInt8Tiles (int8 tiles) or QMoE (other 8- and 4-bit blocks); its output."""
+    fc1, fc2 = projections
+    scheme = fc1.scheme
     if scheme.bits is None:
-        return g.node("MoE", [x, logits, fc1.names[0], biases[0], fc2.names[0], biases[1]], name,
-                      domain="com.microsoft", **found.attributes)[0]
+        return g.node("MoE", [*inputs, fc1.names[0], biases[0], fc2.names[0], biases[1]], name,
+                      domain="com.microsoft", **attributes)[0]
+    weights = [*inputs, *fc1.names, biases[0], *fc2.names, biases[1]]
+    if scheme.tiles:  # swiglu with gate and up interleaved is all it runs: activation_type and fusion go unsaid
+        kept = {k: v for k, v in attributes.items() if k not in ("activation_type", "swiglu_fusion")}
+        return g.node(EXPERTS_OP, weights, name, domain=KERNELS_DOMAIN, inter=inter, **kept)[0]
     quantized: dict[str, Any] = {"expert_weight_bits": scheme.bits, "weights_prepacked": 0}
     if scheme.block:
         quantized["block_size"] = scheme.block
         if g.form.kind == "nbits" and g.form.accuracy_level:
             quantized["accuracy_level"] = g.form.accuracy_level
-    return g.node("QMoE", [x, logits, *fc1.names, biases[0], *fc2.names, biases[1]], name, domain="com.microsoft",
-                  **found.attributes, **quantized)[0]
+    return g.node("QMoE", weights, name, domain="com.microsoft", **attributes, **quantized)[0]
 
 
 def _biases(g: GraphWriter, found: Experts, name: str) -> tuple[str, str]:

@@ -35,11 +35,8 @@
 
 #include "int8_tiles.h"
 
-namespace {
+namespace mbuild_tiles {
 
-using namespace mbuild_tiles;  // the layout's names (int8_tiles.h), shared with the AMX path
-
-// padded: q holds this many rows (zeros past `rows`), as a tile load reads 16 rows whatever the batch
 void quantize(const float* a, int64_t rows, int64_t padded, int64_t k, int64_t blocks, Activations& out) {
   out.q.assign(padded * blocks * BLK, 0);
   out.scale.assign(rows * blocks, 0.f);
@@ -69,6 +66,8 @@ void quantize(const float* a, int64_t rows, int64_t padded, int64_t k, int64_t b
       out.offset[m * blocks + b] = 128 * _mm512_reduce_add_epi32(sum);
     }
 }
+
+namespace {
 
 // R rows by one group of 64 columns: each 64-byte weight vector is loaded once and used by all R rows.
 template <int R>
@@ -108,15 +107,6 @@ void group_rows(const Activations& a, int64_t row, int64_t blocks, const uint8_t
     for (int t = 0; t < TILES; t++) _mm512_storeu_ps(out[r] + t * TILE, acc[r][t]);
 }
 
-struct Job {
-  const Activations* a;
-  int64_t rows, n, blocks;
-  const uint8_t* w;
-  const float* s;
-  float* y;
-  bool amx;  // rows go to the tiles
-};
-
 // The group's rows on the tiles, 16 at a time. The tile configuration is the thread's, set for each group as ONNX
 // Runtime's own kernels may set theirs on the thread between our calls; it is not released after (a release per
 // group made a verify row of 5 take 1.7x as long in a 100M model's step).
@@ -131,9 +121,9 @@ void tile_group(const Job& job, const uint8_t* w, const float* s, int64_t g, int
   }
 }
 
-void run_group(void* data, size_t index) {
-  const Job& job = *static_cast<const Job*>(data);
-  const int64_t g = static_cast<int64_t>(index);
+}  // namespace
+
+void job_group(const Job& job, int64_t g) {
   const uint8_t* w = job.w + g * job.blocks * GROUP_BLOCK_BYTES;
   const float* s = job.s + g * job.blocks * GROUP;
   const int64_t columns = std::min(GROUP, job.n - g * GROUP);
@@ -152,6 +142,14 @@ void run_group(void* data, size_t index) {
       std::memcpy(job.y + (row + r) * job.n + g * GROUP, out[r], columns * sizeof(float));
   }
 }
+
+void run_group(void* data, size_t index) { job_group(*static_cast<const Job*>(data), static_cast<int64_t>(index)); }
+
+}  // namespace mbuild_tiles
+
+namespace {
+
+using namespace mbuild_tiles;  // the layout's names (int8_tiles.h), shared with the AMX path and the experts
 
 struct Kernel {
   int64_t k, n;
@@ -212,6 +210,7 @@ struct Op : Ort::CustomOpBase<Op, Kernel, true> {
 }  // namespace
 
 void mbuild_attention_ops(std::vector<OrtCustomOp*>& ops);  // attention.cpp
+void mbuild_expert_ops(std::vector<OrtCustomOp*>& ops, bool amx);  // experts.cpp
 
 extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
                                                                                            const OrtApiBase* base) {
@@ -233,6 +232,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
     op.amx = !choice && amx_granted();
     std::vector<OrtCustomOp*> ops{&op};
     mbuild_attention_ops(ops);
+    mbuild_expert_ops(ops, op.amx);
     if (OrtStatus* status = api.CreateCustomOpDomain("ai.mbuild", &domains[choice])) return status;
     for (OrtCustomOp* each : ops)
       if (OrtStatus* status = api.CustomOpDomain_Add(domains[choice], each)) return status;

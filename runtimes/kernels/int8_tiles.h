@@ -23,6 +23,23 @@ struct Activations {
   std::vector<int32_t> offset; // [M][blocks]: 128 x the sum of the block's quantized values
 };
 
+// One multiplication: rows of `a` by a weight in the layout, into y [rows][n]; ParallelFor runs run_group over its
+// (n + GROUP - 1) / GROUP column groups (int8_tiles.cpp has the kernels, experts.cpp runs one per expert).
+struct Job {
+  const Activations* a;
+  int64_t rows, n, blocks;
+  const uint8_t* w;
+  const float* s;
+  float* y;
+  bool amx;  // rows go to the tiles
+};
+
+// Rows [rows][k] quantized per row and block of 128 into out; q holds `padded` rows (zeros past `rows`), as a tile
+// load reads 16 rows whatever the batch.
+void quantize(const float* a, int64_t rows, int64_t padded, int64_t k, int64_t blocks, Activations& out);
+void job_group(const Job& job, int64_t g);  // column group g of job
+void run_group(void* job, size_t g);         // the same, as ParallelFor calls it
+
 // AMX: whether this core has the tiles and Linux lets the process use them (it asks once for the 8 KB tile state).
 inline bool amx_granted() {
   unsigned a, b, c, d;

@@ -21,6 +21,7 @@ from builder.planning.engine_options import ort_options
 from builder.progress import Reporter
 from runtimes.bundle import REPORT_FILE, load_engine_config, read_gate_report
 from runtimes.bundle.report import DecoderReport
+from runtimes.kernels import EXPERTS_OP
 from tests.support.procs import mbuild
 from tests.support.tiny_models import make_tiny_llama
 
@@ -28,12 +29,14 @@ pytestmark = pytest.mark.slow
 FAMILIES = ("qwen3", "qwen3_moe", "cohere", "qwen2_moe")  # q/k norms; experts, quantized per expert
 
 
-def _linear_node(model: Path, precision: str) -> str:
-    """The node a quantized linear layer is written as by the profile mbuild picks on this CPU (they differ by CPU
-    class: profiles/cpu.yaml)."""
+def _nodes(model: Path, precision: str) -> tuple[str, str]:
+    """The nodes a quantized linear layer and a layer's experts are written as by the profile mbuild picks on this
+    CPU (they differ by CPU class: profiles/cpu.yaml)."""
     plan = plan_package(PackageOptions(str(model), gpu="cpu", precision=precision, offline=True), Reporter(quiet=True))
     form = LinearFormat.for_profile(precision, ort_options(plan.profile.engine_options))
-    return "DynamicQuantizeMatMul" if form.kind == "int8" else int8_tiles.OP if form.tiles else "MatMulNBits"
+    if form.tiles:
+        return int8_tiles.OP, EXPERTS_OP
+    return "DynamicQuantizeMatMul" if form.kind == "int8" else "MatMulNBits", "QMoE"
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -51,11 +54,12 @@ def test_a_quantized_build_passes_its_gate(trained: Path, precision: str, tmp_pa
     assert export_path(kind) in result.stdout + result.stderr  # which path built it, said
     assert load_engine_config(out / "model").precision == precision
     if not fast_lane(kind):  # every nn.Linear quantized (the traced graph has no MatMul of its own here; Qwen2-MoE's
-        # router is its own module, a small fp32 parameter traced as it is), the experts as QMoE
+        # router is its own module, a small fp32 parameter traced as it is), the experts as QMoE or mbuild's kernel
         graph = onnx.load(str(out / "model" / "model.onnx"), load_external_data=False).graph
         ops = {node.op_type for node in graph.node}
-        assert _linear_node(trained, precision) in ops and "MatMul" not in ops
-        assert ("QMoE" in ops) == (kind == "qwen2_moe")
+        linear, experts = _nodes(trained, precision)
+        assert linear in ops and "MatMul" not in ops
+        assert (experts in ops) == (kind == "qwen2_moe")
     report = read_gate_report(json.loads((out / "model" / REPORT_FILE).read_text()))
     assert isinstance(report, DecoderReport) and report.passed
     assert report.top1_agreement >= report.tolerance.min_top1 and not report.tolerance.greedy_exact

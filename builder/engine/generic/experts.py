@@ -1,6 +1,6 @@
-"""A traced experts placeholder (trace.ExpertsCall) as ONNX Runtime's MoE (fp32) or QMoE (int8, n-bit): the
-fast lane's expert writer (decoder_moe.ProjectionWriter, one expert in memory at a time), fed from the
-checkpoint's fused tensors ([E, 2I, H], gate rows then up rows) or its per-expert ones.
+"""A traced experts placeholder (trace.ExpertsCall) as decoder_moe.expert_node writes experts (ONNX Runtime's MoE or
+QMoE, or mbuild's ExpertsInt8Tiles): the fast lane's expert writer (decoder_moe.ProjectionWriter, one expert in
+memory at a time), fed from the checkpoint's fused tensors ([E, 2I, H], gate rows then up rows) or its per-expert ones.
 
 The routing stays transformers' (grouped top-k, score-correction biases, sigmoid or softmax scores, scaling:
 whatever the router's code does is traced). MoE routes by itself, from router logits [T, E] it softmaxes
@@ -19,7 +19,7 @@ from onnx import helper
 
 from builder.engine.checkpoint import Checkpoint
 from builder.engine.decoder_graph import GraphWriter
-from builder.engine.decoder_moe import SILU_GATE, ProjectionWriter, Rows, Scheme
+from builder.engine.decoder_moe import SILU_GATE, ProjectionWriter, Rows, Scheme, expert_node
 from builder.engine.generic.trace import ExpertsCall
 from builder.engine.layer_weights import per_expert
 from builder.errors import UnsupportedModel
@@ -83,14 +83,7 @@ def write_experts(g: GraphWriter, node: onnx.NodeProto, call: ExpertsCall, store
     attributes: dict[str, Any] = {"activation_type": "swiglu", "swiglu_fusion": 1, "k": call.top_k,
                                   "normalize_routing_weights": 1,
                   **SILU_GATE}
-    if scheme.bits is None:
-        out = g.node("MoE", [hidden, logits, fc1.names[0], bias1, fc2.names[0], bias2], name,
-                     domain="com.microsoft", **attributes)[0]
-    else:
-        quantized: dict[str, Any] = {"expert_weight_bits": scheme.bits, "weights_prepacked": 0,
-                     **({"block_size": scheme.block} if scheme.block else {})}
-        out = g.node("QMoE", [hidden, logits, *fc1.names, bias1, *fc2.names, bias2], name,
-                     domain="com.microsoft", **attributes, **quantized)[0]
+    out = expert_node(g, name, [hidden, logits], (fc1, fc2), (bias1, bias2), attributes, call.inter)
     axis = g.weights.add(f"{name}.last_axis", np.array([-1], np.int64))
     total = g.node("ReduceSum", [weights, axis], f"{name}/weight_sum", keepdims=1)[0]
     g.nodes.append(helper.make_node("Mul", [out, total], [node.output[0]], name=f"{name}/scaled"))

@@ -13,31 +13,34 @@ per-channel 8-bit (int8 where no block fits) 1.1-1.2% and 1e-7. The bounds are a
 from __future__ import annotations
 
 import tracemalloc
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 from safetensors.numpy import load_file, save_file
-from transformers import AutoModelForCausalLM
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
 from builder.engine import mxfp4
 from builder.engine.checkpoint import Checkpoint
-from builder.engine.decoder_family import arch_of, sparse_layer
-from builder.engine.decoder_graph import GraphWriter
-from builder.engine.decoder_moe import moe_block
-from builder.engine.weight_writer import DATA_FILE, LinearFormat, WeightFile
+from builder.engine.decoder_family import sparse_layer
+from builder.engine.weight_writer import LinearFormat
 from builder.errors import UnsupportedModel
-from tests.support.family_configs import family_configs
+from tests.support.moe_blocks import (
+    KINDS,
+    build_block,
+    config_of,
+    load_experts,
+    module_of,
+    reference,
+    run_block,
+    sample_x,
+)
 from tests.support.tiny_models import save_random_decoder
 
-KINDS = ("mixtral", "qwen3_moe", "gpt_oss")
 FORMS = {"int8": LinearFormat("int8"), "int4": LinearFormat("nbits", bits=4, block_size=32),
          "8bit-b32": LinearFormat("nbits", bits=8, block_size=32)}
 # relative L2 errors allowed, about twice those measured (docstring)
@@ -45,72 +48,27 @@ OWN_WEIGHTS = {"int8": 0.03, "int4": 1e-5, "8bit-b32": 0.03, "int8-channel": 1e-
 ORIGINAL = {"int8": 0.035, "int4": 0.3, "8bit-b32": 0.035, "int8-channel": 0.025}
 
 
-def _config(kind: str, **changes: Any) -> Any:
-    config = family_configs()[kind]
-    for key, value in changes.items():
-        setattr(config, key, value)
-    return config
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return {kind: save_random_decoder(_config(kind), tmp_path_factory.mktemp(kind)) for kind in KINDS}
-
-
-def _build(folder: Path, config: Any, layer: int, form: LinearFormat, out: Path) -> Path:
-    """model.onnx in `out`: x [batch, seq, H] -> moe_block -> y."""
-    out.mkdir(parents=True, exist_ok=True)
-    with ExitStack() as stack, open(out / DATA_FILE, "wb") as data:
-        g = GraphWriter(WeightFile(data.fileno()), Checkpoint(folder, stack), arch_of(config), form)
-        g.node("Identity", [moe_block(g, config, layer, "x")], "out")
-        g.nodes[-1].output[0] = "y"
-    x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", "s", int(config.hidden_size)]) for n in "xy")
-    graph = helper.make_graph(g.nodes, "moe", [x], [y], g.weights.initializers)
-    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = 9
-    onnx.save(model, str(out / "model.onnx"))
-    return out / "model.onnx"
-
-
-def _run(path: Path, x: np.ndarray) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return np.asarray(session.run(None, {"x": x})[0])
-
-
-def _module(folder: Path, layer: int, **changes: Any) -> Any:
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **changes).eval()
-    return model.model.layers[layer].mlp
-
-
-def _reference(module: Any, x: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        out = module(torch.from_numpy(x))
-    return (out[0] if isinstance(out, tuple) else out).numpy()  # gpt-oss's MLP returns its router scores too
-
-
-def _x(hidden: int) -> np.ndarray:
-    return np.random.default_rng(1).standard_normal((2, 5, hidden)).astype(np.float32)
+    return {kind: save_random_decoder(config_of(kind), tmp_path_factory.mktemp(kind)) for kind in KINDS}
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_fp32_matches_transformers(kind: str, folders: dict[str, Path], tmp_path: Path) -> None:
-    config = _config(kind)
-    x = _x(config.hidden_size)
+    config = config_of(kind)
+    x = sample_x(config.hidden_size)
     for layer in [i for i in range(config.num_hidden_layers) if sparse_layer(config, i)]:
-        y = _run(_build(folders[kind], config, layer, LinearFormat(), tmp_path / str(layer)), x)
-        assert np.abs(y - _reference(_module(folders[kind], layer), x)).max() < 1e-4
+        y = run_block(build_block(folders[kind], config, layer, LinearFormat(), tmp_path / str(layer)), x)
+        assert np.abs(y - reference(module_of(folders[kind], layer), x)).max() < 1e-4
 
 
 def test_qwen3_moe_without_renormalised_weights(folders: dict[str, Path], tmp_path: Path) -> None:
-    config = _config("qwen3_moe", norm_topk_prob=False)
-    x = _x(config.hidden_size)
-    y = _run(_build(folders["qwen3_moe"], config, 0, LinearFormat(), tmp_path), x)
-    reference = _reference(_module(folders["qwen3_moe"], 0, norm_topk_prob=False), x)
-    assert np.abs(y - reference).max() < 1e-4
-    assert np.abs(y - _reference(_module(folders["qwen3_moe"], 0), x)).max() > 1e-2  # the flag is seen
+    config = config_of("qwen3_moe", norm_topk_prob=False)
+    x = sample_x(config.hidden_size)
+    y = run_block(build_block(folders["qwen3_moe"], config, 0, LinearFormat(), tmp_path), x)
+    expected = reference(module_of(folders["qwen3_moe"], 0, norm_topk_prob=False), x)
+    assert np.abs(y - expected).max() < 1e-4
+    assert np.abs(y - reference(module_of(folders["qwen3_moe"], 0), x)).max() > 1e-2  # the flag is seen
 
 
 def _stored(model: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -129,42 +87,30 @@ def _stored(model: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
     return (values.reshape(*values.shape[:2], blocks, -1) * scales[..., None]).reshape(values.shape), codes
 
 
-def _load_experts(module: Any, kind: str, fc1: np.ndarray, fc2: np.ndarray) -> None:
-    """fc1 [E, 2I, H] (gate, up interleaved) and fc2 [E, H, I] into transformers' expert parameters."""
-    experts = module.experts
-    if kind == "gpt_oss":
-        gate_up, down = fc1.transpose(0, 2, 1), fc2.transpose(0, 2, 1)
-    else:
-        gate_up, down = np.concatenate([fc1[:, 0::2], fc1[:, 1::2]], axis=1), fc2
-    with torch.no_grad():
-        experts.gate_up_proj.copy_(torch.from_numpy(np.ascontiguousarray(gate_up)))
-        experts.down_proj.copy_(torch.from_numpy(np.ascontiguousarray(down)))
-
-
 @pytest.mark.parametrize("form", sorted(FORMS))
 @pytest.mark.parametrize("kind", KINDS)
 def test_quantized_experts(kind: str, form: str, folders: dict[str, Path], tmp_path: Path) -> None:
-    config = _config(kind)
-    model = _build(folders[kind], config, 0, FORMS[form], tmp_path)
+    config = config_of(kind)
+    model = build_block(folders[kind], config, 0, FORMS[form], tmp_path)
     nodes = onnx.load(str(model), load_external_data=False).graph.node
     assert [n.op_type for n in nodes if n.domain == "com.microsoft"] == ["QMoE"]
     _check_quantized(kind, form, config, folders[kind], model)
 
 
 def _check_quantized(kind: str, form: str, config: Any, folder: Path, model: Path) -> None:
-    x = _x(config.hidden_size)
-    y = _run(model, x)
-    module = _module(folder, 0)
-    exact = _reference(module, x)
+    x = sample_x(config.hidden_size)
+    y = run_block(model, x)
+    module = module_of(folder, 0)
+    exact = reference(module, x)
     error = float(np.linalg.norm(y - exact) / np.linalg.norm(exact))
     assert 0 < error < ORIGINAL[form], error
-    _load_experts(module, kind, _stored(model, "layers.0.moe.fc1")[0], _stored(model, "layers.0.moe.fc2")[0])
-    own = _reference(module, x)
+    load_experts(module, kind, _stored(model, "layers.0.moe.fc1")[0], _stored(model, "layers.0.moe.fc2")[0])
+    own = reference(module, x)
     assert np.linalg.norm(y - own) / np.linalg.norm(own) < OWN_WEIGHTS[form]
 
 
 def test_router_stays_fp32(folders: dict[str, Path], tmp_path: Path) -> None:
-    model = _build(folders["gpt_oss"], _config("gpt_oss"), 0, FORMS["int4"], tmp_path)
+    model = build_block(folders["gpt_oss"], config_of("gpt_oss"), 0, FORMS["int4"], tmp_path)
     ops = [n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node]
     assert ops == ["MatMul", "Add", "Reshape", "QMoE", "Identity"]
 
@@ -192,7 +138,7 @@ def test_mxfp4_widens_as_transformers_does() -> None:
 
 def test_gpt_oss_mxfp4_checkpoint(folders: dict[str, Path], tmp_path: Path) -> None:
     """The Hub's layout: gate_up_proj_blocks [E, 2I, H/32, 16] and scales, down_proj likewise, rows out-major."""
-    config = _config("gpt_oss")
+    config = config_of("gpt_oss")
     tensors = load_file(str(folders["gpt_oss"] / "model.safetensors"))
     prefix = "model.layers.0.mlp.experts"
     encoded = {}
@@ -202,11 +148,11 @@ def test_gpt_oss_mxfp4_checkpoint(folders: dict[str, Path], tmp_path: Path) -> N
     folder = tmp_path / "mxfp4"
     folder.mkdir()
     save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(folder / "model.safetensors"))
-    x = _x(config.hidden_size)
-    y = _run(_build(folder, config, 0, LinearFormat(), tmp_path / "engine"), x)
-    module = _module(folders["gpt_oss"], 0)
-    _load_experts(module, "gpt_oss", encoded["gate_up_proj"], encoded["down_proj"])
-    assert np.abs(y - _reference(module, x)).max() < 1e-4
+    x = sample_x(config.hidden_size)
+    y = run_block(build_block(folder, config, 0, LinearFormat(), tmp_path / "engine"), x)
+    module = module_of(folders["gpt_oss"], 0)
+    load_experts(module, "gpt_oss", encoded["gate_up_proj"], encoded["down_proj"])
+    assert np.abs(y - reference(module, x)).max() < 1e-4
 
 
 @pytest.mark.parametrize(("kind", "layout"), [("mixtral", "split"), ("gpt_oss", "fused")])
@@ -215,7 +161,7 @@ def test_experts_are_streamed(kind: str, layout: str, form: str, tmp_path: Path,
                               monkeypatch: pytest.MonkeyPatch) -> None:
     """16 experts of 1 MB (fc1, fp32): the build's peak is a few experts' bytes (measured 2.0-3.2: the rows read,
     interleaved and packed), not the layer's 24, and each read of a stacked [E, ...] tensor is one expert."""
-    config = _config(kind, hidden_size=256, intermediate_size=512, num_hidden_layers=1, num_local_experts=16)
+    config = config_of(kind, hidden_size=256, intermediate_size=512, num_hidden_layers=1, num_local_experts=16)
     if kind == "gpt_oss":
         config.layer_types = ["full_attention"]
     folder = save_random_decoder(config, tmp_path / "model")
@@ -230,7 +176,7 @@ def test_experts_are_streamed(kind: str, layout: str, form: str, tmp_path: Path,
     monkeypatch.setattr(Checkpoint, "rows", counted)
     tracemalloc.start()
     try:
-        _build(folder, config, 0, LinearFormat() if form == "fp32" else FORMS["int4"], tmp_path / "engine")
+        build_block(folder, config, 0, LinearFormat() if form == "fp32" else FORMS["int4"], tmp_path / "engine")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -248,16 +194,16 @@ def test_bad_checkpoints_are_refused(folders: dict[str, Path], tmp_path: Path) -
         ("mixtral", {"num_experts_per_tok": 5}, 0, "routes each token")]
     for kind, changes, layer, words in cases:
         with pytest.raises(UnsupportedModel, match=words):
-            _build(folders[kind], _config(kind, **changes), layer, LinearFormat(), tmp_path / kind)
+            build_block(folders[kind], config_of(kind, **changes), layer, LinearFormat(), tmp_path / kind)
 
 
 def test_int8_without_a_block_is_per_channel(tmp_path: Path) -> None:
     """I = 24 is no multiple of a 16-wide block: int8 experts get a scale per row, 4-bit ones are refused."""
-    config = _config("qwen3_moe", moe_intermediate_size=24, num_hidden_layers=1)
+    config = config_of("qwen3_moe", moe_intermediate_size=24, num_hidden_layers=1)
     folder = save_random_decoder(config, tmp_path / "model")
     with pytest.raises(UnsupportedModel, match="block"):
-        _build(folder, config, 0, FORMS["int4"], tmp_path / "int4")
-    model = _build(folder, config, 0, FORMS["int8"], tmp_path / "int8")
+        build_block(folder, config, 0, FORMS["int4"], tmp_path / "int4")
+    model = build_block(folder, config, 0, FORMS["int8"], tmp_path / "int8")
     (node,) = [n for n in onnx.load(str(model), load_external_data=False).graph.node if n.op_type == "QMoE"]
     assert "block_size" not in {a.name for a in node.attribute}
     _check_quantized("qwen3_moe", "int8-channel", config, folder, model)
