@@ -35,6 +35,11 @@ namespace {
 using namespace mbuild_attention;
 
 constexpr int64_t ROW_CHUNK = 32;  // query rows scored at once (the scores buffer holds rows x keys)
+// Past this many rows of a chunk, an int8 block is widened once into a scratch all of them read; up to it, each row
+// widens it in registers. Storing and reloading 4 KB a block cost more than converting it twice: a 16-row decode
+// call with 2 query heads a KV head (the ~100M shape, 80 keys) took 189 us widening once, 106-133 us in registers;
+// with 4 (Llama-3.2-1B's) the scratch was still the faster, 263 us against 283.
+constexpr int64_t SHARED_WIDENING = 2;
 
 struct Shape {
   int64_t seq, heads, kv_heads, dim, buffer, past_buffer, rotary_half;
@@ -108,9 +113,9 @@ void run_item(void* data, size_t index) {
     scores.assign(count * padded, 0.f);
     for (int64_t j0 = 0; j0 < total; j0 += KEYS) {
       const int64_t n = std::min(KEYS, total - j0);
-      // read where it lies (int8 widened in registers) unless several rows share the block's widening, or it is the
+      // read where it lies (int8 widened in registers) unless many rows share the block's widening, or it is the
       // last, partial block (its zero padding is in the scratch)
-      const bool direct = n == KEYS && (sizeof(C) == sizeof(float) || count == 1);
+      const bool direct = n == KEYS && (sizeof(C) == sizeof(float) || count <= SHARED_WIDENING);
       const float* kb = direct ? nullptr : widen(keys + j0 * d, n, d, block.data());
       for (int64_t r = 0; r < count; r++) {
         const int64_t seen = past + (first + r) / group + 1;
@@ -144,7 +149,7 @@ void run_item(void* data, size_t index) {
     }
     for (int64_t j0 = 0; j0 < total; j0 += KEYS) {
       const int64_t n = std::min(KEYS, total - j0);
-      const bool direct = sizeof(C) == sizeof(float) || count == 1;  // a row reads only its n live values
+      const bool direct = sizeof(C) == sizeof(float) || count <= SHARED_WIDENING;  // a row reads its n live values
       const float* vb = direct ? nullptr : widen(values + j0 * d, n, d, block.data());
       for (int64_t r = 0; r < count; r++) {
         const int64_t seen = past + (first + r) / group + 1;
