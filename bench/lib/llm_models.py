@@ -1,6 +1,6 @@
-"""The language models the LLM benchmarks run: random Llamas made on the spot (~100M with a word-level
-tokenizer; ~100M and Llama-3.2-1B-shaped with the real Llama SPM tokenizer, for the llama.cpp comparison;
-bf16 Llama-3.2-1B- and Llama-3.1-8B-shaped ones with Llama 3's BPE tokenizer, sharded as published, for the
+"""The language models the LLM benchmarks run: random decoders made on the spot (a ~100M Llama with a word-level
+tokenizer; the llama.cpp and vLLM comparisons' Llamas and Qwen3-MoE with the real Llama SPM tokenizer; bf16
+Llama-3.2-1B- and Llama-3.1-8B-shaped ones with Llama 3's BPE tokenizer, sharded as published, for the
 build-scale benchmark), and random decoders of other families (Qwen3, Qwen3-MoE) on Qwen's real BPE tokenizer
 for the families comparison."""
 
@@ -342,12 +342,19 @@ def _make_decoder(folder: Path, config: PreTrainedConfig, save_tokenizer: Callab
     return folder
 
 
+def make_spm_decoder(folder: Path, model_type: str, shape: dict[str, Any], gguf_vocab: Path,
+                     dtype: torch.dtype = torch.float32, shard_bytes: int = SHARD_BYTES) -> Path:
+    """A random decoder of `model_type` (llama, qwen3_moe) of `shape` with the real Llama SPM tokenizer (VOCAB
+    tokens, BOS 1 / EOS 2), readable by mbuild, vLLM and convert_hf_to_gguf.py."""
+    config = _config(model_type, vocab_size=VOCAB, bos_token_id=1, eos_token_id=2,
+                     dtype=str(dtype).removeprefix("torch."), **shape)
+    return _make_decoder(folder, config, partial(save_spm_tokenizer, gguf_vocab=gguf_vocab), dtype, shard_bytes)
+
+
 def make_llama_spm(folder: Path, shape: dict[str, Any], gguf_vocab: Path, dtype: torch.dtype = torch.float32,
                    shard_bytes: int = SHARD_BYTES) -> Path:
-    """A random Llama of `shape` with the real Llama SPM tokenizer, readable by mbuild and convert_hf_to_gguf.py."""
-    config = LlamaConfig(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, architectures=["LlamaForCausalLM"],
-                         dtype=str(dtype).removeprefix("torch."), **shape)
-    return _make_decoder(folder, config, partial(save_spm_tokenizer, gguf_vocab=gguf_vocab), dtype, shard_bytes)
+    """A random Llama of `shape` with the real Llama SPM tokenizer (make_spm_decoder's llama)."""
+    return make_spm_decoder(folder, "llama", shape, gguf_vocab, dtype, shard_bytes)
 
 
 def make_llama_bpe(folder: Path, shape: dict[str, Any], gguf_vocab: Path, dtype: torch.dtype = torch.bfloat16,

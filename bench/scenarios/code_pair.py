@@ -28,11 +28,10 @@ from typing import Any
 
 from bench.lib import llamacpp, trees
 from bench.lib.harness import OUT, Series, machine, work_folder, write
-from bench.lib.llm_models import make_llama_spm
 from bench.lib.llm_peer_checks import PROMPT_TOKENS, Texts
 from bench.lib.llm_peer_pairs import rounds
 from bench.lib.llm_peer_report import METRICS, arm_series
-from bench.lib.llm_peer_shapes import QUICK, SHAPES, Shape
+from bench.lib.llm_peer_shapes import QUICK, SHAPES, Shape, make_model
 from bench.lib.mbuild import ROOT, source_hash
 from bench.lib.servers import pinned, split_cores
 
@@ -63,7 +62,7 @@ def parse_options(argv: list[str]) -> dict[str, Any]:
 def measure_shape(shape: Shape, work: Path, sides: dict[str, tuple[Path, Path]], repeats: int,
                   results: dict[str, Any]) -> None:
     """Both sides' builds of `shape` up on one server core, their cases interleaved (llm_peer's rounds)."""
-    model = make_llama_spm(work / f"llama-{shape.key}-spm", shape.config, llamacpp.SPM_VOCAB)
+    model = make_model(shape, work)
     builds: dict[str, tuple[Path, str | None]] = {}
     for arm, (tree, folder) in sides.items():
         print(f"{shape.title}: {arm}'s {PRECISION} build, by its own code", flush=True)

@@ -31,6 +31,7 @@ import onnxruntime as ort
 
 from bench.lib.harness import OUT, PEAK_SHAPES, fp32_peak_gflops, machine, work_folder, write
 from bench.lib.llm_models import LLAMA_1B, LLAMA_100M, LLAMA_TINY, VOCAB, make_words_decoder
+from bench.lib.llm_peer_shapes import MOE, WIDE  # shared with the peer comparisons
 from bench.lib.matmul_kernels import kernel_peak_gflops
 from bench.lib.mbuild import build_or_engine, plan
 from bench.lib.servers import pinned, split_cores
@@ -45,14 +46,6 @@ BATCHES = (1, 16)
 PROMPT = 64
 STEPS, QUICK_STEPS = 16, 2
 SMALL_VOCAB = 8000
-# Llama-3.2-1B's layers, 4 of them, untied, on a small vocabulary: every matmul at least 2048 wide, few nodes and a
-# small LM head, so the step is nearly all layer matmuls: how near the kernels come to the peak with little else
-WIDE = {**LLAMA_1B, "num_hidden_layers": 4, "tie_word_embeddings": False}
-# issue 61's held-out mixture of experts: Qwen3-MoE layers, 16 experts of 512, top-4, hidden 1024, 8 layers
-MOE = {"hidden_size": 1024, "intermediate_size": 3072, "moe_intermediate_size": 512, "num_experts": 16,
-       "num_experts_per_tok": 4, "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
-       "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 64,
-       "max_position_embeddings": 2048, "tie_word_embeddings": False}
 TINY_MOE = {**LLAMA_TINY, "head_dim": 32, "moe_intermediate_size": 64, "num_experts": 8, "num_experts_per_tok": 2,
             "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []}
 # the kernel of an int8 build's linear layers -> its arm in bench/lib/matmul_kernels.py
