@@ -108,10 +108,47 @@ def gguf_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
+# convert_hf_to_gguf.py's Qwen3-MoE class (a Qwen2MoeModel) reads only a byte-level BPE vocabulary, where the dense
+# Qwen2 and Qwen3 classes try tokenizer.model (SentencePiece) first: on the Llama SPM vocabulary it stops at "BPE
+# pre-tokenizer was not recognized". This runs the converter unchanged but for that: Qwen3-MoE's vocabulary read as
+# the dense classes read it (the same SentencePiece path the Llamas take), the BPE path where there is no
+# tokenizer.model. No published Qwen3-MoE ships an SPM vocabulary: only the benchmark's own checkpoints need it.
+SPM_FIRST = CACHE / "convert_hf_to_gguf_spm_first.py"
+SPM_FIRST_SOURCE = f"""import runpy
+import sys
+
+sys.path.insert(0, {str(VENDOR)!r})  # the converter's folder: its conversion package
+from conversion import qwen  # noqa: E402
+
+bpe = qwen.Qwen3MoeModel.set_vocab
+
+
+def set_vocab(self):
+    try:
+        self._set_vocab_sentencepiece()
+    except FileNotFoundError:
+        bpe(self)
+
+
+qwen.Qwen3MoeModel.set_vocab = set_vocab
+sys.argv[0] = {str(CONVERTER)!r}
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def convert_command(model: Path, out: Path, outtype: str) -> list[str]:
     """The vendored convert_hf_to_gguf.py writing `model` to `out` as `outtype` (f32, bf16, q8_0, ...); run it
-    with gguf_env()."""
-    return [sys.executable, str(CONVERTER), str(model), "--outfile", str(out), "--outtype", outtype]
+    with gguf_env(). A Qwen3-MoE with a SentencePiece tokenizer.model goes through SPM_FIRST."""
+    converter = CONVERTER
+    if (model / "tokenizer.model").is_file() and _model_type(model) == "qwen3_moe":
+        SPM_FIRST.write_text(SPM_FIRST_SOURCE)
+        converter = SPM_FIRST
+    return [sys.executable, str(converter), str(model), "--outfile", str(out), "--outtype", outtype]
+
+
+def _model_type(model: Path) -> str | None:
+    config = model / "config.json"
+    return str(json.loads(config.read_text()).get("model_type")) if config.is_file() else None
 
 
 def spm_ready(model: Path) -> Path:
