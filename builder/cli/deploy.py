@@ -16,7 +16,7 @@ from builder.deploy.k8s import manifests
 from builder.deploy.kserve import inference_service
 from builder.deploy.spec import load_spec
 from builder.errors import InputError, OutputUnusable
-from builder.serving.replicas import ROUTERS
+from builder.serving import ROUTERS
 
 
 @click.command()

@@ -12,7 +12,7 @@ import click
 from builder.engine.report import REPORT_FILE, read_report
 from builder.errors import InputError, PortBusy, ValidationFailed
 from builder.resources import runtime_env
-from builder.serving.replicas import ROUTERS, Replicas, serve_replicas
+from builder.serving import ROUTERS
 from runtimes.bundle import ENGINE_FILE, BundleError, load_engine_config, load_metadata
 from runtimes.settings import PORT
 
@@ -53,6 +53,8 @@ def _replicated(model_dir: Path, replicas: int, router: str, host: str, port: in
     if config.task != "text-generation":
         raise InputError(f"--replicas serves language models through Dynamo; {model_dir} holds a {config.task} "
                          "model", hint="serve it without --replicas, or run more containers behind a Service")
+    from builder.serving.replicas import Replicas, serve_replicas  # httpx and Dynamo's plumbing: only for --replicas
+
     metadata = load_metadata(model_dir)
     name = env.get("MBUILD_SERVED_MODEL_NAME") or (metadata.model.repo if metadata else "model")
     plan = Replicas(model_dir.resolve(), name, replicas, router, host, port, env, prefill)

@@ -27,7 +27,6 @@ from builder.serving.event_broker import event_broker
 from builder.serving.ready import MODELS, Outcome, lists_model, wait_ready
 from runtimes.dynamo import FRONTEND_MODULE, PLANES, WORKER_MODULE
 
-ROUTERS = ("kv", "round-robin")
 # Dynamo's own variables for where its internal servers listen (by default every interface, or the host's address):
 # the workers' request plane, the frontend's response streams, the KV event publishers, the status servers. On one
 # host they talk over loopback, so nothing but the frontend (or its key gate) listens beyond --host.
