@@ -21,7 +21,7 @@ from runtimes.fit import memory_limit_gb, misfits
 from runtimes.hardware import detect_gpus, read_cpu_flags
 from runtimes.settings import Settings, SettingsError, child_env
 from runtimes.supervisor import Supervisor
-from runtimes.tokenize import TextTokenizer
+from runtimes.tokenize import load_tokenizer
 
 
 def preflight(model_dir: Path, site: str | None = None) -> None:
@@ -38,7 +38,7 @@ def preflight(model_dir: Path, site: str | None = None) -> None:
     config = load_engine_config(model_dir)
     if not (model_dir / config.model_file).is_file():
         raise BundleError(f"engine file {model_dir / config.model_file} is missing")
-    TextTokenizer(model_dir / config.tokenizer_file, config.max_seq_length)
+    load_tokenizer(model_dir / config.tokenizer_file)  # once: the server loads its own copies
 
 
 def check_listen(host: str, port: int) -> None:

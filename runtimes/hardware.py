@@ -12,11 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-try:  # nvidia-ml-py comes with bentoml; a host or image without it simply has no GPUs to report
-    import pynvml as _nvml
-except ImportError:  # pragma: no cover
-    _nvml = None
-
 
 @dataclass(frozen=True)
 class GpuInfo:
@@ -55,9 +50,12 @@ def cpu_count() -> int:
 
 def detect_gpus(nvml: Any = None) -> tuple[GpuInfo, ...]:
     """GPUs as NVML reports them; none (not an error) when there is no driver or no library."""
-    nvml = nvml if nvml is not None else _nvml
     if nvml is None:
-        return ()
+        try:  # imported here, not at the top: a CPU bundle's start never asks (20 ms of it); nvidia-ml-py comes
+            import pynvml  # with bentoml, and a host or image without it simply has no GPUs to report
+        except ImportError:  # pragma: no cover
+            return ()
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...: a host without NVIDIA GPUs

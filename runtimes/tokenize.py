@@ -23,7 +23,8 @@ class InputTooLong(ValueError):
         self.index, self.tokens, self.limit = index, tokens, limit
 
 
-def _load(path: Path) -> Tokenizer:
+def load_tokenizer(path: Path) -> Tokenizer:
+    """tokenizer.json, untruncated and unpadded; a file it cannot read is a BundleError."""
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as exc:  # tokenizers raises a bare Exception on bad files
@@ -35,7 +36,7 @@ def _load(path: Path) -> Tokenizer:
 
 class TextTokenizer:
     def __init__(self, path: Path, max_length: int) -> None:
-        self._plain, self._cut_end, self._cut_start = _load(path), _load(path), _load(path)
+        self._plain, self._cut_end, self._cut_start = load_tokenizer(path), load_tokenizer(path), load_tokenizer(path)
         self._cut_end.enable_truncation(max_length, direction="right")
         self._cut_start.enable_truncation(max_length, direction="left")
         self.max_length = max_length
@@ -74,7 +75,7 @@ class PairTokenizer:
     suffix tokens, all of type 0."""
 
     def __init__(self, path: Path, max_length: int, prompt: RerankPrompt | None = None) -> None:
-        self._plain, self._cut = _load(path), _load(path)
+        self._plain, self._cut = load_tokenizer(path), load_tokenizer(path)
         self.max_length = max_length
         self.vocab_size = self._plain.get_vocab_size(with_added_tokens=True)
         self._prompt = prompt

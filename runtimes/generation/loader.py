@@ -23,6 +23,7 @@ from runtimes.generation.speculative import Speculation
 from runtimes.generation.tools import ToolFormat, chosen_format
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
+from runtimes.tokenize import load_tokenizer
 
 
 @dataclass
@@ -45,12 +46,7 @@ class GenerationRuntime:
         prefix_cache_mb, kv_cache_mb; metadata: whether the bundle carries a draft model."""
         engine = decoder_for(model_dir, config, settings.threads, settings.max_batch)
         method, draft = _speculation(model_dir, engine, settings, metadata)
-        try:
-            tokenizer = Tokenizer.from_file(str(model_dir / config.tokenizer_file))
-        except Exception as exc:  # tokenizers raises a bare Exception on bad files
-            raise BundleError(f"cannot load tokenizer {model_dir / config.tokenizer_file}: {exc}") from exc
-        tokenizer.no_padding()
-        tokenizer.no_truncation()
+        tokenizer = load_tokenizer(model_dir / config.tokenizer_file)
         options = config.decoder
         template = None
         if options.chat_template:
