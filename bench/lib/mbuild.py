@@ -112,16 +112,17 @@ def minilm_home(work: Path) -> dict[str, str]:
     return env
 
 
-def _named(model: Path, precision: str, draft: Path | None, impl: str = "auto") -> str:
+def _named(model: Path, precision: str, draft: Path | None, impl: str = "auto", variant: str = "") -> str:
     return (f"mbuild-{model.name}-{precision}" + (f"+draft-{draft.name}" if draft else "")
-            + (f"+{impl}" if impl != "auto" else ""))
+            + (f"+{impl}" if impl != "auto" else "") + (f"+{variant}" if variant else ""))
 
 
 def try_build(model: Path, work: Path, precision: str, env: dict[str, str] | None = None,
-              draft: Path | None = None, impl: str = "auto") -> Path | str:
-    """The bundle folder, or why it did not build (a failed build is remembered for this source version)."""
-    out = work / f"{_named(model, precision, draft, impl)}-{source_hash()}"
-    for stale in work.glob(f"{_named(model, precision, draft, impl)}-*"):
+              draft: Path | None = None, impl: str = "auto", variant: str = "") -> Path | str:
+    """The bundle folder, or why it did not build (a failed build is remembered for this source version).
+    `variant` names a build whose `env` makes it differ (another profile, no kernel library), kept apart."""
+    out = work / f"{_named(model, precision, draft, impl, variant)}-{source_hash()}"
+    for stale in work.glob(f"{_named(model, precision, draft, impl, variant)}-*"):
         if stale != out:
             shutil.rmtree(stale)
     failed = out / "build-failed.txt"
@@ -142,12 +143,12 @@ def try_build(model: Path, work: Path, precision: str, env: dict[str, str] | Non
 
 def build_or_engine(model: Path, work: Path, precision: str, env: dict[str, str] | None = None,
                     draft: Path | None = None, planned_cache: bool = True,
-                    impl: str = "auto") -> tuple[Path | str, str | None]:
+                    impl: str = "auto", variant: str = "") -> tuple[Path | str, str | None]:
     """The bundle, or why it did not build; when only its gate failed, the engine it built (served with
     --allow-failed-gate) and the gate's summary. Such a build stops before the int8 KV cache its profile may ask
     for, which a model that passes ships with: with planned_cache, what is returned then is a copy that has it."""
-    build = try_build(model, work, precision, env, draft, impl)
-    engine = work / f"{_named(model, precision, draft, impl)}-{source_hash()}"
+    build = try_build(model, work, precision, env, draft, impl, variant)
+    engine = work / f"{_named(model, precision, draft, impl, variant)}-{source_hash()}"
     gate = engine / "report.json"
     if isinstance(build, str) and gate.is_file() and (engine / "model" / "engine.json").is_file():
         summary = str(json.loads(gate.read_text())["summary"])

@@ -3,7 +3,9 @@
 Each shape is a random checkpoint (fp32, a word-level tokenizer of its vocabulary) built by mbuild's own CPU pipeline
 at mbuild's default precision here, int8 (`mbuild package --backend none --gpu cpu --precision int8`, the gate
 included; where the gate fails on random weights, the engine as built, as `mbuild serve --allow-failed-gate` serves
-it), the ~100M shape at fp32 too, a default path where a model's int8 fails its gate. Then, one intra-op thread on
+it), the ~100M shape at fp32 too, a default path where a model's int8 fails its gate, and in int8 as the fallbacks
+build it (VARIANTS: the AVX2 CPUs' int8 profile, and the default where mbuild's kernel library cannot be built),
+so that what they cost is measured on this core, not assumed. Then, one intra-op thread on
 one pinned core, c=1 and c=16 rows decoding, each row after a 64-token prompt of random ids, two views of a step:
   served      the runtime's engine loop over the bundle's DecoderEngine, loaded as the server loads it, driven tick by
               tick in process with greedy requests (bench/lib/step_parts.py): each tick timed whole, and its
@@ -14,8 +16,9 @@ one pinned core, c=1 and c=16 rows decoding, each row after a 64-token prompt of
 The session's time in the served step is split in the profiled shares. Each matmul op type's FLOPs (2 x rows x K x N
 over its nodes, from the graph's weights; a mixture of experts' top-k experts a row) over its profiled ms is its
 rate, against the core's peak at its precision measured here: fp32, the best of torch's and ONNX Runtime's fp32
-matmul (bench/lib/harness.py's fp32_peak_gflops); int8, the kernel the int8 builds' linear layers run, alone, at 512
-rows of Llama-3.2-1B's MLP matrices (bench/lib/matmul_kernels.py).
+matmul (bench/lib/harness.py's fp32_peak_gflops); int8, the kernel the default int8 builds' linear layers run (the
+fallbacks' kernels are held to it too), alone, at 512 rows of Llama-3.2-1B's MLP matrices
+(bench/lib/matmul_kernels.py).
 """
 
 from __future__ import annotations
@@ -63,11 +66,23 @@ class Case:
     shape: dict[str, Any]
     vocab: int
     precision: str = "int8"
+    variant: str = ""  # a build other than the default's (VARIANTS), same checkpoint
+
+
+# the fallbacks, measured on this core: the int8 profile mbuild picks on an AVX2 CPU (dynamic int8 with 7-bit weights,
+# ONNX Runtime's GroupQueryAttention), and the default profile where mbuild's kernel library cannot be built (a
+# compiler that fails: MatMulNBits on the same 8-bit blocks, GroupQueryAttention), in a cache of their own
+VARIANTS = {"avx2": lambda work: {"MBUILD_PROFILE": "onnxruntime-cpu-int8-tp1-throughput"},
+            "no-kernels": lambda work: {"CXX": "/bin/false", "MBUILD_CACHE": str(work / "cache-no-kernels")}}
 
 
 CASES = {case.key: case for case in (
     Case("100m", "llm_peer's ~100M Llama", "llama-100m", "llama", LLAMA_100M, VOCAB),
     Case("100m-fp32", "llm_peer's ~100M Llama", "llama-100m", "llama", LLAMA_100M, VOCAB, "fp32"),
+    Case("100m-avx2", "llm_peer's ~100M Llama, the AVX2 CPUs' int8 profile", "llama-100m", "llama", LLAMA_100M, VOCAB,
+         variant="avx2"),
+    Case("100m-no-kernels", "llm_peer's ~100M Llama, mbuild's kernels not built", "llama-100m", "llama", LLAMA_100M,
+         VOCAB, variant="no-kernels"),
     Case("1b", "Llama-3.2-1B's shape", "llama-1b", "llama", LLAMA_1B, VOCAB),
     Case("wide", "wide and shallow: Llama-3.2-1B's layers, 4 of them, 8000 words", "llama-wide", "llama", WIDE,
          SMALL_VOCAB),
@@ -89,7 +104,8 @@ def _build(case: Case, work: Path) -> dict[str, Any]:
     model = make_words_decoder(work / case.model, case.model_type, case.shape, case.vocab)
     print(f"{case.key}: building mbuild {case.precision}", flush=True)
     started = time.perf_counter()
-    bundle, gate = build_or_engine(model, work, case.precision)
+    env = VARIANTS[case.variant](work) if case.variant else None
+    bundle, gate = build_or_engine(model, work, case.precision, env, variant=case.variant)
     default = ((plan(model).get("profile") or {}).get("content") or {}).get("precision")
     print(f"{case.key}: {'built' if isinstance(bundle, Path) else 'did not build'} in "
           f"{time.perf_counter() - started:.0f} s", flush=True)
