@@ -1,4 +1,4 @@
-"""Container entry point: check the model bundle, then hand the process to BentoML's server.
+"""Container entry point: check the model bundle, then run the server (runtimes/server.py) under the supervisor.
 
 `python -m runtimes [--model-dir DIR] [--host H] [--port P]`; flags override MBUILD_* variables.
 `python -m runtimes --list-model-profiles` prints the profiles the image carries and whether this host can
@@ -21,7 +21,6 @@ from runtimes.fit import memory_limit_gb, misfits
 from runtimes.hardware import detect_gpus, read_cpu_flags
 from runtimes.settings import Settings, SettingsError, child_env
 from runtimes.supervisor import Supervisor
-from runtimes.tokenize import load_tokenizer
 
 
 def preflight(model_dir: Path, site: str | None = None) -> None:
@@ -38,7 +37,10 @@ def preflight(model_dir: Path, site: str | None = None) -> None:
     config = load_engine_config(model_dir)
     if not (model_dir / config.model_file).is_file():
         raise BundleError(f"engine file {model_dir / config.model_file} is missing")
-    load_tokenizer(model_dir / config.tokenizer_file)  # once: the server loads its own copies
+    # Present, not parsed: the server parses it as it loads (~80 ms for Llama's), and one it cannot read fails the
+    # load, which stops the start with exit 3 too (the failed flag, supervisor.py).
+    if not (model_dir / config.tokenizer_file).is_file():
+        raise BundleError(f"tokenizer file {model_dir / config.tokenizer_file} is missing")
 
 
 def check_listen(host: str, port: int) -> None:
@@ -94,6 +96,18 @@ def hardware_problems(model_dir: Path) -> list[str]:
     return misfits(meta.requires, read_cpu_flags(), gpus, memory_limit_gb())
 
 
+def bentoml_server(settings: Settings, env: dict[str, str]) -> list[str]:
+    """BentoML's server around the same app, for its OpenTelemetry spans (MBUILD_TRACING=1): two more processes
+    than runtimes/server.py's, which start it 2.5 s later (docs/benchmarks/start_ready.md)."""
+    env.setdefault("BENTOML_HOME", "/tmp/bentoml")  # writable even on a read-only root filesystem
+    command = [sys.executable, "-m", "bentoml", "serve", "runtimes.service:ModelService", "--working-dir",
+               str(Path(__file__).resolve().parent.parent), "--host", settings.host, "--port", str(settings.port),
+               "--timeout-keep-alive", str(settings.keepalive_seconds)]
+    if settings.ssl_certfile and settings.ssl_keyfile:
+        command += ["--ssl-certfile", settings.ssl_certfile, "--ssl-keyfile", settings.ssl_keyfile]
+    return command
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runtimes", description=__doc__)
     parser.add_argument("--model-dir")
@@ -127,18 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     failed = settings.failed_flag or flag.parent / "failed"
     env = child_env(**overrides, BENTOML_DO_NOT_TRACK="true", MBUILD_DRAIN_FLAG=str(flag),
                     MBUILD_FAILED_FLAG=str(failed))
-    env.setdefault("BENTOML_HOME", "/tmp/bentoml")  # writable even on a read-only root filesystem
-    app_dir = Path(__file__).resolve().parent.parent
-    command = [sys.executable, "-m", "bentoml", "serve", "runtimes.service:ModelService", "--working-dir",
-               str(app_dir), "--host", settings.host, "--port", str(settings.port),
-               "--timeout-keep-alive", str(settings.keepalive_seconds)]
     if settings.ssl_certfile or settings.ssl_keyfile:
         tls = [Path(p) for p in (settings.ssl_certfile, settings.ssl_keyfile) if p]
         if len(tls) != 2 or not all(p.is_file() for p in tls):
             print("mbuild runtime: TLS needs both MBUILD_SSL_CERTFILE and MBUILD_SSL_KEYFILE, as readable files",
                   file=sys.stderr)
             return Exit.BROKEN_BUNDLE
-        command += ["--ssl-certfile", str(tls[0]), "--ssl-keyfile", str(tls[1])]
+    command = bentoml_server(settings, env) if settings.tracing else [sys.executable, "-m", "runtimes.server"]
     if settings.auth_notice:
         print(f"mbuild runtime: {settings.auth_notice}", file=sys.stderr)
     return Supervisor(command, env, flag, settings.drain_seconds, settings.grace_seconds, failed).run()

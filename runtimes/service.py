@@ -1,4 +1,5 @@
-"""The BentoML service: BentoML runs the process and the server; our ASGI app answers every route."""
+"""The BentoML service, run where MBUILD_TRACING=1 asks for BentoML's spans (runtimes/server.py serves otherwise):
+BentoML runs the processes and the server; our ASGI app answers every route."""
 
 from __future__ import annotations
 

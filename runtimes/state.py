@@ -19,6 +19,7 @@ from runtimes.generation.loader import GenerationRuntime
 from runtimes.health import Health, State
 from runtimes.metrics import Metrics
 from runtimes.settings import Settings
+from runtimes.startup import Timeline
 from runtimes.tokenize import Pair, PairTokenizer, TextTokenizer
 
 log = logging.getLogger("mbuild.runtime")
@@ -81,6 +82,7 @@ class ServiceState:
     embedding: EmbeddingRuntime | None = None
     ranking: RerankRuntime | None = None
     generation: GenerationRuntime | None = None
+    timeline: Timeline = field(default_factory=Timeline.of_process)
 
     @property
     def in_flight(self) -> int:
@@ -111,7 +113,9 @@ class ServiceState:
                 runtime = RerankRuntime.load(model_dir, self.config, self.settings, self.metrics)
             else:
                 runtime = GenerationRuntime.load(model_dir, self.config, self.settings, self.metrics, self.metadata)
+                self.timeline.mark("engine")
                 runtime.engine.warm_up()
+            self.timeline.mark("warm-up")
             asyncio.run_coroutine_threadsafe(self._activate(runtime), loop).result()
         except Exception as exc:  # every failure becomes a failed state with a readable reason
             log.error("model failed to load: %s", exc)
@@ -134,7 +138,8 @@ class ServiceState:
             self.generation = runtime
         self.metrics.model_name = self.served_names()[0]
         self.health.move(State.READY)
-        log.info("model ready: %s", ", ".join(self.served_names()))
+        self.timeline.mark("ready")
+        log.info("model ready: %s (%s)", ", ".join(self.served_names()), self.timeline.summary())
 
     def load_in_background(self, loop: asyncio.AbstractEventLoop) -> threading.Thread:
         thread = threading.Thread(target=self.load, args=(loop,), name="model-loader", daemon=True)

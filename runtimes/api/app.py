@@ -22,16 +22,19 @@ from runtimes.api.errors import ApiError, shape_of
 from runtimes.api.middleware import RequestContext
 from runtimes.health import State
 from runtimes.settings import Settings
+from runtimes.startup import Timeline
 from runtimes.state import ServiceState
 
 log = logging.getLogger("mbuild.runtime")
 
 
-def create_app(settings: Settings) -> FastAPI:
-    state = ServiceState(settings=settings)
+def create_app(settings: Settings, timeline: Timeline | None = None) -> FastAPI:
+    """timeline: the start's, which the server process began (runtimes/server.py); its phases are logged at ready."""
+    state = ServiceState(settings=settings, timeline=timeline or Timeline.of_process())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.timeline.mark("app")
         state.load_in_background(asyncio.get_running_loop())
         watcher = asyncio.create_task(watch_drain_flag(state), name="drain-flag")
         yield

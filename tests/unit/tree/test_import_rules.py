@@ -60,11 +60,11 @@ LAYERS = ("cli", "benchmark", "serving", "build", "deploy", "image", "engine", "
 # runtime; the engines; then the shared modules any layer may use, which import only each other.
 RUNTIME_LAYERS = ("process", "api", "state", "generation", "engines", "shared")
 RUNTIME_PLACES = {
-    "__main__": "process", "supervisor": "process", "service": "process", "healthcheck": "process",
+    "__main__": "process", "supervisor": "process", "server": "process", "service": "process", "healthcheck": "process",
     "dynamo": "process",  # the image as a Dynamo worker: another way the container runs
     "api": "api", "state": "state", "generation": "generation", "engines": "engines",
     **dict.fromkeys(("settings", "bundle", "metrics", "health", "encoder_batcher", "tokenize", "hardware", "fit",
-                     "exits", "ids", "logs", "envparse", "kernels"), "shared"),
+                     "exits", "ids", "logs", "envparse", "kernels", "startup"), "shared"),
 }
 
 
