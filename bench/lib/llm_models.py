@@ -116,13 +116,16 @@ LLAMA3_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers
 
 def run_flops(config: dict[str, Any], prompt: int, new: int, requests: int) -> float:
     """The matmul FLOPs of answering `requests` prompts of `prompt` tokens with `new` tokens each: every position but
-    the last through each layer's projections (Q, K, V, O and the gated MLP) and attention over the positions up to
-    it (QK and AV), and the LM head once per output token (the prompt's last position gives the first). Norms,
-    rotary and softmax are left out, so no engine does less."""
-    hidden, ffn, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    the last through each layer's projections (Q, K, V, O and the gated MLP; of a mixture of experts, the router
+    and the gated MLPs of the k experts a position is routed to) and attention over the positions up to it (QK and
+    AV), and the LM head once per output token (the prompt's last position gives the first). Norms, rotary and
+    softmax are left out, so no engine does less."""
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
     head_dim = config.get("head_dim") or hidden // heads
-    projections = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * ffn
+    experts = config.get("num_experts") or config.get("num_local_experts") or 0
+    ffn = config["num_experts_per_tok"] * config["moe_intermediate_size"] if experts else config["intermediate_size"]
+    projections = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * ffn + hidden * experts
     positions = prompt + new - 1
     attended = positions * (positions + 1) // 2  # position t attends to t positions, itself included
     per_layer = projections * positions + 2 * heads * head_dim * attended
