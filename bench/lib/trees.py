@@ -70,11 +70,11 @@ def build_or_engine(tree: Path, model: Path, work: Path, precision: str) -> tupl
 
 
 def serve(stack: ExitStack, tree: Path, bundle: Path, settings: dict[str, str], cpus: set[int],
-          *args: str) -> tuple[str, str]:
+          *args: str, started: list[int] | None = None) -> tuple[str, str]:
     """`mbuild serve BUNDLE ARGS` by `tree`'s code, up in `stack` on `cpus` with `settings` added to its environment
-    (MBUILD_THREADS, ...): its /v1/completions URL and the model name it serves."""
+    (MBUILD_THREADS, ...): its /v1/completions URL and the model name it serves; `started` gets its process id."""
     port = free_port()
     command, env = cli(tree)
     stack.enter_context(server([*command, "serve", str(bundle), "--host", HOST, "--port", str(port), *args], READY,
-                               port, {**env, **settings}, cpus=cpus, cwd=tree))
+                               port, {**env, **settings}, cpus=cpus, cwd=tree, started=started))
     return f"http://{HOST}:{port}/v1/completions", served_name(port)

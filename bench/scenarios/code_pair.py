@@ -1,7 +1,8 @@
 """mbuild at a commit against this checkout: llm_peer's int8 arm and load, served by each, rounds paired.
 
-For a change that must not change behaviour (a refactor of the generation scheduler): llm_peer's c=1 and c=16 numbers
-for its ~100M shape, before and after the change, on one machine in one run.
+For a change that must not change behaviour (a refactor of the generation scheduler), or must not cost elsewhere:
+llm_peer's c=1 and c=16 numbers for its ~100M shape, and each server's memory at ready (its process tree's RSS once
+ready, before any request), before and after the change, on one machine in one run.
 Model: llm_peer's random ~100M Llama with the real Llama SPM tokenizer (bench/lib/llm_models.py, seeded: the same
 weights and tokenizer as llm_peer's), built by each side at int8 as llm_peer's int8 arm builds it (bench/lib/mbuild.py
 build_or_engine: `mbuild package --backend none --gpu cpu --precision int8`; where the gate fails on the random
@@ -26,6 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from bench.lib import llamacpp, trees
 from bench.lib.harness import OUT, Series, machine, work_folder, write
 from bench.lib.llm_peer_checks import PROMPT_TOKENS, Texts
@@ -33,6 +36,7 @@ from bench.lib.llm_peer_pairs import rounds
 from bench.lib.llm_peer_report import METRICS, arm_series
 from bench.lib.llm_peer_shapes import QUICK, SHAPES, Shape, make_model
 from bench.lib.mbuild import ROOT, source_hash
+from bench.lib.rss import tree_memory
 from bench.lib.servers import pinned, split_cores
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
@@ -81,8 +85,11 @@ def measure_shape(shape: Shape, work: Path, sides: dict[str, tuple[Path, Path]],
         names: dict[str, str | None] = {}
         for arm, (tree, _) in sides.items():
             bundle, gate = builds[arm]
+            started: list[int] = []
             urls[arm], names[arm] = trees.serve(stack, tree, bundle, {"MBUILD_THREADS": "1"}, {min(servers)},
-                                                *(["--allow-failed-gate"] if gate else []))
+                                                *(["--allow-failed-gate"] if gate else []), started=started)
+            # its process tree's RSS once ready, before any request: what a replica holds idle
+            results["ready_mb"].setdefault(shape.key, {})[arm] = tree_memory(psutil.Process(started[0]))[0] / 1e6
         stack.enter_context(pinned(client_cpus))
         rounds(shape, urls, names, prompts, texts, repeats, runs)
     results["runs"].update(runs)
@@ -114,12 +121,16 @@ def shape_table(results: dict[str, Any], shape: Shape, data: dict[str, Any]) -> 
         holds = "holds 1.000" if min(rates) <= 1 <= max(rates) else "does not hold 1.000"
         verdict.append(f"- c={concurrency}, after / before, median of the rounds' ratios (their range): "
                        f"{', '.join(cells)}; the tokens/s range {holds}")
+    held = results["ready_mb"].get(shape.key, {})
+    if {"before", "after"} <= set(held):
+        verdict.append(f"- memory at ready (the server's process tree's RSS, before any request): before "
+                       f"{held['before']:.0f} MB, after {held['after']:.0f} MB ({held['after'] / held['before']:.3f}x)")
     return [*verdict, "", *rows, ""]
 
 
 def report(results: dict[str, Any], shapes: list[Shape], quick: bool) -> tuple[dict[str, Any], str]:
     data: dict[str, Any] = {key: results[key] for key in ("before", "after", "repeats", "builds", "ungated",
-                                                          "machine", "runs")}
+                                                          "machine", "runs", "ready_mb")}
     data.update(scenario="code_pair", quick=quick, precision=PRECISION, metrics=list(METRICS), results={},
                 ratios={}, prompt_tokens=PROMPT_TOKENS,
                 shapes={s.key: {"title": s.title, "config": s.config, "concurrency": list(s.concurrency),
@@ -155,7 +166,7 @@ def main(repeats: int = 3, quick: bool = False, out: Path = OUT, work: Path | No
     sides = {"before": (old, work / f"builds-{commit[:12]}"), "after": (ROOT, work / "builds-checkout")}
     print(f"code pair: before {before} ({commit[:12]}) against this checkout, work in {work}, {repeats} rounds"
           f"{' (quick)' if quick else ''}", flush=True)
-    results: dict[str, Any] = {"runs": {}, "builds": {}, "ungated": {}, "repeats": repeats,
+    results: dict[str, Any] = {"runs": {}, "builds": {}, "ungated": {}, "ready_mb": {}, "repeats": repeats,
                                "before": f"{before} ({commit[:12]})", "after": f"src-{source_hash()}",
                                "machine": machine()}
     for shape in chosen:

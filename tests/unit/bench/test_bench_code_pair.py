@@ -37,6 +37,7 @@ def test_the_report_pairs_rounds_and_writes_a_page_with_its_header(tmp_path: Pat
     runs = {f"{key} before c=1": rounds([100, 200, 100], 10), f"{key} after c=1": rounds([110, 180, 100], 10),
             f"{key} before c=4": rounds([400, 400, 400], 20), f"{key} after c=4": rounds([420, 440, 460], 19)}
     results = {"runs": runs, "builds": {key: {}}, "ungated": {key: {"after": "top-1 0.85"}}, "repeats": 3,
+               "ready_mb": {key: {"before": 400.0, "after": 380.0}},
                "before": "HEAD~1 (abc)", "after": "src-123", "machine": {
                    "cpu": "x86_64, Some CPU", "cores": 2, "date": "2026-12-07", "commit": "abc1234",
                    "command": "python -m bench code_pair --before 'HEAD~1' --repeats 3"}}
@@ -47,6 +48,8 @@ def test_the_report_pairs_rounds_and_writes_a_page_with_its_header(tmp_path: Pat
     assert "total tokens/s 1.100x (1.050-1.150)" in markdown and "does not hold 1.000" in markdown
     assert "| 4 | after | 440.0 (420.0-460.0) | 1.0 | 19.00 |" in markdown
     assert "- after: its engine failed the gate on this random model (top-1 0.85)" in markdown
+    assert "memory at ready (the server's process tree's RSS, before any request): before 400 MB, after 380 MB " \
+           "(0.950x)" in markdown
     page = write("code_pair", data, markdown, tmp_path, measures=code_pair.MEASURES)
     assert read(page).command == "`python -m bench code_pair --before 'HEAD~1' --repeats 3`"
     assert json.loads((tmp_path / "code_pair.json").read_text())["ratios"] == data["ratios"]
