@@ -104,8 +104,12 @@ def test_a_qwen3_moe_on_the_spm_vocabulary_converts_through_spm_first(tmp_path: 
 
 def test_make_model_makes_the_shapes_checkpoint_in_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[tuple[Path, str, dict[str, object]]] = []
-    monkeypatch.setattr(llm_peer_shapes, "make_spm_decoder",
-                        lambda folder, model_type, shape, vocab: made.append((folder, model_type, shape)) or folder)
+
+    def maker(folder: Path, model_type: str, shape: dict[str, object], vocab: Path) -> Path:
+        made.append((folder, model_type, shape))
+        return folder
+
+    monkeypatch.setattr(llm_peer_shapes, "make_spm_decoder", maker)
     assert llm_peer_shapes.make_model(SHAPES[2], tmp_path) == tmp_path / "qwen3_moe-moe-spm"
     assert made == [(tmp_path / "qwen3_moe-moe-spm", "qwen3_moe", MOE)]
 
