@@ -17,7 +17,6 @@ point), and the engine phase into ONNX Runtime's session and the tokenizer, time
 from __future__ import annotations
 
 import argparse
-import http.client
 import os
 import signal
 import statistics
@@ -36,6 +35,7 @@ from bench.lib.llm_peer_shapes import QUICK, SHAPES, make_model
 from bench.lib.mbuild import MBUILD, build_or_engine, context_of
 from bench.lib.servers import HOST, free_port, pinned, split_cores
 from bench.lib.start_phases import SPANS, imports_by_package, marks, median_spans, spans
+from builder.serving.ready import Outcome, wait_ready
 from runtimes.health import READY
 
 # the one line of its page's header and of the README's index: bench/lib/page_header.py
@@ -74,15 +74,6 @@ def parse_options(argv: list[str]) -> dict[str, Any]:
     return {"starts": args.starts, "before": args.before}
 
 
-def _answers(port: int, route: str) -> bool:
-    try:
-        connection = http.client.HTTPConnection(HOST, port, timeout=1)
-        connection.request("GET", route)
-        return connection.getresponse().status == 200
-    except OSError:
-        return False
-
-
 def time_start(arm: Arm, cpus: set[int], logs: list[str]) -> float:
     """Seconds from starting the arm's command to its first 200 on the ready route; its log is kept in `logs`."""
     command, env, cwd, route = arm
@@ -93,12 +84,13 @@ def time_start(arm: Arm, cpus: set[int], logs: list[str]) -> float:
                                 env={**os.environ, **env}, start_new_session=True)
         os.sched_setaffinity(proc.pid, cpus)
         try:
-            while not _answers(port, route):
-                if proc.poll() is not None or time.perf_counter() - began > LIMIT_S:
-                    log.seek(0)
-                    raise RuntimeError(f"{command(port)[:4]} never answered {route}: {log.read()[-2000:]}")
-                time.sleep(POLL_S)
+            found = wait_ready(f"http://{HOST}:{port}", LIMIT_S, watch=[proc.poll], paths=(route,), every_s=POLL_S,
+                               ask_s=1.0)
             seconds = time.perf_counter() - began
+            if found.outcome is not Outcome.READY:
+                log.seek(0)
+                raise RuntimeError(f"{command(port)[:4]} never answered {route} ({found.outcome}): "
+                                   f"{log.read()[-2000:]}")
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
